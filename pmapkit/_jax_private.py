@@ -1,0 +1,97 @@
+"""The one module of pmapkit allowed to import ``jax._src``.
+
+Every private JAX name pmapkit relies on is bound here, so a JAX upgrade that
+moves or renames internals touches this file only. Everything else imports
+from here (or from public ``jax``). Names keep JAX's spelling where the thing
+is JAX's, so that a reader can find it in JAX's sources.
+"""
+from __future__ import annotations
+
+from jax._src import api_util as _api_util
+from jax._src import config as _config
+from jax._src import core as _core
+from jax._src import dispatch as _dispatch
+from jax._src import dtypes as _dtypes
+from jax._src import linear_util as _lu
+from jax._src import tree_util as _tree_util
+from jax._src import xla_bridge as _xb
+from jax._src.interpreters import ad as _ad
+from jax._src.interpreters import batching as _batching
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import xla_client as _xc
+
+# --- arrays, avals, dtypes -------------------------------------------------
+ArrayImpl = _xc.ArrayImpl
+Tracer = _core.Tracer
+ShapedArray = _core.ShapedArray
+ClosedJaxpr = _core.ClosedJaxpr
+Jaxpr = _core.Jaxpr
+Literal = _core.Literal
+Var = _core.Var
+DebugInfo = _lu.DebugInfo
+shaped_abstractify = _core.shaped_abstractify
+get_aval = _core.typeof
+valid_jaxtype = _core.valid_jaxtype
+canonicalize_dtype = _dtypes.canonicalize_dtype
+float0 = _dtypes.float0
+jaxpr_as_fun = _core.jaxpr_as_fun
+eval_jaxpr = _core.eval_jaxpr
+new_jaxpr_eqn = _core.new_jaxpr_eqn
+subjaxprs = _core.subjaxprs
+jaxprs_in_params = _core.jaxprs_in_params
+remove_named_axis_effects = _core.remove_named_axis_effects
+
+# --- tracing -----------------------------------------------------------------
+wrap_init = _lu.wrap_init
+trace_to_jaxpr_dynamic = _pe.trace_to_jaxpr_dynamic
+convert_constvars_jaxpr = _pe.convert_constvars_jaxpr
+extend_axis_env_nd = _core.extend_axis_env_nd
+trace_state_clean = _core.trace_state_clean
+fun_sourceinfo = _api_util.fun_sourceinfo
+fun_signature = _api_util.fun_signature
+
+# --- pytrees -------------------------------------------------------------------
+tree_registry = _tree_util.default_registry
+broadcast_prefix = _tree_util.broadcast_prefix
+prefix_errors = _tree_util.prefix_errors
+
+# --- config / trace context ---------------------------------------------------
+trace_context = _config.trace_context
+enable_x64 = _config.enable_x64
+debug_nans = _config.debug_nans
+
+
+def top_level_probe():
+    """The objects that tell, cheaply, whether no JAX trace is active.
+
+    Returns ``(trace_state, eval_trace_ref, axis_env_state, top_axis_env)``:
+    the state is top level when ``trace_state.value is eval_trace_ref`` and
+    ``axis_env_state.value is top_axis_env`` (what ``trace_state_clean()``
+    checks, minus two Python frames).
+    """
+    return (_core.trace_state, _core.eval_trace._weakref,
+            _core.axis_env_state, _core.top_axis_env)
+
+
+# --- devices, sharding, execution ----------------------------------------------
+batched_device_put = _xc.batched_device_put
+global_aval_to_result_handler = _pxla.global_aval_to_result_handler
+process_count = _xb.process_count
+runtime_tokens = _dispatch.runtime_tokens
+
+
+def mesh_executable_parts(compiled):
+    """(LoadedExecutable, kept input indices, has unordered/ordered effects).
+
+    ``compiled`` is a ``jax.stages.Compiled`` from ``jit(...).lower().compile()``.
+    """
+    mesh_exec = compiled._executable
+    kept = getattr(mesh_exec, "_kept_var_idx", None)
+    return mesh_exec.xla_executable, kept
+
+
+# --- transformation tables ----------------------------------------------------
+ad = _ad
+batching = _batching
+pe = _pe

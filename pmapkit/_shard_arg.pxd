@@ -1,0 +1,9 @@
+# Cython declarations augmenting _shard_arg.py (pure-Python-mode source).
+cdef class HostSpec:
+    cdef readonly object aval
+    cdef readonly object dtype
+    cdef readonly tuple indices
+    cdef readonly list devices
+    cdef readonly object sharding
+    cdef readonly object device_put
+    cpdef object put(self, object x)

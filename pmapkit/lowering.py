@@ -1,0 +1,212 @@
+"""Lowering and compiling pmapkit's pmap primitive for N devices.
+
+The lowering rule turns one ``pmap_p`` equation into an SPMD region whose
+mapped axis is manual: each device runs the per-device body on its slice
+(a shard_map over a 1-axis mesh of the pmap's devices, nested in whatever
+program is being lowered). ``compile_pmap`` is the one place pmapkit compiles
+a top-level pmap program; it keeps what the fast path needs.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+
+import jax
+import numpy as np
+from jax.interpreters import mlir
+from jax.sharding import Mesh, NamedSharding
+
+from pmapkit import _jax_private as jp
+from pmapkit._compiled import dispatch as _dispatch_mod
+from pmapkit._compiled import shard_arg as _shard_arg_mod
+from pmapkit.primitives import pmap_p
+from pmapkit.specs import axis_spec
+
+_shard_map = jax.shard_map
+
+#: The hit path's argument sharder (compiled or pure, per pmapkit._compiled).
+shard_args = _shard_arg_mod.make_shard_args(jp.ArrayImpl, np.ndarray, np.asarray)
+
+
+def pmap_mesh(devices, axis_name):
+    return Mesh(np.array(devices, dtype=object), (axis_name,))
+
+
+def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
+                   out_axes, donated_invars, name):
+    del axis_size, donated_invars, name
+    mesh = pmap_mesh(devices, axis_name)
+    in_specs = tuple(axis_spec(axis_name, ax, a.ndim)
+                     for ax, a in zip(in_axes, ctx.avals_in))
+    out_specs = tuple(axis_spec(axis_name, ax, a.ndim)
+                      for ax, a in zip(out_axes, ctx.avals_out))
+
+    def per_device(*xs):
+        xs = [x if ax is None else jax.lax.squeeze(x, (ax,))
+              for x, ax in zip(xs, in_axes)]
+        outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
+        return tuple(o if ax is None else jax.lax.expand_dims(o, (ax,))
+                     for o, ax in zip(outs, out_axes))
+
+    def spmd(*xs):
+        return _shard_map(per_device, mesh=mesh, in_specs=in_specs,
+                          out_specs=out_specs, check_vma=False,
+                          axis_names={axis_name})(*xs)
+
+    return mlir.lower_fun(spmd, multiple_results=True)(ctx, *args)
+
+
+mlir.register_lowering(pmap_p, _pmap_lowering)
+
+
+class FastpathData:
+    """What the dispatch core needs to run one signature without Python.
+
+    ``in_shardings``/``host_specs`` are per kept input; ``kept`` maps kept
+    input j to flat leaf index (None: all leaves kept, in order).
+    """
+
+    __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
+                 "out_handlers", "out_treedef", "shard_fallback", "compiled")
+
+    def __init__(self, compiled, out_treedef):
+        self.version = _dispatch_mod.FASTPATH_VERSION
+        self.compiled = compiled
+        self.executable = compiled.executable
+        self.kept = compiled.kept
+        self.in_shardings = compiled.kept_in_shardings
+        self.host_specs = compiled.kept_host_specs
+        self.out_handlers = compiled.out_handlers
+        self.out_treedef = out_treedef
+        self.shard_fallback = compiled.shard_fallback
+
+
+class CompiledPmap:
+    """One compiled pmap program and everything derived from it once."""
+
+    def __init__(self, params, in_avals, lowered, compiled):
+        self.params = params
+        self.in_avals = in_avals
+        self.lowered = lowered
+        self.compiled = compiled
+        self.executable, kept = jp.mesh_executable_parts(compiled)
+        self.has_effects = bool(params["jaxpr"].effects)
+        devices = params["devices"]
+        axis_name = params["axis_name"]
+        mesh = pmap_mesh(devices, axis_name)
+        self.in_shardings = tuple(
+            NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
+            for ax, a in zip(params["in_axes"], in_avals))
+        self.out_avals = tuple(pmap_p.abstract_eval(*in_avals, **params)[0])
+        self.out_shardings = tuple(
+            NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
+            for ax, a in zip(params["out_axes"], self.out_avals))
+        self.out_handlers = [
+            jp.global_aval_to_result_handler(a, s, True)
+            for a, s in zip(self.out_avals, self.out_shardings)]
+        n = len(in_avals)
+        self.kept = None if kept is None or len(kept) == n else tuple(sorted(kept))
+        kept_idx = range(n) if self.kept is None else self.kept
+        self.kept_in_shardings = tuple(self.in_shardings[i] for i in kept_idx)
+        self.host_specs = tuple(
+            _host_spec(a, s) for a, s in zip(in_avals, self.in_shardings))
+        self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
+
+    def shard_fallback(self, x, i, j):
+        """Python path for one leaf the fast path does not handle."""
+        del j
+        sharding = self.in_shardings[i]
+        aval = self.in_avals[i]
+        if isinstance(x, jp.ArrayImpl):
+            if x.is_deleted():
+                # Let the executable raise JAX's usual deleted-array error.
+                return x
+            if (x.sharding.is_equivalent_to(sharding, x.ndim)
+                    and x.aval.dtype == aval.dtype):
+                # Same devices and slices under another name: re-view, no copy.
+                return x._rewrap_with_aval_and_sharding(x.aval, sharding)
+            return jax.device_put(x, sharding)
+        if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
+            return self.host_specs[i].put(np.asarray(x))
+        return jax.device_put(x, sharding)
+
+    def run_flat(self, args):
+        """Run with flat global arguments (Python path); returns flat outputs."""
+        # FastpathData has the attributes shard_args reads off a cache entry.
+        arrays = shard_args(list(args), FastpathData(self, None))
+        if self.has_effects:
+            return list(self.compiled(*_all_inputs(arrays, self.kept, args, self)))
+        results = self.executable.execute_sharded(arrays)
+        return results.consume_with_handlers(self.out_handlers)
+
+    def fastpath(self, out_treedef):
+        if self.has_effects or jp.process_count() > 1:
+            return None
+        return FastpathData(self, out_treedef)
+
+
+def _all_inputs(kept_arrays, kept, args, compiled):
+    # jax's Compiled.__call__ wants every input, pruned or not.
+    if kept is None:
+        return kept_arrays
+    full = [compiled.shard_fallback(x, i, None) for i, x in enumerate(args)]
+    for j, i in enumerate(kept):
+        full[i] = kept_arrays[j]
+    return full
+
+
+def _host_spec(aval, sharding):
+    devices = list(sharding.mesh.devices.flat)
+    index_map = sharding.devices_indices_map(aval.shape)
+    return _shard_arg_mod.HostSpec(
+        aval, np.dtype(aval.dtype), [index_map[d] for d in devices], devices,
+        sharding, jp.batched_device_put)
+
+
+# -- the compile cache --------------------------------------------------------
+_COMPILE_CACHE_SIZE = 512
+_compile_cache: collections.OrderedDict = collections.OrderedDict()
+_compile_lock = threading.Lock()
+
+
+def _params_key(params, in_avals):
+    return (tuple(sorted(params.items(), key=lambda kv: kv[0])), in_avals)
+
+
+def lower_pmap(params, in_avals):
+    """``jax.stages.Lowered`` of the top-level program running one pmap."""
+    devices = params["devices"]
+    axis_name = params["axis_name"]
+    mesh = pmap_mesh(devices, axis_name)
+    in_shardings = tuple(NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
+                         for ax, a in zip(params["in_axes"], in_avals))
+    out_avals = pmap_p.abstract_eval(*in_avals, **params)[0]
+    out_shardings = tuple(NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
+                          for ax, a in zip(params["out_axes"], out_avals))
+    donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
+
+    def program(*xs):
+        return tuple(pmap_p.bind(*xs, **params))
+
+    program.__name__ = f"pmap_{params['name']}"
+    jitted = jax.jit(program, in_shardings=in_shardings,
+                     out_shardings=out_shardings, donate_argnums=donate)
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+               for a in in_avals]
+    return jitted.lower(*structs)
+
+
+def compile_pmap(params, in_avals) -> CompiledPmap:
+    key = _params_key(params, in_avals)
+    with _compile_lock:
+        hit = _compile_cache.get(key)
+        if hit is not None:
+            _compile_cache.move_to_end(key)
+            return hit
+    lowered = lower_pmap(params, in_avals)
+    result = CompiledPmap(params, in_avals, lowered, lowered.compile())
+    with _compile_lock:
+        _compile_cache[key] = result
+        while len(_compile_cache) > _COMPILE_CACHE_SIZE:
+            _compile_cache.popitem(last=False)
+    return result

@@ -1,0 +1,484 @@
+"""``pmapkit.pmap``: the classic ``jax.pmap`` on pmapkit's compiled dispatch core.
+
+The user-facing wrapper validates options once, at decoration, and builds a
+``DispatchFunction`` whose Python ``cache_miss`` (here) validates the call,
+traces the per-device body, and then either binds ``pmap_p`` (under a JAX
+trace) or compiles and runs it, handing the fast-path data back to the core.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from pmapkit import _jax_private as jp
+from pmapkit import lowering, specs
+from pmapkit._compiled import dispatch as _dispatch_mod
+from pmapkit.analysis import varying_outputs
+from pmapkit.primitives import pmap_p, remove_axis
+
+if TYPE_CHECKING:  # annotations only; they are never evaluated
+    from jaxlib import xla_client as xc
+
+AxisName = Hashable
+
+# The name jax.pmap gives an unnamed axis: using the same one makes our output
+# shardings compare equal to jax.pmap's, so arrays pass between them uncopied.
+INTERNAL_AXIS_NAME = "_internal_pmap_axis_name"
+
+# numpy dtypes that canonicalize to themselves whatever jax_enable_x64 says; a
+# numpy leaf of one of these signs like a device array of the same aval.
+_CANONICAL_HOST_DTYPES = tuple(np.dtype(d) for d in (
+    np.float32, np.float16, np.int32, np.int16, np.int8, np.uint32, np.uint16,
+    np.uint8, np.bool_, np.complex64, jax.numpy.bfloat16))
+
+
+def pmap(
+    fun: Callable,
+    axis_name: AxisName | None = None,
+    *,
+    in_axes: int | None | Sequence[Any] = 0,
+    out_axes: Any = 0,
+    static_broadcasted_argnums: int | Iterable[int] = (),
+    devices: Sequence[xc.Device] | None = None,  # noqa: F811
+    backend: str | None = None,
+    axis_size: int | None = None,
+    donate_argnums: int | Iterable[int] = (),
+  ) -> Any:
+    """Map ``fun`` over a leading array axis, one program instance per device.
+
+    The classic ``jax.pmap``: same arguments, same semantics, with a compiled
+    per-call fast path. ``fun`` runs once per device on its slice of the
+    mapped arguments (``in_axes``; keyword arguments are always mapped over
+    axis 0) and may use collectives (``jax.lax.psum`` ...) over ``axis_name``.
+    Results carry the mapped axis at ``out_axes`` and are ``jax.Array``s
+    sharded over the devices. ``static_broadcasted_argnums`` are compile-time
+    constants (hashable) given to every device; ``devices`` picks and orders
+    the devices; ``donate_argnums`` lets the program reuse input buffers.
+    """
+    spec = _PmapSpec(fun, axis_name, in_axes, out_axes,
+                     static_broadcasted_argnums, devices, backend, axis_size,
+                     donate_argnums)
+    return _make_dispatch(spec)
+
+
+class _PmapSpec:
+    """The validated decoration-time options of one pmapped function."""
+
+    def __init__(self, fun, axis_name, in_axes, out_axes,
+                 static_broadcasted_argnums, devices, backend, axis_size,
+                 donate_argnums):
+        if not callable(fun):
+            raise TypeError(f"pmap requires a callable 'fun', got {fun!r} of "
+                            f"type {type(fun).__name__}.")
+        if devices is not None:
+            devices = tuple(devices)
+            if not devices:
+                raise ValueError(
+                    "'devices' argument to pmap must be non-empty, or None.")
+            if len(set(devices)) != len(devices):
+                raise ValueError(
+                    "'devices' argument to pmap must not list a device more "
+                    f"than once, got {list(devices)}.")
+        if axis_size is not None and (type(axis_size) is not int or axis_size < 1):
+            raise TypeError(
+                f"pmap axis_size must be a positive int or None, got {axis_size!r}.")
+        if isinstance(in_axes, list):
+            in_axes = tuple(in_axes)  # a list prefix means the same as a tuple
+        specs.check_axes_leaves(in_axes, "in_axes")
+        specs.check_axes_leaves(out_axes, "out_axes")
+        self.fun = fun
+        self.user_axis_name = axis_name
+        self.axis_name = INTERNAL_AXIS_NAME if axis_name is None else axis_name
+        try:
+            hash(self.axis_name)
+        except TypeError:
+            raise TypeError(
+                f"pmap axis_name must be hashable, got {axis_name!r}.") from None
+        self.in_axes = in_axes
+        self.out_axes = out_axes
+        self.static = _argnum_tuple(fun, static_broadcasted_argnums,
+                                    "static_broadcasted_argnums")
+        donate = _argnum_tuple(fun, donate_argnums, "donate_argnums")
+        overlap = set(donate) & set(self.static)
+        if overlap:
+            raise ValueError(
+                "pmap donate_argnums and static_broadcasted_argnums must not "
+                f"overlap, but both contain {sorted(overlap)}.")
+        self.donate = donate
+        self.devices = devices
+        self.backend = backend
+        self.axis_size = axis_size
+        self.name = getattr(fun, "__name__", None) or type(fun).__name__
+        try:
+            self.signature = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self.signature = None
+
+    def pickle_state(self):
+        return {
+            "version": _dispatch_mod.PICKLE_VERSION,
+            "fun": self.fun,
+            "axis_name": self.user_axis_name,
+            "in_axes": self.in_axes,
+            "out_axes": self.out_axes,
+            "static_broadcasted_argnums": self.static,
+            "devices": None if self.devices is None else
+                       [(d.platform, d.id) for d in self.devices],
+            "backend": self.backend,
+            "axis_size": self.axis_size,
+            "donate_argnums": self.donate,
+        }
+
+
+def _argnum_tuple(fun, argnums, what):
+    """Normalize int | iterable of ints to a sorted tuple of non-negative ints."""
+    if argnums is None:
+        return ()
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for n in nums:
+        if type(n) is not int:
+            raise TypeError(f"pmap {what} must be an int or a collection of "
+                            f"ints, got {argnums!r}.")
+    if any(n < 0 for n in nums):
+        nparams = _positional_param_count(fun)
+        if nparams is None:
+            raise ValueError(
+                f"pmap {what}={argnums!r} has negative entries, which need a "
+                "function with a fixed number of positional parameters.")
+        nums = tuple(n + nparams if n < 0 else n for n in nums)
+        if any(n < 0 for n in nums):
+            raise ValueError(f"pmap {what}={argnums!r} is out of range for a "
+                             f"function of {nparams} positional parameters.")
+    return tuple(sorted(set(nums)))
+
+
+def _positional_param_count(fun):
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kinds = [p.kind for p in params]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return None
+    return sum(k in (inspect.Parameter.POSITIONAL_ONLY,
+                     inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
+
+
+# -- per call (miss path) ------------------------------------------------------
+class _Prepared:
+    """A validated call: flat global args, the equation params, output tree."""
+
+    __slots__ = ("flat_args", "params", "out_tree", "in_avals")
+
+
+def _prepare(spec, args, kwargs):
+    """Validate one call and trace the per-device body (once per miss)."""
+    nargs = len(args)
+    if spec.static and spec.static[-1] >= nargs:
+        raise ValueError(
+            f"pmapped function has static_broadcasted_argnums={spec.static} "
+            f"but was called with only {nargs} positional "
+            f"argument{'s' if nargs != 1 else ''}. All static broadcasted "
+            "arguments must be passed positionally.")
+    static_set = set(spec.static)
+    statics = []
+    for i in spec.static:
+        value = args[i]
+        try:
+            hash(value)
+        except TypeError:
+            raise ValueError(
+                "Non-hashable static arguments are not supported. Static "
+                f"argument (index {i}) of type {type(value)} for function "
+                f"{spec.name} is non-hashable: {value!r}.") from None
+        statics.append(value)
+    dyn_positions = [i for i in range(nargs) if i not in static_set]
+    dyn_args = tuple(args[i] for i in dyn_positions)
+    flat, in_tree = jax.tree_util.tree_flatten((dyn_args, kwargs))
+    describe = _LeafNames(spec, dyn_positions, dyn_args, kwargs)
+
+    in_axes = spec.in_axes
+    if spec.static and isinstance(in_axes, tuple) and len(in_axes) == nargs:
+        in_axes = tuple(in_axes[i] for i in dyn_positions)
+    in_axes_flat = specs.flatten_in_axes(in_axes, dyn_args, kwargs, in_tree)
+
+    in_avals = []
+    for k, x in enumerate(flat):
+        try:
+            in_avals.append(jp.shaped_abstractify(x))
+        except TypeError:
+            raise TypeError(
+                f"pmap: {describe(k)} of type {type(x)} is not a valid JAX "
+                "type. Pass arrays, numpy arrays or Python scalars, or mark "
+                "the argument static with static_broadcasted_argnums.") from None
+
+    axes = []
+    for k, (aval, ax) in enumerate(zip(in_avals, in_axes_flat)):
+        if ax is not None:
+            ndim = len(aval.shape)
+            norm = specs.normalize_axis(ax, ndim)
+            if not 0 <= norm < ndim:
+                raise ValueError(
+                    f"pmap was requested to map its {describe(k)} along axis "
+                    f"{ax}, which implies that its rank should be at least "
+                    f"{(ax + 1) if ax >= 0 else -ax}, but is only {ndim} "
+                    f"(its shape is {aval.shape}).")
+            ax = norm
+        axes.append(ax)
+    in_axes_flat = tuple(axes)
+    size = _mapped_size(in_avals, in_axes_flat, describe)
+    if spec.axis_size is not None and spec.axis_size != size:
+        raise ValueError(f"Specified axis_size {spec.axis_size} doesn't match "
+                         f"received axis_size {size}.")
+    devices = _resolve_devices(spec, size)
+
+    if spec.donate and not jp.debug_nans.value:
+        donated_positions = set(spec.donate)
+        donated = []
+        for pos, arg in zip(dyn_positions, dyn_args):
+            n_leaves = len(jax.tree_util.tree_leaves(arg))
+            donated += [pos in donated_positions] * n_leaves
+        donated += [False] * (len(flat) - len(donated))
+    else:
+        donated = [False] * len(flat)
+
+    local_avals = [a if ax is None else remove_axis(a, ax)
+                   for a, ax in zip(in_avals, in_axes_flat)]
+    jaxpr, consts, out_tree = _trace_body(spec, statics, nargs, dyn_positions,
+                                          in_tree, local_avals, size, describe)
+    out_axes_flat = _out_axes_flat(spec, out_tree, jaxpr)
+    # Closed-over tracers of an outer trace must become explicit operands.
+    if any(isinstance(c, jp.Tracer) for c in consts):
+        jaxpr = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
+        flat = list(consts) + list(flat)
+        in_avals = [jp.get_aval(c) for c in consts] + in_avals
+        in_axes_flat = (None,) * len(consts) + in_axes_flat
+        donated = [False] * len(consts) + donated
+    else:
+        jaxpr = jp.ClosedJaxpr(jaxpr, consts)
+
+    _check_unmapped_outputs(spec, jaxpr, in_axes_flat, out_axes_flat, out_tree)
+
+    prepared = _Prepared()
+    prepared.flat_args = flat
+    prepared.in_avals = tuple(in_avals)
+    prepared.out_tree = out_tree
+    prepared.params = dict(
+        jaxpr=jaxpr, axis_name=spec.axis_name, axis_size=size,
+        devices=devices, in_axes=in_axes_flat, out_axes=out_axes_flat,
+        donated_invars=tuple(donated), name=spec.name)
+    return prepared
+
+
+def _trace_body(spec, statics, nargs, dyn_positions, in_tree, local_avals,
+                size, describe):
+    static_iter = dict(zip(spec.static, statics))
+    out_trees = []
+
+    def flat_body(*flat_local):
+        dyn_args, kwargs = jax.tree_util.tree_unflatten(in_tree, flat_local)
+        dyn = iter(dyn_args)
+        full = [static_iter[i] if i in static_iter else next(dyn)
+                for i in range(nargs)]
+        out = spec.fun(*full, **kwargs)
+        out_flat, out_tree = jax.tree_util.tree_flatten(out)
+        out_trees.append(out_tree)
+        return out_flat
+
+    arg_names = tuple(describe.short(k) for k in range(len(local_avals)))
+    debug = jp.DebugInfo("pmap", jp.fun_sourceinfo(spec.fun), arg_names, None)
+    with jp.extend_axis_env_nd([(spec.axis_name, size)]):
+        jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
+            jp.wrap_init(flat_body, debug_info=debug), local_avals)
+    # The pmap binds its axis name: collectives over it are not effects of ours.
+    jaxpr = jp.remove_named_axis_effects(jaxpr, {spec.axis_name})
+    return jaxpr, consts, out_trees[-1]
+
+
+def _out_axes_flat(spec, out_tree, jaxpr):
+    out_shape_tree = jax.tree_util.tree_unflatten(
+        out_tree, [object()] * out_tree.num_leaves)
+    flat = specs.flatten_out_axes(spec.out_axes, out_tree, out_shape_tree)
+    axes = []
+    for k, (ax, v) in enumerate(zip(flat, jaxpr.outvars)):
+        if ax is not None:
+            ndim = len(v.aval.shape)
+            norm = ax + ndim + 1 if ax < 0 else ax
+            if not 0 <= norm <= ndim:
+                raise ValueError(
+                    f"pmap out_axes={ax} is out of range for output {k} of "
+                    f"{spec.name}, a per-device value of rank {ndim} (out_axes "
+                    f"must be in [-{ndim + 1}, {ndim}]).")
+            ax = norm
+        axes.append(ax)
+    return tuple(axes)
+
+
+def _check_unmapped_outputs(spec, jaxpr, in_axes_flat, out_axes_flat, out_tree):
+    if all(ax is not None for ax in out_axes_flat):
+        return
+    varying = varying_outputs(jaxpr.jaxpr, [ax is not None for ax in in_axes_flat],
+                              spec.axis_name)
+    for k, (ax, var) in enumerate(zip(out_axes_flat, varying)):
+        if ax is None and var:
+            raise ValueError(
+                f"pmap out_axes=None was given for output {k} of {spec.name} "
+                f"(output structure {out_tree}), but that output varies across "
+                f"the devices of axis {spec.axis_name!r}: it depends on a mapped "
+                "input or on the device's index. Only values that are the same "
+                "on every device (results of psum/pmax/pmin/all_gather over the "
+                "axis, or of unmapped inputs) can be returned unmapped.")
+
+
+def _mapped_size(in_avals, in_axes_flat, describe):
+    sizes = {}
+    for k, (aval, ax) in enumerate(zip(in_avals, in_axes_flat)):
+        if ax is not None:
+            sizes.setdefault(aval.shape[ax], []).append(k)
+    if not sizes:
+        raise ValueError("pmap requires at least one argument with a mapped axis.")
+    if len(sizes) > 1:
+        lines = []
+        for size, ks in sizes.items():
+            for k in ks[:3]:
+                lines.append(f"  * {describe(k)} has axis {in_axes_flat[k]} of "
+                             f"size {size} (type {in_avals[k].str_short()})")
+            if len(ks) > 3:
+                lines.append(f"  * ... and {len(ks) - 3} more of size {size}")
+        raise ValueError("pmap got inconsistent sizes for array axes to be "
+                         "mapped:\n" + "\n".join(lines))
+    return next(iter(sizes))
+
+
+def _resolve_devices(spec, size):
+    if spec.devices is not None:
+        if size > len(spec.devices):
+            raise ValueError(
+                f"pmapped function {spec.name} maps an axis of size {size}, "
+                f"which needs {size} devices, but its 'devices' argument lists "
+                f"only {len(spec.devices)}: {list(spec.devices)}.")
+        return spec.devices[:size]
+    available = jax.local_devices(backend=spec.backend)
+    if size > len(available):
+        platform = available[0].platform if available else spec.backend
+        raise ValueError(
+            f"pmapped function {spec.name} requires {size} devices to map an "
+            f"axis of size {size}, but only {len(available)} XLA devices are "
+            f"available (platform {platform!r}).")
+    return tuple(available[:size])
+
+
+class _LeafNames:
+    """Names flat argument leaves for error messages, computed only on demand."""
+
+    def __init__(self, spec, dyn_positions, dyn_args, kwargs):
+        self._spec = spec
+        self._positions = dyn_positions
+        self._tree = (dyn_args, kwargs)
+        self._paths = None
+
+    def _path(self, k):
+        if self._paths is None:
+            self._paths = [p for p, _ in
+                           jax.tree_util.tree_flatten_with_path(self._tree)[0]]
+        return self._paths[k]
+
+    def _param_name(self, pos):
+        sig = self._spec.signature
+        if sig is not None:
+            params = list(sig.parameters.values())
+            if pos < len(params) and params[pos].kind in (
+                    inspect.Parameter.POSITIONAL_ONLY,
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD):
+                return params[pos].name
+        return None
+
+    def short(self, k):
+        path = self._path(k)
+        if path[0].idx == 0:
+            pos = self._positions[path[1].idx]
+            head = self._param_name(pos) or f"args[{pos}]"
+        else:
+            head = str(path[1].key)
+        return head + jax.tree_util.keystr(path[2:])
+
+    def __call__(self, k):
+        path = self._path(k)
+        rest = jax.tree_util.keystr(path[2:])
+        where = f" at {rest}" if rest else ""
+        if path[0].idx == 0:
+            pos = self._positions[path[1].idx]
+            name = self._param_name(pos)
+            named = f" '{name}'" if name else ""
+            return f"argument{named} (positional argument {pos}){where}"
+        return f"keyword argument '{path[1].key}'{where}"
+
+
+def _cache_miss(spec, *args, **kwargs):
+    prepared = _prepare(spec, args, kwargs)
+    flat = prepared.flat_args
+    if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
+        outs = pmap_p.bind(*flat, **prepared.params)
+        return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
+    compiled = lowering.compile_pmap(prepared.params, prepared.in_avals)
+    outs = compiled.run_flat(flat)
+    out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
+    return out, compiled.fastpath(prepared.out_tree)
+
+
+def _lower(spec, *args, **kwargs):
+    prepared = _prepare(spec, args, kwargs)
+    return lowering.lower_pmap(prepared.params, prepared.in_avals)
+
+
+def _make_dispatch(spec):
+    fn = _dispatch_mod.DispatchFunction(
+        spec.fun,
+        functools.partial(_cache_miss, spec),
+        spec.static,
+        lowering.shard_args,
+        jp.ArrayImpl,
+        np.ndarray,
+        _CANONICAL_HOST_DTYPES,
+        jp.tree_registry.flatten,
+        jp.trace_context,
+        jp.top_level_probe(),
+        functools.partial(_lower, spec),
+        functools.partial(_reduce, spec),
+    )
+    try:
+        functools.update_wrapper(fn, spec.fun)
+    except AttributeError:
+        pass  # callables without __name__ etc. keep the defaults
+    fn.__wrapped__ = spec.fun
+    if spec.signature is not None:
+        fn.__signature__ = spec.signature
+    return fn
+
+
+def _reduce(spec):
+    return (_unpickle_pmap, (spec.pickle_state(),))
+
+
+def _unpickle_pmap(state):
+    version = state.get("version")
+    if version != _dispatch_mod.PICKLE_VERSION:
+        raise ValueError(
+            f"Cannot unpickle a pmapkit.pmap function of pickle version "
+            f"{version!r}; this pmapkit reads version "
+            f"{_dispatch_mod.PICKLE_VERSION}.")
+    devices = state["devices"]
+    if devices is not None:
+        by_key = {(d.platform, d.id): d for d in jax.devices()}
+        devices = [by_key[k] for k in devices]
+    return pmap(state["fun"], state["axis_name"], in_axes=state["in_axes"],
+                out_axes=state["out_axes"],
+                static_broadcasted_argnums=state["static_broadcasted_argnums"],
+                devices=devices, backend=state["backend"],
+                axis_size=state["axis_size"],
+                donate_argnums=state["donate_argnums"])

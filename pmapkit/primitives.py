@@ -1,0 +1,60 @@
+"""pmapkit's own primitives: definition, abstract evaluation and impl.
+
+``pmap_p`` carries the per-device body as a closed jaxpr traced with the
+mapped axis name bound, so collectives inside it are ordinary named-axis
+primitives. Its operands and results are *global* arrays: a mapped operand
+has the mapped axis (size ``axis_size``) at ``in_axes[i]``; a result has it
+at ``out_axes[j]``, or not at all when ``out_axes[j] is None``.
+
+Params (all hashable, so equal equations share compiled programs):
+  jaxpr          ClosedJaxpr of the per-device body
+  axis_name      the collective axis name
+  axis_size      number of program instances (= len(devices))
+  devices        tuple of devices, in mesh order
+  in_axes        tuple of int | None, one per operand
+  out_axes       tuple of int | None, one per result
+  donated_invars tuple of bool, one per operand
+  name           the user function's name (for HLO and jaxpr printing)
+"""
+from __future__ import annotations
+
+from jax.extend.core import Primitive
+
+from pmapkit import _jax_private as jp
+
+pmap_p = Primitive("pmapkit_pmap")
+pmap_p.multiple_results = True
+
+
+def insert_axis(aval, axis, size):
+    shape = list(aval.shape)
+    shape.insert(axis, size)
+    return aval.update(shape=tuple(shape))
+
+
+def remove_axis(aval, axis):
+    shape = list(aval.shape)
+    del shape[axis]
+    return aval.update(shape=tuple(shape))
+
+
+def _pmap_abstract_eval(*in_avals, jaxpr, axis_name, axis_size, devices,
+                        in_axes, out_axes, donated_invars, name):
+    del in_avals, axis_name, devices, in_axes, donated_invars, name
+    out = [a if ax is None else insert_axis(a, ax, axis_size)
+           for a, ax in zip(jaxpr.out_avals, out_axes)]
+    return out, jaxpr.effects
+
+
+pmap_p.def_effectful_abstract_eval(_pmap_abstract_eval)
+
+
+def _pmap_impl(*args, **params):
+    # Eager evaluation of a pmap equation (e.g. eval_jaxpr of a jaxpr that
+    # holds one): compile once per equation params and input avals, then run.
+    from pmapkit import lowering
+    compiled = lowering.compile_pmap(params, tuple(jp.shaped_abstractify(x) for x in args))
+    return compiled.run_flat(args)
+
+
+pmap_p.def_impl(_pmap_impl)

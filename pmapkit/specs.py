@@ -1,0 +1,60 @@
+"""Spec parsing for pmap: in_axes / out_axes prefixes and their PartitionSpecs.
+
+Pure Python, run on cache misses only.
+"""
+from __future__ import annotations
+
+from jax.sharding import PartitionSpec
+
+from pmapkit import _jax_private as jp
+
+
+def check_axes_leaves(axes, what):
+    """Classic check at decoration time: leaves must be ints or None."""
+    leaves = jp.tree_registry.flatten(axes, lambda x: x is None)[0]
+    for leaf in leaves:
+        if leaf is not None and type(leaf) is not int:
+            raise TypeError(
+                f"pmap {what} must be an int, None, or (nested) container with "
+                f"those types as leaves, but got {axes}.")
+
+
+def flatten_in_axes(in_axes, dyn_args, kwargs, in_tree):
+    """Broadcast the user's in_axes prefix over the flat (args, kwargs) leaves.
+
+    Keyword arguments are always mapped over axis 0, as in classic pmap.
+    """
+    try:
+        return tuple(jp.broadcast_prefix((in_axes, 0), (dyn_args, kwargs),
+                                         is_leaf=lambda x: x is None))
+    except ValueError:
+        errors = jp.prefix_errors((in_axes, 0), (dyn_args, kwargs))
+        detail = str(errors[0]("pmap in_axes").args[0]) if errors else ""
+        raise ValueError(
+            "pmap in_axes specification must be a tree prefix of the tuple of "
+            f"positional arguments, got in_axes={in_axes!r} for arguments "
+            f"with structure {in_tree}.\n{detail}") from None
+
+
+def flatten_out_axes(out_axes, out_tree, out_shape_tree):
+    try:
+        return tuple(jp.broadcast_prefix(out_axes, out_shape_tree,
+                                         is_leaf=lambda x: x is None))
+    except ValueError:
+        raise ValueError(
+            "pmap out_axes specification must be a tree prefix of the "
+            f"function's output, got out_axes={out_axes!r} for an output with "
+            f"structure {out_tree}.") from None
+
+
+def axis_spec(axis_name, axis, ndim):
+    """PartitionSpec of a global array whose dim ``axis`` is the mapped one."""
+    if axis is None:
+        return PartitionSpec()
+    entries = [None] * ndim
+    entries[axis] = axis_name
+    return PartitionSpec(*entries)
+
+
+def normalize_axis(axis, ndim):
+    return axis + ndim if axis is not None and axis < 0 else axis
