@@ -4,8 +4,17 @@ Public surface (explicit re-exports only):
   pmap           the classic jax.pmap with a compiled per-call fast path
   COMPILED       True when the Cython dispatch core is in use
 """
-from pmapkit._compiled import COMPILED
-from pmapkit.pmap import pmap
+import os as _os
+
+from pmapkit._locate import installed_build_dir as _installed_build_dir
+
+_build = _installed_build_dir(_os.path.dirname(_os.path.abspath(__file__)))
+if _build is not None:
+    __path__.insert(0, _build)  # noqa: F821 (package __path__)
+del _build, _installed_build_dir, _os
+
+from pmapkit._compiled import COMPILED  # noqa: E402
+from pmapkit.pmap import pmap  # noqa: E402
 
 __all__ = ["COMPILED", "pmap"]
 __version__ = "0.1.0"

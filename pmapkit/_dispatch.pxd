@@ -36,10 +36,12 @@ cdef class DispatchFunction:
     cdef object _top_env
     cdef object _lower
     cdef object _reduce_fn
-    cdef dict _cache
+    cdef dict _caches
+    cdef tuple _current
     cdef public bint _always_fallback
 
     cdef bint _is_top_level(self)
+    cdef tuple _select_context(self, object ctx)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,

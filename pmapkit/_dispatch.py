@@ -100,7 +100,8 @@ class DispatchFunction:
         self._top_env = probe[3]
         self._lower = lower
         self._reduce_fn = reduce_fn
-        self._cache = {}
+        self._caches = {}
+        self._current = (None, {})
         self._always_fallback = False
 
     # -- the call -------------------------------------------------------------
@@ -113,14 +114,21 @@ class DispatchFunction:
             return self._cache_miss(*args, **kwargs)[0]
         key = signed[0]
         leaves = signed[1]
+        # JAX's trace context (x64, default device, ...) selects a cache; it is
+        # compared, not hashed, per call: equal contexts share elements.
+        ctx = self._trace_context()
+        current = self._current
+        if current[0] != ctx:
+            current = self._select_context(ctx)
+        cache = current[1]
         try:
-            entry = self._cache.get(key)
+            entry = cache.get(key)
         except TypeError:
             # An unhashable static argument: cache_miss raises the clear error.
             return self._cache_miss(*args, **kwargs)[0]
         if entry is None:
             fresh = CacheEntry()
-            entry = self._cache.setdefault(key, fresh)
+            entry = cache.setdefault(key, fresh)
             if entry is fresh:
                 return self._compile_entry(entry, args, kwargs)
         if not entry.ready:
@@ -133,6 +141,12 @@ class DispatchFunction:
         results = entry.executable.execute_sharded(arrays)
         outs = results.consume_with_handlers(entry.out_handlers)
         return entry.out_treedef.unflatten(outs)
+
+    def _select_context(self, ctx):
+        cache = self._caches.setdefault(ctx, {})
+        current = (ctx, cache)
+        self._current = current
+        return current
 
     def _is_top_level(self):
         return (self._trace_state.value is self._eval_ref
@@ -171,10 +185,10 @@ class DispatchFunction:
                 else:
                     dyn.append(args[i])
             flat = self._flatten((tuple(dyn), kwargs))
-            key = [flat[1], tuple(statics), self._trace_context()]
+            key = [flat[1], tuple(statics)]
         else:
             flat = self._flatten((args, kwargs))
-            key = [flat[1], None, self._trace_context()]
+            key = [flat[1]]
         leaves = flat[0]
         array_type = self._array_type
         ndarray_type = self._ndarray_type
@@ -198,17 +212,22 @@ class DispatchFunction:
     # -- introspection ---------------------------------------------------------
     @property
     def _cache_size(self):
-        return len(self._cache)
+        return sum([len(c) for c in self._caches.values()])
 
     def _debug_cache_keys(self):
-        return list(self._cache.keys())
+        """Signature keys of every cache entry (all trace contexts)."""
+        keys = []
+        for cache in self._caches.values():
+            keys.extend(cache.keys())
+        return keys
 
     def _debug_compute_cache_key(self, *args, **kwargs):
         signed = self._sign(args, kwargs)
         return None if signed is None else signed[0]
 
     def clear_cache(self):
-        self._cache = {}
+        self._caches = {}
+        self._current = (None, {})
 
     def lower(self, *args, **kwargs):
         return self._lower(*args, **kwargs)

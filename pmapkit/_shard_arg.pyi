@@ -1,0 +1,16 @@
+from typing import Any, Callable, Sequence
+
+class HostSpec:
+    aval: Any
+    dtype: Any
+    indices: tuple[Any, ...]
+    devices: list[Any]
+    sharding: Any
+    device_put: Callable[..., Any]
+    def __init__(self, aval: Any, dtype: Any, indices: Sequence[Any],
+                 devices: Sequence[Any], sharding: Any,
+                 device_put: Callable[..., Any]) -> None: ...
+    def put(self, x: Any) -> Any: ...
+
+def make_shard_args(array_type: type, ndarray_type: type,
+                    asarray: Callable[..., Any]) -> Callable[[list[Any], Any], list[Any]]: ...
