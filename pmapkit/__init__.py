@@ -15,6 +15,7 @@ del _build, _installed_build_dir, _os
 
 from pmapkit._compiled import COMPILED  # noqa: E402
 from pmapkit.pmap import pmap  # noqa: E402
+from pmapkit import rules as _rules  # noqa: E402,F401  (registers transformation rules)
 
 __all__ = ["COMPILED", "pmap"]
 __version__ = "0.1.0"

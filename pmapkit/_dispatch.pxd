@@ -27,6 +27,7 @@ cdef class DispatchFunction:
     cdef object _shard_args
     cdef object _array_type
     cdef object _ndarray_type
+    cdef object _host_scalar_type
     cdef frozenset _canonical_dtypes
     cdef object _flatten
     cdef object _trace_context

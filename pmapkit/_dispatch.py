@@ -70,6 +70,7 @@ class DispatchFunction:
       shard_args: ``shard_args(leaves, entry) -> list`` of device arrays.
       array_type: the jaxlib array class whose instances are signed cheaply.
       ndarray_type: ``numpy.ndarray``.
+      host_scalar_type: ``numpy.generic`` (numpy scalars sign by type).
       canonical_dtypes: numpy dtypes that need no canonicalization, so a numpy
         leaf of such a dtype signs like a device array of the same aval.
       flatten: pytree flatten returning ``(leaves, treedef)``.
@@ -81,7 +82,7 @@ class DispatchFunction:
     """
 
     def __init__(self, fun, cache_miss, static_argnums, shard_args, array_type,
-                 ndarray_type, canonical_dtypes, flatten, trace_context, probe,
+                 ndarray_type, host_scalar_type, canonical_dtypes, flatten, trace_context, probe,
                  lower, reduce_fn):
         self.fun = fun
         self._cache_miss = cache_miss
@@ -91,6 +92,7 @@ class DispatchFunction:
         self._shard_args = shard_args
         self._array_type = array_type
         self._ndarray_type = ndarray_type
+        self._host_scalar_type = host_scalar_type
         self._canonical_dtypes = frozenset(canonical_dtypes)
         self._flatten = flatten
         self._trace_context = trace_context
@@ -181,7 +183,8 @@ class DispatchFunction:
             dyn = []
             for i in range(nargs):
                 if i in self._static_set:
-                    statics.append(args[i])
+                    # The type too: 1, 1.0 and True are == but trace differently.
+                    statics.append((type(args[i]), args[i]))
                 else:
                     dyn.append(args[i])
             flat = self._flatten((tuple(dyn), kwargs))
@@ -205,6 +208,8 @@ class DispatchFunction:
                     key.append((t, dt, x.shape))
             elif t is float or t is int or t is bool or t is complex:
                 key.append(t)
+            elif isinstance(x, self._host_scalar_type):
+                key.append(t)  # a numpy scalar's type fixes its dtype
             else:
                 return None
         return (tuple(key), leaves)

@@ -24,6 +24,7 @@ class DispatchFunction:
         shard_args: Callable[[list[Any], Any], list[Any]],
         array_type: type,
         ndarray_type: type,
+        host_scalar_type: type,
         canonical_dtypes: Any,
         flatten: Callable[[Any], tuple[list[Any], Any]],
         trace_context: Callable[[], tuple[Any, ...]],

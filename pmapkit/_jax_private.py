@@ -91,7 +91,27 @@ def mesh_executable_parts(compiled):
     return mesh_exec.xla_executable, kept
 
 
-# --- transformation tables ----------------------------------------------------
+# --- transformation tables and helpers -----------------------------------------
 ad = _ad
 batching = _batching
 pe = _pe
+filter_named_axis_effects = _core.filter_named_axis_effects
+Zero = _ad.Zero
+UndefinedPrimal = _ad.UndefinedPrimal
+is_undefined_primal = _ad.is_undefined_primal
+instantiate_zeros = _ad.instantiate_zeros
+jvp_jaxpr = _ad.jvp_jaxpr
+backward_pass = _ad.backward_pass
+batch_jaxpr = _batching.batch_jaxpr
+not_mapped = None  # batching marks an unbatched operand with None (type NotMapped)
+partial_eval_jaxpr_nounits = _pe.partial_eval_jaxpr_nounits
+new_eqn_recipe = _pe.new_eqn_recipe
+JaxprTracer = _pe.JaxprTracer
+PartialVal = _pe.PartialVal
+dce_jaxpr = _pe.dce_jaxpr
+has_effects = _pe.has_effects
+
+
+def current_source_info():
+    from jax._src import source_info_util
+    return source_info_util.current()

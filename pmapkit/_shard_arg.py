@@ -32,7 +32,7 @@ class HostSpec:
         return self.device_put(self.aval, self.sharding, slices, self.devices, True)
 
 
-def make_shard_args(array_type, ndarray_type, asarray):
+def make_shard_args(array_type, ndarray_type, host_scalar_type, asarray):
     """Build the ``shard_args(leaves, entry)`` function for one array type."""
 
     def shard_args(leaves, entry):
@@ -50,12 +50,16 @@ def make_shard_args(array_type, ndarray_type, asarray):
                 want = in_shardings[j]
                 have = x.sharding
                 if have is want or have == want:
+                    # A donated or deleted array must raise, not reach XLA.
+                    if x.is_deleted():
+                        x._check_if_deleted()
                     out[j] = x
                 else:
                     out[j] = fallback(x, i, j)
             elif t is ndarray_type:
                 out[j] = host_specs[j].put(x)
-            elif t is float or t is int or t is bool or t is complex:
+            elif (t is float or t is int or t is bool or t is complex
+                  or isinstance(x, host_scalar_type)):
                 spec = host_specs[j]
                 out[j] = spec.put(asarray(x, spec.dtype))
             else:

@@ -19,13 +19,14 @@ from jax.sharding import Mesh, NamedSharding
 from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
-from pmapkit.primitives import pmap_p
+from pmapkit.primitives import body_effects, pmap_p
 from pmapkit.specs import axis_spec
 
 _shard_map = jax.shard_map
 
 #: The hit path's argument sharder (compiled or pure, per pmapkit._compiled).
-shard_args = _shard_arg_mod.make_shard_args(jp.ArrayImpl, np.ndarray, np.asarray)
+shard_args = _shard_arg_mod.make_shard_args(jp.ArrayImpl, np.ndarray, np.generic,
+                                            np.asarray)
 
 
 def pmap_mesh(devices, axis_name):
@@ -90,7 +91,7 @@ class CompiledPmap:
         self.lowered = lowered
         self.compiled = compiled
         self.executable, kept = jp.mesh_executable_parts(compiled)
-        self.has_effects = bool(params["jaxpr"].effects)
+        self.has_effects = bool(body_effects(params["jaxpr"], params["axis_name"]))
         devices = params["devices"]
         axis_name = params["axis_name"]
         mesh = pmap_mesh(devices, axis_name)
@@ -119,8 +120,7 @@ class CompiledPmap:
         aval = self.in_avals[i]
         if isinstance(x, jp.ArrayImpl):
             if x.is_deleted():
-                # Let the executable raise JAX's usual deleted-array error.
-                return x
+                x._check_if_deleted()  # JAX's usual RuntimeError
             if (x.sharding.is_equivalent_to(sharding, x.ndim)
                     and x.aval.dtype == aval.dtype):
                 # Same devices and slices under another name: re-view, no copy.
@@ -173,8 +173,25 @@ def _params_key(params, in_avals):
     return (tuple(sorted(params.items(), key=lambda kv: kv[0])), in_avals)
 
 
-def lower_pmap(params, in_avals):
-    """``jax.stages.Lowered`` of the top-level program running one pmap."""
+def bind_in_outer_trace(params, in_avals, args):
+    """Bind ``pmap_p`` under an outer JAX trace.
+
+    The equation is wrapped in a ``jit`` whose in/out shardings name the pmap's
+    devices: that is how an enclosing jit learns its device assignment (JAX
+    reads shardings off jit equations, not off foreign primitives), and it
+    moves operands onto the pmap's devices. Transformations see through it.
+    """
+    in_shardings, out_shardings = _global_shardings(params, in_avals)
+
+    def program(*xs):
+        return tuple(pmap_p.bind(*xs, **params))
+
+    program.__name__ = f"pmap_{params['name']}"
+    return list(jax.jit(program, in_shardings=in_shardings,
+                        out_shardings=out_shardings)(*args))
+
+
+def _global_shardings(params, in_avals):
     devices = params["devices"]
     axis_name = params["axis_name"]
     mesh = pmap_mesh(devices, axis_name)
@@ -183,6 +200,12 @@ def lower_pmap(params, in_avals):
     out_avals = pmap_p.abstract_eval(*in_avals, **params)[0]
     out_shardings = tuple(NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
                           for ax, a in zip(params["out_axes"], out_avals))
+    return in_shardings, out_shardings
+
+
+def lower_pmap(params, in_avals):
+    """``jax.stages.Lowered`` of the top-level program running one pmap."""
+    in_shardings, out_shardings = _global_shardings(params, in_avals)
     donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
 
     def program(*xs):
@@ -194,6 +217,10 @@ def lower_pmap(params, in_avals):
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     return jitted.lower(*structs)
+
+
+def compile_lowered(params, in_avals, lowered) -> CompiledPmap:
+    return CompiledPmap(params, in_avals, lowered, lowered.compile())
 
 
 def compile_pmap(params, in_avals) -> CompiledPmap:

@@ -94,11 +94,12 @@ class _PmapSpec:
         self.fun = fun
         self.user_axis_name = axis_name
         self.axis_name = INTERNAL_AXIS_NAME if axis_name is None else axis_name
-        try:
-            hash(self.axis_name)
-        except TypeError:
+        if not isinstance(self.axis_name, str):
+            # jax 0.10 names mesh axes (and so manual SPMD axes) with strings.
             raise TypeError(
-                f"pmap axis_name must be hashable, got {axis_name!r}.") from None
+                "pmapkit.pmap axis_name must be a str on jax 0.10 (device "
+                f"meshes name their axes with strings), got {axis_name!r} of "
+                f"type {type(axis_name).__name__}.")
         self.in_axes = in_axes
         self.out_axes = out_axes
         self.static = _argnum_tuple(fun, static_broadcasted_argnums,
@@ -423,7 +424,7 @@ def _cache_miss(spec, *args, **kwargs):
     prepared = _prepare(spec, args, kwargs)
     flat = prepared.flat_args
     if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
-        outs = pmap_p.bind(*flat, **prepared.params)
+        outs = lowering.bind_in_outer_trace(prepared.params, prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     compiled = lowering.compile_pmap(prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
@@ -433,7 +434,53 @@ def _cache_miss(spec, *args, **kwargs):
 
 def _lower(spec, *args, **kwargs):
     prepared = _prepare(spec, args, kwargs)
-    return lowering.lower_pmap(prepared.params, prepared.in_avals)
+    return PmapLowered(spec, prepared,
+                       lowering.lower_pmap(prepared.params, prepared.in_avals))
+
+
+class PmapLowered:
+    """What ``pmapped.lower(*args)`` returns: the lowered program, its text,
+    and ``compile()`` giving a callable that takes and returns the user's
+    pytrees (static arguments included, as in the original call)."""
+
+    def __init__(self, spec, prepared, lowered):
+        self._spec = spec
+        self._prepared = prepared
+        self.lowered = lowered
+
+    def as_text(self, *args, **kwargs):
+        return self.lowered.as_text(*args, **kwargs)
+
+    def compile(self):
+        compiled = lowering.compile_lowered(self._prepared.params,
+                                            self._prepared.in_avals, self.lowered)
+        return PmapCompiled(self._spec, self._prepared, compiled)
+
+
+class PmapCompiled:
+    """A compiled pmap program for one signature, callable with pytrees."""
+
+    def __init__(self, spec, prepared, compiled):
+        self._spec = spec
+        self._prepared = prepared
+        self.compiled = compiled
+
+    def as_text(self):
+        return self.compiled.compiled.as_text()
+
+    def __call__(self, *args, **kwargs):
+        static = set(self._spec.static)
+        dyn = tuple(a for i, a in enumerate(args) if i not in static)
+        flat, _ = jax.tree_util.tree_flatten((dyn, kwargs))
+        avals = tuple(jp.shaped_abstractify(x) for x in flat)
+        n_consts = len(self._prepared.in_avals) - len(avals)
+        if n_consts or avals != self._prepared.in_avals:
+            raise TypeError(
+                f"compiled pmap of {self._spec.name} was lowered for argument "
+                f"types {[a.str_short() for a in self._prepared.in_avals]}, "
+                f"got {[a.str_short() for a in avals]}.")
+        outs = self.compiled.run_flat(flat)
+        return jax.tree_util.tree_unflatten(self._prepared.out_tree, outs)
 
 
 def _make_dispatch(spec):
@@ -444,6 +491,7 @@ def _make_dispatch(spec):
         lowering.shard_args,
         jp.ArrayImpl,
         np.ndarray,
+        np.generic,
         _CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten,
         jp.trace_context,

@@ -38,12 +38,21 @@ def remove_axis(aval, axis):
     return aval.update(shape=tuple(shape))
 
 
+def body_effects(jaxpr, axis_name):
+    """Effects of a pmap equation: its body's, less collectives over its axis."""
+    return jp.filter_named_axis_effects(jaxpr.effects, {axis_name})
+
+
+def global_out_avals(jaxpr, axis_size, out_axes):
+    return [a if ax is None else insert_axis(a, ax, axis_size)
+            for a, ax in zip(jaxpr.out_avals, out_axes)]
+
+
 def _pmap_abstract_eval(*in_avals, jaxpr, axis_name, axis_size, devices,
                         in_axes, out_axes, donated_invars, name):
-    del in_avals, axis_name, devices, in_axes, donated_invars, name
-    out = [a if ax is None else insert_axis(a, ax, axis_size)
-           for a, ax in zip(jaxpr.out_avals, out_axes)]
-    return out, jaxpr.effects
+    del in_avals, devices, in_axes, donated_invars, name
+    return (global_out_avals(jaxpr, axis_size, out_axes),
+            body_effects(jaxpr, axis_name))
 
 
 pmap_p.def_effectful_abstract_eval(_pmap_abstract_eval)

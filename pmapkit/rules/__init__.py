@@ -1,0 +1,6 @@
+"""Transformation rules of pmapkit's primitives, registered on import.
+
+One module per transformation: jvp, batching (vmap), partial evaluation
+(linearize / grad), transpose, dead-code elimination.
+"""
+from pmapkit.rules import batching, dce, jvp, partial_eval, transpose  # noqa: F401

@@ -1,0 +1,65 @@
+"""Transpose (reverse mode): the transpose of a pmap is a pmap of the body's
+transpose.
+
+Non-linear operands keep their axes; each nonzero output cotangent enters
+mapped like its output (that of an unmapped output is divided among the
+devices). Cotangents of mapped linear operands leave mapped
+like the operand; those of broadcast (``in_axes=None``) operands leave mapped
+on axis 0 and are summed over the devices afterwards: the dual of fanning a
+value out to every device is adding the per-device cotangents back up.
+"""
+from __future__ import annotations
+
+from pmapkit import _jax_private as jp
+from pmapkit.primitives import pmap_p
+from pmapkit.rules.common import local_aval, select, trace_body, with_params
+
+
+def _pmap_transpose(cts, *args, **params):
+    jaxpr = params["jaxpr"]
+    in_axes, out_axes = params["in_axes"], params["out_axes"]
+    linear = [jp.is_undefined_primal(x) for x in args]
+    arg_avals = [x.aval if lin else jp.get_aval(x) for x, lin in zip(args, linear)]
+    local_in = [local_aval(a, ax) for a, ax in zip(arg_avals, in_axes)]
+    nonzero_cts = [type(ct) is not jp.Zero for ct in cts]
+    body_out_avals = jaxpr.out_avals
+
+    def transposed_body(*flat):
+        n_primal = len(args) - sum(linear)
+        primal_iter, ct_iter = iter(flat[:n_primal]), iter(flat[n_primal:])
+        primals = [jp.UndefinedPrimal(a) if lin else next(primal_iter)
+                   for a, lin in zip(local_in, linear)]
+        cts_full = [next(ct_iter) if nz else jp.Zero(a.to_tangent_aval())
+                    for nz, a in zip(nonzero_cts, body_out_avals)]
+        arg_cts = jp.backward_pass(jaxpr.jaxpr, False, jaxpr.consts, primals, cts_full)
+        return [jp.instantiate_zeros(ct) for ct, lin in zip(arg_cts, linear) if lin]
+
+    ct_local_avals = select(nonzero_cts, body_out_avals)
+    body = trace_body(transposed_body, [*select(linear, local_in, keep=False),
+                                        *ct_local_avals],
+                      params["axis_name"], params["axis_size"], "pmap_transpose")
+    lin_axes = select(linear, in_axes)
+    new_params = with_params(
+        params, jaxpr=body,
+        in_axes=(*select(linear, in_axes, keep=False), *select(nonzero_cts, out_axes)),
+        out_axes=tuple(0 if ax is None else ax for ax in lin_axes),
+        donated_invars=(False,) * (len(args) - sum(linear) + sum(nonzero_cts)),
+        name=f"transpose({params['name']})")
+    # An unmapped output is one value replicated on every device; its
+    # cotangent is shared out equally, so the devices' shares add back to it.
+    scaled_cts = [ct * (1.0 / params["axis_size"]) if ax is None else ct
+                  for ct, ax, nz in zip(cts, out_axes, nonzero_cts) if nz]
+    outs = pmap_p.bind(*select(linear, args, keep=False), *scaled_cts,
+                       **new_params)
+    out_iter = iter(outs)
+    result = []
+    for lin, ax in zip(linear, in_axes):
+        if not lin:
+            result.append(None)
+            continue
+        ct = next(out_iter)
+        result.append(ct.sum(0) if ax is None else ct)
+    return result
+
+
+jp.ad.primitive_transposes[pmap_p] = _pmap_transpose
