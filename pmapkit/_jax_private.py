@@ -110,6 +110,7 @@ JaxprTracer = _pe.JaxprTracer
 PartialVal = _pe.PartialVal
 dce_jaxpr = _pe.dce_jaxpr
 has_effects = _pe.has_effects
+partial_eval_jaxpr_custom = _pe.partial_eval_jaxpr_custom
 
 
 def current_source_info():

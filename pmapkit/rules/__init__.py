@@ -3,4 +3,4 @@
 One module per transformation: jvp, batching (vmap), partial evaluation
 (linearize / grad), transpose, dead-code elimination.
 """
-from pmapkit.rules import batching, dce, jvp, partial_eval, transpose  # noqa: F401
+from pmapkit.rules import batching, dce, jvp, partial_eval, remat, transpose  # noqa: F401
