@@ -81,3 +81,31 @@ def varying_outputs(jaxpr, varying_inputs, axis_name):
         for var, v in zip(eqn.outvars, outs):
             varying[var] = v
     return [read(a) for a in jaxpr.outvars]
+
+
+def nested_pmap_axes(jaxpr, primitive):
+    """The chain of pmaps nested in a pmap body: ``((name, size), ...)``,
+    outermost first. Nested pmaps of one body must agree on that chain (they
+    share the device mesh of the outer pmap)."""
+    found = set()
+
+    def visit(j):
+        for eqn in j.eqns:
+            if eqn.primitive is primitive:
+                inner = eqn.params["jaxpr"].jaxpr
+                found.add(((eqn.params["axis_name"], eqn.params["axis_size"]),
+                           nested_pmap_axes(inner, primitive)))
+            else:
+                for sub in jp.jaxprs_in_params(eqn.params):
+                    visit(sub)
+
+    visit(jaxpr)
+    if not found:
+        return ()
+    if len(found) > 1:
+        shapes = sorted(str([axis, *rest]) for axis, rest in found)
+        raise ValueError(
+            "pmapkit: the pmaps nested in one pmap body must use the same axis "
+            f"names and sizes, found {', '.join(shapes)}.")
+    (axis, rest), = found
+    return (axis, *rest)

@@ -20,6 +20,7 @@ from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
 from pmapkit.primitives import body_effects, pmap_p
+from pmapkit.analysis import nested_pmap_axes
 from pmapkit.specs import axis_spec
 
 _shard_map = jax.shard_map
@@ -29,14 +30,32 @@ shard_args = _shard_arg_mod.make_shard_args(jp.ArrayImpl, np.ndarray, np.generic
                                             np.asarray)
 
 
-def pmap_mesh(devices, axis_name):
-    return Mesh(np.array(devices, dtype=object), (axis_name,))
+def pmap_mesh(params):
+    """The device mesh of a top-level pmap: its own axis first, then the axes
+    of the pmaps nested in its body (one device per program instance)."""
+    inner = nested_pmap_axes(params["jaxpr"].jaxpr, pmap_p)
+    names = (params["axis_name"], *[n for n, _ in inner])
+    shape = (params["axis_size"], *[s for _, s in inner])
+    devices = np.array(params["devices"], dtype=object).reshape(shape)
+    return Mesh(devices, names)
+
+
+def _enclosing_mesh(ctx, axis_name):
+    mesh = getattr(ctx.module_context.axis_context, "mesh", None)
+    if mesh is None or axis_name not in mesh.axis_names:
+        raise ValueError(
+            f"pmapkit: a nested pmap over axis {axis_name!r} can only be "
+            "lowered inside the pmap that encloses it.")
+    return mesh
 
 
 def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
                    out_axes, donated_invars, name):
-    del axis_size, donated_invars, name
-    mesh = pmap_mesh(devices, axis_name)
+    params = dict(jaxpr=jaxpr, axis_name=axis_name, axis_size=axis_size,
+                  devices=devices)
+    del donated_invars, name
+    # A nested pmap (devices=None) runs on the mesh its enclosing pmap built.
+    mesh = _enclosing_mesh(ctx, axis_name) if devices is None else pmap_mesh(params)
     in_specs = tuple(axis_spec(axis_name, ax, a.ndim)
                      for ax, a in zip(in_axes, ctx.avals_in))
     out_specs = tuple(axis_spec(axis_name, ax, a.ndim)
@@ -49,12 +68,23 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
         return tuple(o if ax is None else jax.lax.expand_dims(o, (ax,))
                      for o, ax in zip(outs, out_axes))
 
+    shard_mesh = mesh
+
     def spmd(*xs):
-        return _shard_map(per_device, mesh=mesh, in_specs=in_specs,
+        return _shard_map(per_device, mesh=shard_mesh, in_specs=in_specs,
                           out_specs=out_specs, check_vma=False,
                           axis_names={axis_name})(*xs)
 
-    return mlir.lower_fun(spmd, multiple_results=True)(ctx, *args)
+    lower = mlir.lower_fun(spmd, multiple_results=True)
+    if devices is None:
+        # Nested: the enclosing pmap's axes are manual here; collectives over
+        # them (axis_index of an outer axis) read that from the abstract mesh.
+        manual = getattr(ctx.module_context.axis_context, "manual_axes", frozenset())
+        shard_mesh = mesh.abstract_mesh.update_axis_types(
+            {n: jax.sharding.AxisType.Manual for n in manual})
+        with jax.sharding.use_abstract_mesh(shard_mesh):
+            return lower(ctx, *args)
+    return lower(ctx, *args)
 
 
 mlir.register_lowering(pmap_p, _pmap_lowering)
@@ -92,9 +122,8 @@ class CompiledPmap:
         self.compiled = compiled
         self.executable, kept = jp.mesh_executable_parts(compiled)
         self.has_effects = bool(body_effects(params["jaxpr"], params["axis_name"]))
-        devices = params["devices"]
         axis_name = params["axis_name"]
-        mesh = pmap_mesh(devices, axis_name)
+        mesh = pmap_mesh(params)
         self.in_shardings = tuple(
             NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
             for ax, a in zip(params["in_axes"], in_avals))
@@ -192,9 +221,8 @@ def bind_in_outer_trace(params, in_avals, args):
 
 
 def _global_shardings(params, in_avals):
-    devices = params["devices"]
     axis_name = params["axis_name"]
-    mesh = pmap_mesh(devices, axis_name)
+    mesh = pmap_mesh(params)
     in_shardings = tuple(NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
                          for ax, a in zip(params["in_axes"], in_avals))
     out_avals = pmap_p.abstract_eval(*in_avals, **params)[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ import numpy as np
 from pmapkit import _jax_private as jp
 from pmapkit import lowering, specs
 from pmapkit._compiled import dispatch as _dispatch_mod
-from pmapkit.analysis import varying_outputs
+from pmapkit.analysis import nested_pmap_axes, varying_outputs
 from pmapkit.primitives import pmap_p, remove_axis
 
 if TYPE_CHECKING:  # annotations only; they are never evaluated
@@ -171,6 +172,19 @@ def _positional_param_count(fun):
 
 
 # -- per call (miss path) ------------------------------------------------------
+class _BodyStack(threading.local):
+    """Axes of the pmapkit pmap bodies being traced on this thread."""
+
+    def __init__(self):
+        self.axes = []
+
+
+_body_stack = _BodyStack()
+
+
+def _nested():
+    return bool(_body_stack.axes)
+
 class _Prepared:
     """A validated call: flat global args, the equation params, output tree."""
 
@@ -236,7 +250,10 @@ def _prepare(spec, args, kwargs):
     if spec.axis_size is not None and spec.axis_size != size:
         raise ValueError(f"Specified axis_size {spec.axis_size} doesn't match "
                          f"received axis_size {size}.")
-    devices = _resolve_devices(spec, size)
+    if _nested() and spec.devices is not None:
+        raise ValueError(
+            "pmapkit: nested pmaps with 'devices' specified are not supported "
+            "(as in classic pmap); give devices to the outermost pmap only.")
 
     if spec.donate and not jp.debug_nans.value:
         donated_positions = set(spec.donate)
@@ -253,6 +270,11 @@ def _prepare(spec, args, kwargs):
     jaxpr, consts, out_tree = _trace_body(spec, statics, nargs, dyn_positions,
                                           in_tree, local_avals, size, describe)
     out_axes_flat = _out_axes_flat(spec, out_tree, jaxpr)
+    if _nested():
+        devices = None  # lowered on the mesh of the enclosing pmap
+    else:
+        inner = nested_pmap_axes(jaxpr, pmap_p)
+        devices = _resolve_devices(spec, size, inner)
     # Closed-over tracers of an outer trace must become explicit operands.
     if any(isinstance(c, jp.Tracer) for c in consts):
         jaxpr = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
@@ -293,9 +315,13 @@ def _trace_body(spec, statics, nargs, dyn_positions, in_tree, local_avals,
 
     arg_names = tuple(describe.short(k) for k in range(len(local_avals)))
     debug = jp.DebugInfo("pmap", jp.fun_sourceinfo(spec.fun), arg_names, None)
-    with jp.extend_axis_env_nd([(spec.axis_name, size)]):
-        jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
-            jp.wrap_init(flat_body, debug_info=debug), local_avals)
+    _body_stack.axes.append((spec.axis_name, size))
+    try:
+        with jp.extend_axis_env_nd([(spec.axis_name, size)]):
+            jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
+                jp.wrap_init(flat_body, debug_info=debug), local_avals)
+    finally:
+        _body_stack.axes.pop()
     # The pmap binds its axis name: collectives over it are not effects of ours.
     jaxpr = jp.remove_named_axis_effects(jaxpr, {spec.axis_name})
     return jaxpr, consts, out_trees[-1]
@@ -356,22 +382,29 @@ def _mapped_size(in_avals, in_axes_flat, describe):
     return next(iter(sizes))
 
 
-def _resolve_devices(spec, size):
+def _resolve_devices(spec, size, inner=()):
+    """One device per program instance: ``size`` times the sizes of the
+    pmaps nested in the body."""
+    needed = size
+    for _, inner_size in inner:
+        needed *= inner_size
+    what = (f"an axis of size {size}" if not inner else
+            f"axes of sizes {[size, *[s for _, s in inner]]} (nested pmaps)")
     if spec.devices is not None:
-        if size > len(spec.devices):
+        if needed > len(spec.devices):
             raise ValueError(
-                f"pmapped function {spec.name} maps an axis of size {size}, "
-                f"which needs {size} devices, but its 'devices' argument lists "
-                f"only {len(spec.devices)}: {list(spec.devices)}.")
-        return spec.devices[:size]
+                f"pmapped function {spec.name} maps {what}, which needs "
+                f"{needed} devices, but its 'devices' argument lists only "
+                f"{len(spec.devices)}: {list(spec.devices)}.")
+        return spec.devices[:needed]
     available = jax.local_devices(backend=spec.backend)
-    if size > len(available):
+    if needed > len(available):
         platform = available[0].platform if available else spec.backend
         raise ValueError(
-            f"pmapped function {spec.name} requires {size} devices to map an "
-            f"axis of size {size}, but only {len(available)} XLA devices are "
-            f"available (platform {platform!r}).")
-    return tuple(available[:size])
+            f"pmapped function {spec.name} requires {needed} devices to map "
+            f"{what}, but only {len(available)} XLA devices are available "
+            f"(platform {platform!r}).")
+    return tuple(available[:needed])
 
 
 class _LeafNames:
@@ -423,6 +456,10 @@ class _LeafNames:
 def _cache_miss(spec, *args, **kwargs):
     prepared = _prepare(spec, args, kwargs)
     flat = prepared.flat_args
+    if _nested():
+        # Inside an enclosing pmap body: a plain equation, lowered on its mesh.
+        outs = pmap_p.bind(*flat, **prepared.params)
+        return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
         outs = lowering.bind_in_outer_trace(prepared.params, prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None

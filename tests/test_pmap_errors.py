@@ -1,0 +1,274 @@
+"""Every error of classic pmap: exception type plus the part of the message
+that tells the user what to fix (argument names, sizes, device counts).
+
+Messages come from ``pmapkit/pmap.py`` and ``pmapkit/specs.py``. Each error
+must be raised before anything runs: the ``no_compile`` fixture fails a test
+that reaches ``lowering.compile_pmap``, and errors that can be found without
+tracing also must not trace the user function. A second identical call must
+raise the same error (the failed signature must not turn into a usable or a
+hanging cache entry).
+"""
+import inspect
+import re
+
+import numpy as np
+import pytest
+
+import jax
+
+import pmapkit
+from pmapkit import lowering
+
+N = len(jax.devices())  # 8, forced by conftest
+
+
+@pytest.fixture(autouse=True)
+def no_compile(monkeypatch):
+    """Count compilations; tests assert none happened for an erroring call."""
+    calls = []
+    real = lowering.compile_pmap
+
+    def compile_pmap(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(lowering, "compile_pmap", compile_pmap)
+    return calls
+
+
+class Traced:
+    """A user function that counts its traces."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.traces = 0
+        self.__name__ = getattr(fn, "__name__", "traced")
+
+    def __call__(self, *args, **kwargs):
+        self.traces += 1
+        return self.fn(*args, **kwargs)
+
+
+def x8(*rest):
+    return np.ones((N,) + rest, np.float32)
+
+
+def raises_twice(exc, pieces, call, no_compile):
+    """``call()`` raises ``exc`` whose message contains every piece, twice
+    (miss, then the signature's fallback entry), compiling nothing."""
+    for _ in range(2):
+        with pytest.raises(exc) as info:
+            call()
+        msg = str(info.value)
+        for piece in pieces:
+            assert piece in msg, (piece, msg)
+    assert not no_compile
+
+
+# ------------------------------------------------------------------ in_axes --
+
+@pytest.mark.parametrize("in_axes,args", [
+    ((0, 0, 0), (x8(), x8())),       # longer than the arguments
+    (((0, 0),), (x8(),)),            # nested deeper than the argument
+    ({"a": 0}, (x8(),)),             # wrong container type
+])
+def test_in_axes_not_a_prefix(no_compile, in_axes, args):
+    body = Traced(lambda *a: a[0])
+    f = pmapkit.pmap(body, in_axes=in_axes)
+    raises_twice(ValueError, ["in_axes specification must be a tree prefix"],
+                 lambda: f(*args), no_compile)
+    assert body.traces == 0
+
+
+def test_in_axes_out_of_range_names_the_argument(no_compile):
+    def f(x):
+        return x
+    g = pmapkit.pmap(f, in_axes=2)
+    raises_twice(ValueError, ["'x'", "along axis 2", "at least 3", "only 2",
+                              "(8, 3)"],
+                 lambda: g(x8(3)), no_compile)
+
+
+def test_negative_in_axes_out_of_range(no_compile):
+    def f(x):
+        return x
+    g = pmapkit.pmap(f, in_axes=-3)
+    raises_twice(ValueError, ["'x'", "along axis -3", "at least 3", "only 2"],
+                 lambda: g(x8(3)), no_compile)
+
+
+def test_in_axes_error_names_pytree_leaf_and_kwarg(no_compile):
+    def f(d, k):
+        return d["a"] + k
+    g = pmapkit.pmap(f, in_axes=({"a": 0, "b": 1}, 0))
+    # A rank-1 leaf cannot be mapped along axis 1; the message gives its path.
+    raises_twice(ValueError, ["'d'", "['b']", "along axis 1"],
+                 lambda: g({"a": x8(), "b": x8()}, x8()), no_compile)
+    # Keyword arguments are always mapped along axis 0, whatever in_axes says.
+    h = pmapkit.pmap(lambda x, k: x + k, in_axes=(None,))
+    raises_twice(ValueError, ["keyword argument 'k'", "along axis 0"],
+                 lambda: h(x8(), k=np.float32(1)), no_compile)
+
+
+@pytest.mark.parametrize("bad", [0.0, "0", 1.5, (0, 1.0)])
+def test_in_axes_leaf_of_wrong_type(bad):
+    # Checked at decoration, before any call.
+    with pytest.raises(TypeError, match=re.escape(
+            "pmap in_axes must be an int, None, or (nested) container")):
+        pmapkit.pmap(lambda x: x, in_axes=bad)
+
+
+# ----------------------------------------------------------------- out_axes --
+
+@pytest.mark.parametrize("bad", [1.5, "0", [0, 0.0]])
+def test_out_axes_leaf_of_wrong_type(bad):
+    with pytest.raises(TypeError, match=re.escape(
+            "pmap out_axes must be an int, None, or (nested) container")):
+        pmapkit.pmap(lambda x: x, out_axes=bad)
+
+
+def test_out_axes_not_a_prefix(no_compile):
+    f = pmapkit.pmap(lambda x: x, out_axes=(0, 0))
+    raises_twice(ValueError, ["out_axes specification must be a tree prefix"],
+                 lambda: f(x8()), no_compile)
+
+
+@pytest.mark.parametrize("out_axes", [3, -4])
+def test_out_axes_out_of_range(no_compile, out_axes):
+    def f(x):
+        return x
+    g = pmapkit.pmap(f, out_axes=out_axes)
+    raises_twice(ValueError, [f"out_axes={out_axes} is out of range",
+                              "rank 1", "[-2, 1]"],
+                 lambda: g(x8(3)), no_compile)
+
+
+def test_out_axes_none_for_a_varying_output(no_compile):
+    def f(x):
+        return x * 2
+    g = pmapkit.pmap(f, axis_name="i", out_axes=None)
+    raises_twice(ValueError, ["out_axes=None", "varies across", "'i'"],
+                 lambda: g(x8(2)), no_compile)
+    h = pmapkit.pmap(lambda x: jax.lax.axis_index("i"), axis_name="i",
+                     out_axes=None)
+    raises_twice(ValueError, ["out_axes=None"], lambda: h(x8()), no_compile)
+
+
+def test_out_axes_none_allowed_for_psum_and_unmapped_input():
+    x = np.arange(N * 2, dtype=np.float32).reshape(N, 2)
+    f = pmapkit.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i", out_axes=None)
+    np.testing.assert_array_equal(np.asarray(f(x)), x.sum(0))
+    w = np.arange(3, dtype=np.float32)
+    g = pmapkit.pmap(lambda v, u: (v, u * 2), in_axes=(0, None),
+                     out_axes=(0, None))
+    out_v, out_u = g(x, w)
+    np.testing.assert_array_equal(np.asarray(out_v), x)
+    np.testing.assert_array_equal(np.asarray(out_u), w * 2)
+
+
+# ------------------------------------------------------------- mapped sizes --
+
+def test_mapped_sizes_differ_names_both_arguments(no_compile):
+    def f(x, y):
+        return x
+    g = pmapkit.pmap(f)
+    raises_twice(ValueError, ["inconsistent sizes", "'x'", "'y'", "size 8",
+                              "size 4"],
+                 lambda: g(x8(3), np.ones(4, np.float32)), no_compile)
+
+
+def test_more_instances_than_devices(no_compile):
+    def f(x):
+        return x
+    g = pmapkit.pmap(f)
+    raises_twice(ValueError, [f"requires {N + 1} devices", f"only {N}"],
+                 lambda: g(np.ones(N + 1, np.float32)), no_compile)
+
+
+def test_devices_fewer_than_mapped_size(no_compile):
+    def f(x):
+        return x
+    g = pmapkit.pmap(f, devices=jax.devices()[:2])
+    raises_twice(ValueError, ["needs 4 devices", "lists only 2"],
+                 lambda: g(np.ones(4, np.float32)), no_compile)
+
+
+def test_no_mapped_argument(no_compile):
+    body = Traced(lambda x: x)
+    f = pmapkit.pmap(body, in_axes=None)
+    raises_twice(ValueError, ["at least one argument with a mapped axis"],
+                 lambda: f(x8()), no_compile)
+    assert body.traces == 0
+
+
+def test_axis_size_mismatch(no_compile):
+    f = pmapkit.pmap(lambda x: x, axis_size=4)
+    raises_twice(ValueError, ["axis_size 4 doesn't match", "axis_size 8"],
+                 lambda: f(x8()), no_compile)
+
+
+# ---------------------------------------------------------------- arguments --
+
+@pytest.mark.parametrize("bad", ["abc", object()], ids=["str", "object"])
+def test_non_array_argument_names_it(no_compile, bad):
+    def f(x, y):
+        return x
+    body = Traced(f)
+    body.__signature__ = inspect.signature(f)  # names 'y'
+    g = pmapkit.pmap(body)
+    raises_twice(TypeError, ["'y'", "not a valid JAX type",
+                             "static_broadcasted_argnums"],
+                 lambda: g(x8(), bad), no_compile)
+    assert body.traces == 0
+
+
+def test_unhashable_static_argument(no_compile):
+    body = Traced(lambda x, k: x)
+    f = pmapkit.pmap(body, static_broadcasted_argnums=1)
+    raises_twice(ValueError, ["Non-hashable static arguments are not supported",
+                              "index 1"],
+                 lambda: f(x8(), [1, 2]), no_compile)
+    assert body.traces == 0
+
+
+def test_static_argnum_beyond_passed_args(no_compile):
+    f = pmapkit.pmap(lambda x, k=1: x, static_broadcasted_argnums=1)
+    raises_twice(ValueError, ["static_broadcasted_argnums=(1,)",
+                              "only 1 positional argument"],
+                 lambda: f(x8()), no_compile)
+
+
+def test_error_does_not_poison_the_function():
+    # A failed signature keeps failing; others compile and run normally.
+    f = pmapkit.pmap(lambda x, y: x + y)
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        f(x8(), np.ones(4, np.float32))
+    np.testing.assert_array_equal(np.asarray(f(x8(), x8())), 2 * x8())
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        f(x8(), np.ones(4, np.float32))
+
+
+# ------------------------------------------------------- decoration options --
+
+def test_empty_devices():
+    with pytest.raises(ValueError, match="must be non-empty"):
+        pmapkit.pmap(lambda x: x, devices=[])
+
+
+def test_repeated_device():
+    d = jax.devices()[0]
+    with pytest.raises(ValueError, match="more than once"):
+        pmapkit.pmap(lambda x: x, devices=[d, jax.devices()[1], d])
+
+
+@pytest.mark.parametrize("fun", [3, None, "f"])
+def test_non_callable_fun(fun):
+    with pytest.raises(TypeError, match="requires a callable"):
+        pmapkit.pmap(fun)
+
+
+def test_donate_overlapping_static():
+    with pytest.raises(ValueError, match=r"must not\s+overlap.*\[1\]"):
+        pmapkit.pmap(lambda x, k: x, static_broadcasted_argnums=1,
+                     donate_argnums=(0, 1))
+

@@ -1,0 +1,65 @@
+"""The compiled and the pure-Python dispatch core must behave the same.
+
+``PMAPKIT_PUREPYTHON=1`` is read once, at import, so the pure build can only
+be exercised in a fresh interpreter: the dispatch and error suites are re-run
+in a subprocess with the variable set.
+"""
+import importlib.machinery
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pmapkit
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PKG = os.path.join(REPO, "pmapkit")
+PURE_ENV = dict(os.environ, PMAPKIT_PUREPYTHON="1")
+
+# The child sets the variable; skipping when it is already set keeps a
+# pure-mode run of this file from spawning itself again.
+needs_unset = pytest.mark.skipif(
+    "PMAPKIT_PUREPYTHON" in os.environ,
+    reason="PMAPKIT_PUREPYTHON already set (avoid recursion)")
+
+
+@needs_unset
+def test_dispatch_and_error_suites_pass_in_pure_python_mode():
+    paths = ["tests/test_dispatch.py", "tests/test_pmap_errors.py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+        cwd=REPO, env=PURE_ENV, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert " passed" in out and " failed" not in out, out[-2000:]
+
+
+@needs_unset
+def test_pure_python_mode_loads_the_sources():
+    code = ("import pmapkit, pmapkit._compiled as c; "
+            "print(pmapkit.COMPILED); print(c.dispatch.__file__); "
+            "print(c.shard_arg.__file__)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=PURE_ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    compiled, dispatch_file, shard_file = proc.stdout.split()
+    assert compiled == "False"
+    assert dispatch_file.endswith("_dispatch.py")
+    assert shard_file.endswith("_shard_arg.py")
+
+
+def _extension_next_to_sources(name):
+    return any(os.path.exists(os.path.join(PKG, name + suffix))
+               for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def test_compiled_when_extensions_exist():
+    if os.environ.get("PMAPKIT_PUREPYTHON", "") not in ("", "0"):
+        pytest.skip("this process runs the pure-Python build on purpose")
+    # COMPILED needs both hot-path extensions.
+    if not (_extension_next_to_sources("_dispatch")
+            and _extension_next_to_sources("_shard_arg")):
+        pytest.skip("compiled extensions not built in place")
+    assert pmapkit.COMPILED is True
+    assert os.path.splitext(pmapkit._compiled.dispatch.__file__)[1] in (".so", ".pyd")
