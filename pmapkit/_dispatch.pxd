@@ -1,6 +1,15 @@
 # Cython declarations augmenting _dispatch.py (pure-Python-mode source).
 cimport cython
 
+cdef class LeafTypes:
+    cdef readonly object array_type
+    cdef readonly object ndarray_type
+    cdef readonly object host_scalar_type
+    cdef readonly object asarray
+    cdef readonly str sharding_attr
+    cdef readonly object raise_deleted
+
+
 cdef class CacheEntry:
     cdef public bint ready
     cdef public bint fallback
@@ -14,6 +23,11 @@ cdef class CacheEntry:
     cdef public list out_handlers
     cdef public object out_treedef
     cdef public object shard_fallback
+    cdef public LeafTypes types
+
+    @cython.locals(types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
+                   out=list, in_shardings=tuple)
+    cpdef list shard(self, leaves)
 
 
 cdef class DispatchFunction:
@@ -24,10 +38,13 @@ cdef class DispatchFunction:
     cdef readonly tuple _static_argnums
     cdef frozenset _static_set
     cdef Py_ssize_t _max_static
-    cdef object _shard_args
+    cdef LeafTypes _types
     cdef object _array_type
     cdef object _ndarray_type
     cdef object _host_scalar_type
+    cdef dict _sig_ids
+    cdef dict _aval_ids
+    cdef object _next_id
     cdef frozenset _canonical_dtypes
     cdef object _flatten
     cdef object _trace_context
@@ -41,10 +58,17 @@ cdef class DispatchFunction:
     cdef tuple _current
     cdef public bint _always_fallback
 
+    @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
+                   signed=tuple, arrays=list)
+    cdef object _dispatch(self, tuple args, dict kwargs)
     cdef bint _is_top_level(self)
     cdef tuple _select_context(self, object ctx)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
-                   leaves=list, flat=tuple)
+                   flat=tuple, leaf_id=Py_ssize_t)
     cdef object _sign(self, tuple args, dict kwargs)
+
+    cdef Py_ssize_t _leaf_id(self, object x) except -2
+
+    cdef object _intern(self, object sig)

@@ -12,6 +12,7 @@ with one compile per signature, and the hit path. Everything that needs
 tracing or compiling lives behind ``cache_miss``, a Python callable returning
 ``(outputs, fastpath_data | None)``.
 """
+import itertools
 import threading
 import types
 
@@ -19,6 +20,20 @@ import types
 FASTPATH_VERSION = 1
 # Bumped whenever the pickled state of a DispatchFunction changes shape.
 PICKLE_VERSION = 1
+
+
+class LeafTypes:
+    """The leaf classes the hot path recognises and how it treats them; made
+    once (see ``pmapkit.lowering.LEAF_TYPES``) and shared by every entry."""
+
+    def __init__(self, array_type, ndarray_type, host_scalar_type, asarray,
+                 sharding_attr, raise_deleted):
+        self.array_type = array_type
+        self.ndarray_type = ndarray_type
+        self.host_scalar_type = host_scalar_type
+        self.asarray = asarray
+        self.sharding_attr = sharding_attr
+        self.raise_deleted = raise_deleted
 
 
 class CacheEntry:
@@ -42,8 +57,9 @@ class CacheEntry:
         self.out_handlers = None
         self.out_treedef = None
         self.shard_fallback = None
+        self.types = None
 
-    def populate(self, fastpath):
+    def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
         if version != FASTPATH_VERSION:
             raise RuntimeError(
@@ -53,11 +69,48 @@ class CacheEntry:
         self.fastpath = fastpath
         self.executable = fastpath.executable
         self.kept = fastpath.kept
-        self.in_shardings = fastpath.in_shardings
-        self.host_specs = fastpath.host_specs
-        self.out_handlers = fastpath.out_handlers
+        self.in_shardings = tuple(fastpath.in_shardings)
+        self.host_specs = tuple(fastpath.host_specs)
+        self.out_handlers = list(fastpath.out_handlers)
         self.out_treedef = fastpath.out_treedef
         self.shard_fallback = fastpath.shard_fallback
+        self.types = types
+
+    def shard(self, leaves):
+        """The device arrays the executable takes, one per kept input.
+
+        An array already carrying the compiled sharding is passed as is (no
+        copy); host arrays and scalars are sliced and put per device; anything
+        else goes to the Python ``shard_fallback`` (resharding, zero-copy
+        re-views of equivalent shardings).
+        """
+        types = self.types
+        kept = self.kept
+        in_shardings = self.in_shardings
+        n = len(in_shardings)
+        out = [None] * n
+        for j in range(n):
+            i = j if kept is None else kept[j]
+            x = leaves[i]
+            t = type(x)
+            if t is types.array_type:
+                want = in_shardings[j]
+                have = getattr(x, types.sharding_attr)
+                if have is want or have == want:
+                    if x.is_deleted():
+                        types.raise_deleted(x)  # donated earlier: JAX's error
+                    out[j] = x
+                else:
+                    out[j] = self.shard_fallback(x, i, j)
+            elif t is types.ndarray_type:
+                out[j] = self.host_specs[j].put(x)
+            elif (t is float or t is int or t is bool or t is complex
+                  or isinstance(x, types.host_scalar_type)):
+                spec = self.host_specs[j]
+                out[j] = spec.put(types.asarray(x, spec.dtype))
+            else:
+                out[j] = self.shard_fallback(x, i, j)
+        return out
 
 
 class DispatchFunction:
@@ -67,10 +120,7 @@ class DispatchFunction:
       fun: the user's function (kept for ``__wrapped__`` and introspection).
       cache_miss: ``cache_miss(*args, **kwargs) -> (out, fastpath | None)``.
       static_argnums: sorted tuple of non-negative positional indices.
-      shard_args: ``shard_args(leaves, entry) -> list`` of device arrays.
-      array_type: the jaxlib array class whose instances are signed cheaply.
-      ndarray_type: ``numpy.ndarray``.
-      host_scalar_type: ``numpy.generic`` (numpy scalars sign by type).
+      types: the ``LeafTypes`` of the hot path.
       canonical_dtypes: numpy dtypes that need no canonicalization, so a numpy
         leaf of such a dtype signs like a device array of the same aval.
       flatten: pytree flatten returning ``(leaves, treedef)``.
@@ -81,18 +131,23 @@ class DispatchFunction:
       reduce_fn: returns ``(callable, args)`` for pickling.
     """
 
-    def __init__(self, fun, cache_miss, static_argnums, shard_args, array_type,
-                 ndarray_type, host_scalar_type, canonical_dtypes, flatten, trace_context, probe,
-                 lower, reduce_fn):
+    def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
+                 flatten, trace_context, probe, lower, reduce_fn):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
         self._static_set = frozenset(static_argnums)
         self._max_static = max(static_argnums) if static_argnums else -1
-        self._shard_args = shard_args
-        self._array_type = array_type
-        self._ndarray_type = ndarray_type
-        self._host_scalar_type = host_scalar_type
+        self._types = types
+        self._array_type = types.array_type
+        self._ndarray_type = types.ndarray_type
+        self._host_scalar_type = types.host_scalar_type
+        # Leaf signatures are interned to small ints, so keys hash and compare
+        # fast; device arrays made by one result handler share an aval object,
+        # so their ids are found by identity without rebuilding the signature.
+        self._sig_ids = {}
+        self._aval_ids = {}
+        self._next_id = itertools.count()
         self._canonical_dtypes = frozenset(canonical_dtypes)
         self._flatten = flatten
         self._trace_context = trace_context
@@ -108,6 +163,9 @@ class DispatchFunction:
 
     # -- the call -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        return self._dispatch(args, kwargs)
+
+    def _dispatch(self, args, kwargs):
         if self._always_fallback or not self._is_top_level():
             # Under a JAX trace the call must bind our primitive; never cache it.
             return self._cache_miss(*args, **kwargs)[0]
@@ -139,7 +197,7 @@ class DispatchFunction:
                 raise entry.error
         if entry.fallback:
             return self._cache_miss(*args, **kwargs)[0]
-        arrays = self._shard_args(leaves, entry)
+        arrays = entry.shard(leaves)
         results = entry.executable.execute_sharded(arrays)
         outs = results.consume_with_handlers(entry.out_handlers)
         return entry.out_treedef.unflatten(outs)
@@ -162,7 +220,7 @@ class DispatchFunction:
             if fastpath is None:
                 entry.fallback = True
             else:
-                entry.populate(fastpath)
+                entry.populate(fastpath, self._types)
         except BaseException as exc:
             entry.fallback = True
             entry.error = exc
@@ -176,6 +234,16 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
+        if self._max_static < 0 and not kwargs:
+            # Common case: every argument is itself a leaf; no flattening.
+            key = [nargs]
+            for x in args:
+                leaf_id = self._leaf_id(x)
+                if leaf_id < 0:
+                    break
+                key.append(leaf_id)
+            else:
+                return (tuple(key), args)
         if self._max_static >= 0:
             if self._max_static >= nargs:
                 return None
@@ -193,26 +261,42 @@ class DispatchFunction:
             flat = self._flatten((args, kwargs))
             key = [flat[1]]
         leaves = flat[0]
-        array_type = self._array_type
-        ndarray_type = self._ndarray_type
         for x in leaves:
-            t = type(x)
-            if t is array_type:
-                aval = x.aval
-                key.append((aval.dtype, aval.shape, aval.weak_type))
-            elif t is ndarray_type:
-                dt = x.dtype
-                if dt in self._canonical_dtypes:
-                    key.append((dt, x.shape, False))
-                else:
-                    key.append((t, dt, x.shape))
-            elif t is float or t is int or t is bool or t is complex:
-                key.append(t)
-            elif isinstance(x, self._host_scalar_type):
-                key.append(t)  # a numpy scalar's type fixes its dtype
-            else:
+            leaf_id = self._leaf_id(x)
+            if leaf_id < 0:
                 return None
+            key.append(leaf_id)
         return (tuple(key), leaves)
+
+    def _leaf_id(self, x):
+        """The interned signature id of one leaf, or -1 if it has none."""
+        t = type(x)
+        if t is self._array_type:
+            aval = x.aval
+            found = self._aval_ids.get(aval)
+            if found is not None:
+                return found
+            leaf_id = self._intern((aval.dtype, aval.shape, aval.weak_type))
+            if len(self._aval_ids) >= 256:
+                self._aval_ids = {}  # bound the memory held by remembered avals
+            self._aval_ids[aval] = leaf_id
+            return leaf_id
+        if t is self._ndarray_type:
+            dt = x.dtype
+            if dt in self._canonical_dtypes:
+                # Signs like a device array of the same aval: shares entries.
+                return self._intern((dt, x.shape, False))
+            return self._intern((t, dt, x.shape))
+        if (t is float or t is int or t is bool or t is complex
+                or isinstance(x, self._host_scalar_type)):
+            return self._intern(t)  # the Python/numpy scalar type fixes the dtype
+        return -1
+
+    def _intern(self, sig):
+        found = self._sig_ids.get(sig)
+        if found is None:
+            found = self._sig_ids.setdefault(sig, next(self._next_id))
+        return found
 
     # -- introspection ---------------------------------------------------------
     @property

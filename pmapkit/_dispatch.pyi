@@ -3,13 +3,25 @@ from typing import Any, Callable
 FASTPATH_VERSION: int
 PICKLE_VERSION: int
 
+class LeafTypes:
+    array_type: type
+    ndarray_type: type
+    host_scalar_type: type
+    asarray: Callable[..., Any]
+    sharding_attr: str
+    raise_deleted: Callable[[Any], None]
+    def __init__(self, array_type: type, ndarray_type: type, host_scalar_type: type,
+                 asarray: Callable[..., Any], sharding_attr: str,
+                 raise_deleted: Callable[[Any], None]) -> None: ...
+
 class CacheEntry:
     ready: bool
     fallback: bool
     error: BaseException | None
     fastpath: Any
     def __init__(self) -> None: ...
-    def populate(self, fastpath: Any) -> None: ...
+    def populate(self, fastpath: Any, types: LeafTypes) -> None: ...
+    def shard(self, leaves: Any) -> list[Any]: ...
 
 class DispatchFunction:
     fun: Callable[..., Any]
@@ -21,10 +33,7 @@ class DispatchFunction:
         fun: Callable[..., Any],
         cache_miss: Callable[..., tuple[Any, Any]],
         static_argnums: tuple[int, ...],
-        shard_args: Callable[[list[Any], Any], list[Any]],
-        array_type: type,
-        ndarray_type: type,
-        host_scalar_type: type,
+        types: LeafTypes,
         canonical_dtypes: Any,
         flatten: Callable[[Any], tuple[list[Any], Any]],
         trace_context: Callable[[], tuple[Any, ...]],

@@ -25,9 +25,10 @@ from pmapkit.specs import axis_spec
 
 _shard_map = jax.shard_map
 
-#: The hit path's argument sharder (compiled or pure, per pmapkit._compiled).
-shard_args = _shard_arg_mod.make_shard_args(jp.ArrayImpl, np.ndarray, np.generic,
-                                            np.asarray)
+#: The leaf classes the dispatch core's hit path recognises.
+LEAF_TYPES = _dispatch_mod.LeafTypes(jp.ArrayImpl, np.ndarray, np.generic,
+                                     np.asarray, jp.ARRAY_SHARDING_ATTR,
+                                     jp.raise_if_deleted)
 
 
 def pmap_mesh(params):
@@ -149,7 +150,7 @@ class CompiledPmap:
         aval = self.in_avals[i]
         if isinstance(x, jp.ArrayImpl):
             if x.is_deleted():
-                x._check_if_deleted()  # JAX's usual RuntimeError
+                jp.raise_if_deleted(x)
             if (x.sharding.is_equivalent_to(sharding, x.ndim)
                     and x.aval.dtype == aval.dtype):
                 # Same devices and slices under another name: re-view, no copy.
@@ -161,8 +162,9 @@ class CompiledPmap:
 
     def run_flat(self, args):
         """Run with flat global arguments (Python path); returns flat outputs."""
-        # FastpathData has the attributes shard_args reads off a cache entry.
-        arrays = shard_args(list(args), FastpathData(self, None))
+        entry = _dispatch_mod.CacheEntry()
+        entry.populate(FastpathData(self, None), LEAF_TYPES)
+        arrays = entry.shard(list(args))
         if self.has_effects:
             return list(self.compiled(*_all_inputs(arrays, self.kept, args, self)))
         results = self.executable.execute_sharded(arrays)

@@ -20,7 +20,7 @@ from pmapkit import _jax_private as jp
 from pmapkit import lowering, specs
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.analysis import nested_pmap_axes, varying_outputs
-from pmapkit.primitives import pmap_p, remove_axis
+from pmapkit.primitives import per_device_context, plain_avals, pmap_p, remove_axis
 
 if TYPE_CHECKING:  # annotations only; they are never evaluated
     from jaxlib import xla_client as xc
@@ -317,9 +317,9 @@ def _trace_body(spec, statics, nargs, dyn_positions, in_tree, local_avals,
     debug = jp.DebugInfo("pmap", jp.fun_sourceinfo(spec.fun), arg_names, None)
     _body_stack.axes.append((spec.axis_name, size))
     try:
-        with jp.extend_axis_env_nd([(spec.axis_name, size)]):
+        with per_device_context(spec.axis_name, size):
             jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
-                jp.wrap_init(flat_body, debug_info=debug), local_avals)
+                jp.wrap_init(flat_body, debug_info=debug), plain_avals(local_avals))
     finally:
         _body_stack.axes.pop()
     # The pmap binds its axis name: collectives over it are not effects of ours.
@@ -525,10 +525,7 @@ def _make_dispatch(spec):
         spec.fun,
         functools.partial(_cache_miss, spec),
         spec.static,
-        lowering.shard_args,
-        jp.ArrayImpl,
-        np.ndarray,
-        np.generic,
+        lowering.LEAF_TYPES,
         _CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten,
         jp.trace_context,

@@ -18,12 +18,34 @@ Params (all hashable, so equal equations share compiled programs):
 """
 from __future__ import annotations
 
+import contextlib
+
+import jax
 from jax.extend.core import Primitive
 
 from pmapkit import _jax_private as jp
 
 pmap_p = Primitive("pmapkit_pmap")
 pmap_p.multiple_results = True
+
+
+_NO_MESH = jax.sharding.AbstractMesh((), ())
+
+
+@contextlib.contextmanager
+def per_device_context(axis_name, axis_size):
+    """The context a per-device body is traced (or re-traced) in: its axis
+    bound, and no ambient mesh, so no enclosing jit's mesh is baked into the
+    body's equations (the body later runs inside a manual SPMD region)."""
+    with jax.sharding.use_abstract_mesh(_NO_MESH), \
+            jp.extend_axis_env_nd([(axis_name, axis_size)]):
+        yield
+
+
+def plain_avals(avals):
+    """Per-device avals without any mesh: built inside
+    ``per_device_context``, they carry no sharding of an enclosing jit."""
+    return [jp.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in avals]
 
 
 def insert_axis(aval, axis, size):

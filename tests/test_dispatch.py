@@ -12,7 +12,6 @@ unchanged against the compiled core and the pure-Python twin
 Bodies are tiny and most tests compile one or two programs: compilation
 dominates the runtime.
 """
-import collections
 import functools
 import inspect
 import os
@@ -132,8 +131,8 @@ def test_output_fed_back_takes_the_fast_path(spy):
         x = f(x)
     np.testing.assert_array_equal(np.asarray(x), farange(N, 3) + 4)
     assert f._cache_size == 1
-    # The device output already has the sharding f was compiled for: no
-    # Python at all on these calls.
+    # The device output already has the sharding f was compiled for: these
+    # calls never enter the Python miss path.
     assert (spy.prepare, spy.compile) == (0, 0)
 
 
