@@ -3,7 +3,7 @@
 The lowering rule turns one ``pmap_p`` equation into an SPMD region whose
 mapped axis is manual: each device runs the per-device body on its slice
 (a shard_map over a 1-axis mesh of the pmap's devices, nested in whatever
-program is being lowered). ``compile_pmap`` is the one place pmapkit compiles
+program is being lowered). ``compile_program`` is the one place pmapkit compiles
 a top-level pmap program; it keeps what the fast path needs.
 """
 from __future__ import annotations
@@ -113,25 +113,21 @@ class FastpathData:
         self.shard_fallback = compiled.shard_fallback
 
 
-class CompiledPmap:
-    """One compiled pmap program and everything derived from it once."""
+class CompiledProgram:
+    """One compiled top-level program running one equation of ours (a pmap
+    or a pjit), and everything the fast path derives from it, once."""
 
-    def __init__(self, params, in_avals, lowered, compiled):
+    def __init__(self, primitive, params, in_avals, lowered, compiled):
+        self.primitive = primitive
         self.params = params
         self.in_avals = in_avals
         self.lowered = lowered
         self.compiled = compiled
         self.executable, kept = jp.mesh_executable_parts(compiled)
-        self.has_effects = bool(body_effects(params["jaxpr"], params["axis_name"]))
-        axis_name = params["axis_name"]
-        mesh = pmap_mesh(params)
-        self.in_shardings = tuple(
-            NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
-            for ax, a in zip(params["in_axes"], in_avals))
-        self.out_avals = tuple(pmap_p.abstract_eval(*in_avals, **params)[0])
-        self.out_shardings = tuple(
-            NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
-            for ax, a in zip(params["out_axes"], self.out_avals))
+        self.has_effects = bool(_PROGRAMS[primitive].effects(params))
+        self.in_shardings, self.out_shardings = program_shardings(
+            primitive, params, in_avals)
+        self.out_avals = tuple(primitive.abstract_eval(*in_avals, **params)[0])
         self.out_handlers = [
             jp.global_aval_to_result_handler(a, s, True)
             for a, s in zip(self.out_avals, self.out_shardings)]
@@ -204,25 +200,27 @@ def _params_key(params, in_avals):
     return (tuple(sorted(params.items(), key=lambda kv: kv[0])), in_avals)
 
 
-def bind_in_outer_trace(params, in_avals, args):
-    """Bind ``pmap_p`` under an outer JAX trace.
+class ProgramKind:
+    """How to place one of our primitives as a top-level program: its global
+    in/out shardings, and the effects that keep it off the fast path."""
 
-    The equation is wrapped in a ``jit`` whose in/out shardings name the pmap's
-    devices: that is how an enclosing jit learns its device assignment (JAX
-    reads shardings off jit equations, not off foreign primitives), and it
-    moves operands onto the pmap's devices. Transformations see through it.
-    """
-    in_shardings, out_shardings = _global_shardings(params, in_avals)
-
-    def program(*xs):
-        return tuple(pmap_p.bind(*xs, **params))
-
-    program.__name__ = f"pmap_{params['name']}"
-    return list(jax.jit(program, in_shardings=in_shardings,
-                        out_shardings=out_shardings)(*args))
+    def __init__(self, shardings, effects):
+        self.shardings = shardings
+        self.effects = effects
 
 
-def _global_shardings(params, in_avals):
+_PROGRAMS = {}
+
+
+def register_program(primitive, shardings, effects):
+    _PROGRAMS[primitive] = ProgramKind(shardings, effects)
+
+
+def program_shardings(primitive, params, in_avals):
+    return _PROGRAMS[primitive].shardings(params, in_avals)
+
+
+def _pmap_shardings(params, in_avals):
     axis_name = params["axis_name"]
     mesh = pmap_mesh(params)
     in_shardings = tuple(NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
@@ -233,35 +231,59 @@ def _global_shardings(params, in_avals):
     return in_shardings, out_shardings
 
 
-def lower_pmap(params, in_avals):
-    """``jax.stages.Lowered`` of the top-level program running one pmap."""
-    in_shardings, out_shardings = _global_shardings(params, in_avals)
-    donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
+register_program(pmap_p, _pmap_shardings,
+                 lambda params: body_effects(params["jaxpr"], params["axis_name"]))
 
+
+def _program(primitive, params):
     def program(*xs):
-        return tuple(pmap_p.bind(*xs, **params))
+        return tuple(primitive.bind(*xs, **params))
 
-    program.__name__ = f"pmap_{params['name']}"
-    jitted = jax.jit(program, in_shardings=in_shardings,
+    program.__name__ = f"{primitive.name.replace('pmapkit_', '')}_{params['name']}"
+    return program
+
+
+def bind_in_outer_trace(primitive, params, in_avals, args):
+    """Bind one of our primitives under an outer JAX trace.
+
+    The equation is wrapped in a ``jit`` whose in/out shardings name its
+    devices: that is how an enclosing jit learns its device assignment (JAX
+    reads shardings off jit equations, not off foreign primitives), and it
+    moves operands onto those devices. Transformations see through it.
+    """
+    in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
+    return list(jax.jit(_program(primitive, params), in_shardings=in_shardings,
+                        out_shardings=out_shardings)(*args))
+
+
+def lower_program(primitive, params, in_avals):
+    """``jax.stages.Lowered`` of the top-level program running one equation."""
+    in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
+    donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
+    jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     return jitted.lower(*structs)
 
 
-def compile_lowered(params, in_avals, lowered) -> CompiledPmap:
-    return CompiledPmap(params, in_avals, lowered, lowered.compile())
+def compile_lowered(primitive, params, in_avals, lowered) -> CompiledProgram:
+    return CompiledProgram(primitive, params, in_avals, lowered, lowered.compile())
 
 
-def compile_pmap(params, in_avals) -> CompiledPmap:
-    key = _params_key(params, in_avals)
+def compile_pmap(params, in_avals) -> CompiledProgram:
+    return compile_program(pmap_p, params, in_avals)
+
+
+def compile_program(primitive, params, in_avals) -> CompiledProgram:
+    key = (primitive, _params_key(params, in_avals))
     with _compile_lock:
         hit = _compile_cache.get(key)
         if hit is not None:
             _compile_cache.move_to_end(key)
             return hit
-    lowered = lower_pmap(params, in_avals)
-    result = CompiledPmap(params, in_avals, lowered, lowered.compile())
+    lowered = lower_program(primitive, params, in_avals)
+    result = CompiledProgram(primitive, params, in_avals, lowered, lowered.compile())
     with _compile_lock:
         _compile_cache[key] = result
         while len(_compile_cache) > _COMPILE_CACHE_SIZE:

@@ -461,7 +461,8 @@ def _cache_miss(spec, *args, **kwargs):
         outs = pmap_p.bind(*flat, **prepared.params)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
-        outs = lowering.bind_in_outer_trace(prepared.params, prepared.in_avals, flat)
+        outs = lowering.bind_in_outer_trace(pmap_p, prepared.params,
+                                            prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     compiled = lowering.compile_pmap(prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
@@ -471,8 +472,8 @@ def _cache_miss(spec, *args, **kwargs):
 
 def _lower(spec, *args, **kwargs):
     prepared = _prepare(spec, args, kwargs)
-    return PmapLowered(spec, prepared,
-                       lowering.lower_pmap(prepared.params, prepared.in_avals))
+    return PmapLowered(spec, prepared, lowering.lower_program(
+        pmap_p, prepared.params, prepared.in_avals))
 
 
 class PmapLowered:
@@ -489,7 +490,7 @@ class PmapLowered:
         return self.lowered.as_text(*args, **kwargs)
 
     def compile(self):
-        compiled = lowering.compile_lowered(self._prepared.params,
+        compiled = lowering.compile_lowered(pmap_p, self._prepared.params,
                                             self._prepared.in_avals, self.lowered)
         return PmapCompiled(self._spec, self._prepared, compiled)
 

@@ -84,7 +84,8 @@ def _pmap_impl(*args, **params):
     # Eager evaluation of a pmap equation (e.g. eval_jaxpr of a jaxpr that
     # holds one): compile once per equation params and input avals, then run.
     from pmapkit import lowering
-    compiled = lowering.compile_pmap(params, tuple(jp.shaped_abstractify(x) for x in args))
+    compiled = lowering.compile_program(
+        pmap_p, params, tuple(jp.shaped_abstractify(x) for x in args))
     return compiled.run_flat(args)
 
 
