@@ -129,10 +129,12 @@ class DispatchFunction:
         ``_jax_private.top_level_probe``.
       lower: ``lower(*args, **kwargs)`` for ``.lower``.
       reduce_fn: returns ``(callable, args)`` for pickling.
+      extra_key: None, or a callable whose result joins every key (pjit: the
+        mesh active at the call site).
     """
 
     def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
-                 flatten, trace_context, probe, lower, reduce_fn):
+                 flatten, trace_context, probe, lower, reduce_fn, extra_key=None):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
@@ -157,6 +159,7 @@ class DispatchFunction:
         self._top_env = probe[3]
         self._lower = lower
         self._reduce_fn = reduce_fn
+        self._extra_key = extra_key
         self._caches = {}
         self._current = (None, {})
         self._always_fallback = False
@@ -234,9 +237,10 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
+        extra = None if self._extra_key is None else self._extra_key()
         if self._max_static < 0 and not kwargs:
             # Common case: every argument is itself a leaf; no flattening.
-            key = [nargs]
+            key = [nargs, extra]
             for x in args:
                 leaf_id = self._leaf_id(x)
                 if leaf_id < 0:
@@ -256,10 +260,10 @@ class DispatchFunction:
                 else:
                     dyn.append(args[i])
             flat = self._flatten((tuple(dyn), kwargs))
-            key = [flat[1], tuple(statics)]
+            key = [flat[1], extra, tuple(statics)]
         else:
             flat = self._flatten((args, kwargs))
-            key = [flat[1]]
+            key = [flat[1], extra]
         leaves = flat[0]
         for x in leaves:
             leaf_id = self._leaf_id(x)

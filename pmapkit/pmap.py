@@ -14,10 +14,9 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
-import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit import lowering, specs
+from pmapkit import calls, lowering, specs
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.analysis import nested_pmap_axes, varying_outputs
 from pmapkit.primitives import per_device_context, plain_avals, pmap_p, remove_axis
@@ -30,13 +29,6 @@ AxisName = Hashable
 # The name jax.pmap gives an unnamed axis: using the same one makes our output
 # shardings compare equal to jax.pmap's, so arrays pass between them uncopied.
 INTERNAL_AXIS_NAME = "_internal_pmap_axis_name"
-
-# numpy dtypes that canonicalize to themselves whatever jax_enable_x64 says; a
-# numpy leaf of one of these signs like a device array of the same aval.
-_CANONICAL_HOST_DTYPES = tuple(np.dtype(d) for d in (
-    np.float32, np.float16, np.int32, np.int16, np.int8, np.uint32, np.uint16,
-    np.uint8, np.bool_, np.complex64, jax.numpy.bfloat16))
-
 
 def pmap(
     fun: Callable,
@@ -103,9 +95,9 @@ class _PmapSpec:
                 f"type {type(axis_name).__name__}.")
         self.in_axes = in_axes
         self.out_axes = out_axes
-        self.static = _argnum_tuple(fun, static_broadcasted_argnums,
-                                    "static_broadcasted_argnums")
-        donate = _argnum_tuple(fun, donate_argnums, "donate_argnums")
+        self.static = calls.argnum_tuple(fun, static_broadcasted_argnums,
+                                         "static_broadcasted_argnums", "pmap")
+        donate = calls.argnum_tuple(fun, donate_argnums, "donate_argnums", "pmap")
         overlap = set(donate) & set(self.static)
         if overlap:
             raise ValueError(
@@ -137,40 +129,6 @@ class _PmapSpec:
         }
 
 
-def _argnum_tuple(fun, argnums, what):
-    """Normalize int | iterable of ints to a sorted tuple of non-negative ints."""
-    if argnums is None:
-        return ()
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    for n in nums:
-        if type(n) is not int:
-            raise TypeError(f"pmap {what} must be an int or a collection of "
-                            f"ints, got {argnums!r}.")
-    if any(n < 0 for n in nums):
-        nparams = _positional_param_count(fun)
-        if nparams is None:
-            raise ValueError(
-                f"pmap {what}={argnums!r} has negative entries, which need a "
-                "function with a fixed number of positional parameters.")
-        nums = tuple(n + nparams if n < 0 else n for n in nums)
-        if any(n < 0 for n in nums):
-            raise ValueError(f"pmap {what}={argnums!r} is out of range for a "
-                             f"function of {nparams} positional parameters.")
-    return tuple(sorted(set(nums)))
-
-
-def _positional_param_count(fun):
-    try:
-        params = inspect.signature(fun).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    kinds = [p.kind for p in params]
-    if inspect.Parameter.VAR_POSITIONAL in kinds:
-        return None
-    return sum(k in (inspect.Parameter.POSITIONAL_ONLY,
-                     inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
-
-
 # -- per call (miss path) ------------------------------------------------------
 class _BodyStack(threading.local):
     """Axes of the pmapkit pmap bodies being traced on this thread."""
@@ -200,37 +158,16 @@ def _prepare(spec, args, kwargs):
             f"but was called with only {nargs} positional "
             f"argument{'s' if nargs != 1 else ''}. All static broadcasted "
             "arguments must be passed positionally.")
-    static_set = set(spec.static)
-    statics = []
-    for i in spec.static:
-        value = args[i]
-        try:
-            hash(value)
-        except TypeError:
-            raise ValueError(
-                "Non-hashable static arguments are not supported. Static "
-                f"argument (index {i}) of type {type(value)} for function "
-                f"{spec.name} is non-hashable: {value!r}.") from None
-        statics.append(value)
-    dyn_positions = [i for i in range(nargs) if i not in static_set]
-    dyn_args = tuple(args[i] for i in dyn_positions)
+    statics, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
     flat, in_tree = jax.tree_util.tree_flatten((dyn_args, kwargs))
-    describe = _LeafNames(spec, dyn_positions, dyn_args, kwargs)
+    describe = calls.LeafNames(spec.signature, dyn_positions, dyn_args, kwargs)
 
     in_axes = spec.in_axes
     if spec.static and isinstance(in_axes, tuple) and len(in_axes) == nargs:
         in_axes = tuple(in_axes[i] for i in dyn_positions)
     in_axes_flat = specs.flatten_in_axes(in_axes, dyn_args, kwargs, in_tree)
 
-    in_avals = []
-    for k, x in enumerate(flat):
-        try:
-            in_avals.append(jp.shaped_abstractify(x))
-        except TypeError:
-            raise TypeError(
-                f"pmap: {describe(k)} of type {type(x)} is not a valid JAX "
-                "type. Pass arrays, numpy arrays or Python scalars, or mark "
-                "the argument static with static_broadcasted_argnums.") from None
+    in_avals = calls.abstractify(flat, describe, "pmap", "static_broadcasted_argnums")
 
     axes = []
     for k, (aval, ax) in enumerate(zip(in_avals, in_axes_flat)):
@@ -275,15 +212,12 @@ def _prepare(spec, args, kwargs):
     else:
         inner = nested_pmap_axes(jaxpr, pmap_p)
         devices = _resolve_devices(spec, size, inner)
-    # Closed-over tracers of an outer trace must become explicit operands.
-    if any(isinstance(c, jp.Tracer) for c in consts):
-        jaxpr = jp.ClosedJaxpr(jp.convert_constvars_jaxpr(jaxpr), ())
-        flat = list(consts) + list(flat)
-        in_avals = [jp.get_aval(c) for c in consts] + in_avals
-        in_axes_flat = (None,) * len(consts) + in_axes_flat
-        donated = [False] * len(consts) + donated
-    else:
-        jaxpr = jp.ClosedJaxpr(jaxpr, consts)
+    jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
+    if hoisted:
+        flat = hoisted + list(flat)
+        in_avals = [jp.get_aval(c) for c in hoisted] + in_avals
+        in_axes_flat = (None,) * len(hoisted) + in_axes_flat
+        donated = [False] * len(hoisted) + donated
 
     _check_unmapped_outputs(spec, jaxpr, in_axes_flat, out_axes_flat, out_tree)
 
@@ -300,31 +234,17 @@ def _prepare(spec, args, kwargs):
 
 def _trace_body(spec, statics, nargs, dyn_positions, in_tree, local_avals,
                 size, describe):
-    static_iter = dict(zip(spec.static, statics))
-    out_trees = []
-
-    def flat_body(*flat_local):
-        dyn_args, kwargs = jax.tree_util.tree_unflatten(in_tree, flat_local)
-        dyn = iter(dyn_args)
-        full = [static_iter[i] if i in static_iter else next(dyn)
-                for i in range(nargs)]
-        out = spec.fun(*full, **kwargs)
-        out_flat, out_tree = jax.tree_util.tree_flatten(out)
-        out_trees.append(out_tree)
-        return out_flat
-
-    arg_names = tuple(describe.short(k) for k in range(len(local_avals)))
-    debug = jp.DebugInfo("pmap", jp.fun_sourceinfo(spec.fun), arg_names, None)
     _body_stack.axes.append((spec.axis_name, size))
     try:
         with per_device_context(spec.axis_name, size):
-            jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
-                jp.wrap_init(flat_body, debug_info=debug), plain_avals(local_avals))
+            jaxpr, consts, out_tree = calls.trace_user_fun(
+                "pmap", spec.fun, spec.static, statics, nargs, in_tree,
+                plain_avals(local_avals), describe)
     finally:
         _body_stack.axes.pop()
     # The pmap binds its axis name: collectives over it are not effects of ours.
     jaxpr = jp.remove_named_axis_effects(jaxpr, {spec.axis_name})
-    return jaxpr, consts, out_trees[-1]
+    return jaxpr, consts, out_tree
 
 
 def _out_axes_flat(spec, out_tree, jaxpr):
@@ -407,52 +327,6 @@ def _resolve_devices(spec, size, inner=()):
     return tuple(available[:needed])
 
 
-class _LeafNames:
-    """Names flat argument leaves for error messages, computed only on demand."""
-
-    def __init__(self, spec, dyn_positions, dyn_args, kwargs):
-        self._spec = spec
-        self._positions = dyn_positions
-        self._tree = (dyn_args, kwargs)
-        self._paths = None
-
-    def _path(self, k):
-        if self._paths is None:
-            self._paths = [p for p, _ in
-                           jax.tree_util.tree_flatten_with_path(self._tree)[0]]
-        return self._paths[k]
-
-    def _param_name(self, pos):
-        sig = self._spec.signature
-        if sig is not None:
-            params = list(sig.parameters.values())
-            if pos < len(params) and params[pos].kind in (
-                    inspect.Parameter.POSITIONAL_ONLY,
-                    inspect.Parameter.POSITIONAL_OR_KEYWORD):
-                return params[pos].name
-        return None
-
-    def short(self, k):
-        path = self._path(k)
-        if path[0].idx == 0:
-            pos = self._positions[path[1].idx]
-            head = self._param_name(pos) or f"args[{pos}]"
-        else:
-            head = str(path[1].key)
-        return head + jax.tree_util.keystr(path[2:])
-
-    def __call__(self, k):
-        path = self._path(k)
-        rest = jax.tree_util.keystr(path[2:])
-        where = f" at {rest}" if rest else ""
-        if path[0].idx == 0:
-            pos = self._positions[path[1].idx]
-            name = self._param_name(pos)
-            named = f" '{name}'" if name else ""
-            return f"argument{named} (positional argument {pos}){where}"
-        return f"keyword argument '{path[1].key}'{where}"
-
-
 def _cache_miss(spec, *args, **kwargs):
     prepared = _prepare(spec, args, kwargs)
     flat = prepared.flat_args
@@ -472,76 +346,14 @@ def _cache_miss(spec, *args, **kwargs):
 
 def _lower(spec, *args, **kwargs):
     prepared = _prepare(spec, args, kwargs)
-    return PmapLowered(spec, prepared, lowering.lower_program(
-        pmap_p, prepared.params, prepared.in_avals))
-
-
-class PmapLowered:
-    """What ``pmapped.lower(*args)`` returns: the lowered program, its text,
-    and ``compile()`` giving a callable that takes and returns the user's
-    pytrees (static arguments included, as in the original call)."""
-
-    def __init__(self, spec, prepared, lowered):
-        self._spec = spec
-        self._prepared = prepared
-        self.lowered = lowered
-
-    def as_text(self, *args, **kwargs):
-        return self.lowered.as_text(*args, **kwargs)
-
-    def compile(self):
-        compiled = lowering.compile_lowered(pmap_p, self._prepared.params,
-                                            self._prepared.in_avals, self.lowered)
-        return PmapCompiled(self._spec, self._prepared, compiled)
-
-
-class PmapCompiled:
-    """A compiled pmap program for one signature, callable with pytrees."""
-
-    def __init__(self, spec, prepared, compiled):
-        self._spec = spec
-        self._prepared = prepared
-        self.compiled = compiled
-
-    def as_text(self):
-        return self.compiled.compiled.as_text()
-
-    def __call__(self, *args, **kwargs):
-        static = set(self._spec.static)
-        dyn = tuple(a for i, a in enumerate(args) if i not in static)
-        flat, _ = jax.tree_util.tree_flatten((dyn, kwargs))
-        avals = tuple(jp.shaped_abstractify(x) for x in flat)
-        n_consts = len(self._prepared.in_avals) - len(avals)
-        if n_consts or avals != self._prepared.in_avals:
-            raise TypeError(
-                f"compiled pmap of {self._spec.name} was lowered for argument "
-                f"types {[a.str_short() for a in self._prepared.in_avals]}, "
-                f"got {[a.str_short() for a in avals]}.")
-        outs = self.compiled.run_flat(flat)
-        return jax.tree_util.tree_unflatten(self._prepared.out_tree, outs)
+    return calls.ProgramLowered(pmap_p, spec.static, spec.name, prepared)
 
 
 def _make_dispatch(spec):
-    fn = _dispatch_mod.DispatchFunction(
-        spec.fun,
-        functools.partial(_cache_miss, spec),
-        spec.static,
-        lowering.LEAF_TYPES,
-        _CANONICAL_HOST_DTYPES,
-        jp.tree_registry.flatten,
-        jp.trace_context,
-        jp.top_level_probe(),
-        functools.partial(_lower, spec),
-        functools.partial(_reduce, spec),
-    )
-    try:
-        functools.update_wrapper(fn, spec.fun)
-    except AttributeError:
-        pass  # callables without __name__ etc. keep the defaults
-    fn.__wrapped__ = spec.fun
-    if spec.signature is not None:
-        fn.__signature__ = spec.signature
-    return fn
+    return calls.make_dispatch(
+        spec.fun, functools.partial(_cache_miss, spec), spec.static,
+        functools.partial(_lower, spec), functools.partial(_reduce, spec),
+        spec.signature)
 
 
 def _reduce(spec):

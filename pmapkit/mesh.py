@@ -1,0 +1,121 @@
+"""pmapkit's own mesh context: the classic ``with mesh:`` for pjit.
+
+JAX 0.10 deprecated its ``with mesh:`` resource environment and its jit only
+finds meshes set with ``jax.set_mesh``. Classic pjit code enters a mesh and
+calls pjit'd functions inside; pmapkit keeps that mesh in a thread-local
+stack of its own (nesting restores the outer mesh on exit) and pjit reads it
+at each call site.
+
+``jax.sharding.Mesh`` objects are interned by JAX (constructing one returns a
+shared instance), so ``pmapkit.Mesh`` wraps one rather than subclassing it;
+``.jax_mesh`` is the wrapped mesh, usable with every JAX API.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import jax
+import numpy as np
+
+
+class _MeshStack(threading.local):
+    def __init__(self):
+        self.meshes = []
+
+
+_stack = _MeshStack()
+
+
+class Mesh:
+    """A device mesh usable as ``with mesh:`` for pmapkit.pjit.
+
+    Args:
+      devices: an ndarray (or nested sequence) of devices, one dim per axis.
+      axis_names: one name (str) per dimension of ``devices``.
+    """
+
+    def __init__(self, devices, axis_names):
+        if isinstance(devices, jax.sharding.Mesh):
+            self.jax_mesh = devices
+            return
+        if isinstance(axis_names, str):
+            axis_names = (axis_names,)
+        axis_names = tuple(axis_names)
+        for name in axis_names:
+            if not isinstance(name, str):
+                raise TypeError(
+                    f"Mesh axis_names must be strings, got {name!r} in {axis_names}.")
+        if len(set(axis_names)) != len(axis_names):
+            raise ValueError(f"Mesh axis_names must be unique, got {axis_names}.")
+        devices = np.asarray(devices, dtype=object)
+        if devices.ndim != len(axis_names):
+            raise ValueError(
+                f"Mesh devices has {devices.ndim} dimensions (shape "
+                f"{devices.shape}) but {len(axis_names)} axis names "
+                f"{axis_names} were given; give one name per dimension.")
+        flat = list(devices.flat)
+        if len(set(flat)) != len(flat):
+            raise ValueError("Mesh devices must not repeat a device.")
+        self.jax_mesh = jax.sharding.Mesh(devices, axis_names)
+
+    # The read-only view classic code uses.
+    @property
+    def devices(self):
+        return self.jax_mesh.devices
+
+    @property
+    def axis_names(self):
+        return self.jax_mesh.axis_names
+
+    @property
+    def shape(self):
+        return self.jax_mesh.shape
+
+    @property
+    def size(self):
+        return self.jax_mesh.size
+
+    @property
+    def empty(self):
+        return self.jax_mesh.empty
+
+    def __enter__(self):
+        _stack.meshes.append(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        popped = _stack.meshes.pop()
+        assert popped is self, "pmapkit.Mesh contexts must exit in LIFO order"
+        return False
+
+    def __eq__(self, other):
+        if isinstance(other, Mesh):
+            other = other.jax_mesh
+        return self.jax_mesh == other
+
+    def __hash__(self):
+        return hash(self.jax_mesh)
+
+    def __repr__(self):
+        axes = ", ".join(f"{n!r}: {s}" for n, s in self.shape.items())
+        return f"pmapkit.Mesh({axes})"
+
+
+@contextlib.contextmanager
+def mesh(devices, axis_names):
+    """The classic ``with mesh(devices, axis_names):`` context manager."""
+    with Mesh(devices, axis_names) as m:
+        yield m
+
+
+def current_mesh():
+    """The innermost mesh entered on this thread, or None."""
+    meshes = _stack.meshes
+    return meshes[-1] if meshes else None
+
+
+def current_jax_mesh():
+    """The key pjit's dispatch adds per call: the active jax mesh (or None)."""
+    meshes = _stack.meshes
+    return meshes[-1].jax_mesh if meshes else None
