@@ -2,6 +2,9 @@
 
 Public surface (explicit re-exports only):
   pmap           the classic jax.pmap with a compiled per-call fast path
+  pjit           the classic pjit (in/out_axis_resources, mesh at the call site)
+  Mesh, mesh     pmapkit's mesh context for pjit (``with Mesh(...):``)
+  with_sharding_constraint, PartitionSpec (jax's own class), NamedSharding
   COMPILED       True when the Cython dispatch core is in use
 """
 import os as _os
@@ -13,9 +16,14 @@ if _build is not None:
     __path__.insert(0, _build)  # noqa: F821 (package __path__)
 del _build, _installed_build_dir, _os
 
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+
 from pmapkit._compiled import COMPILED  # noqa: E402
+from pmapkit.mesh import Mesh, mesh  # noqa: E402
+from pmapkit.pjit import pjit, with_sharding_constraint  # noqa: E402
 from pmapkit.pmap import pmap  # noqa: E402
 from pmapkit import rules as _rules  # noqa: E402,F401  (registers transformation rules)
 
-__all__ = ["COMPILED", "pmap"]
+__all__ = ["COMPILED", "Mesh", "NamedSharding", "PartitionSpec", "mesh", "pjit",
+           "pmap", "with_sharding_constraint"]
 __version__ = "0.1.0"

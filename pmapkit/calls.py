@@ -241,10 +241,13 @@ def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature,
         fun, cache_miss, static, lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten, jp.trace_context, jp.top_level_probe(),
         lower, reduce_fn, extra_key)
-    try:
-        functools.update_wrapper(fn, fun)
-    except AttributeError:
-        pass  # callables without __name__ etc. keep the defaults
+    # functools.wraps metadata, without update_wrapper's __dict__ merge: when
+    # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its
+    # __dict__ holds its internals, which must not overwrite ours.
+    functools.update_wrapper(fn, fun, updated=())
+    for name, value in getattr(fun, "__dict__", {}).items():
+        if name not in fn.__dict__:
+            setattr(fn, name, value)
     fn.__wrapped__ = fun
     if signature is not None:
         fn.__signature__ = signature

@@ -1,10 +1,11 @@
-"""Lowering and compiling pmapkit's pmap primitive for N devices.
+"""Lowering and compiling pmapkit's primitives for N devices.
 
-The lowering rule turns one ``pmap_p`` equation into an SPMD region whose
-mapped axis is manual: each device runs the per-device body on its slice
-(a shard_map over a 1-axis mesh of the pmap's devices, nested in whatever
-program is being lowered). ``compile_program`` is the one place pmapkit compiles
-a top-level pmap program; it keeps what the fast path needs.
+``pmap_p`` lowers to an SPMD region whose mapped axis is manual: each device
+runs the per-device body on its slice (a shard_map over the pmap's mesh,
+nested in whatever program is being lowered). ``pjit_p`` lowers to its body
+between sharding constraints on its operands and results (automatic SPMD
+partitioning does the rest). ``compile_program`` is the one place pmapkit
+compiles a top-level program of either; it keeps what the fast path needs.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
-from pmapkit.primitives import body_effects, pmap_p
+from pmapkit.primitives import body_effects, pjit_p, pmap_p
 from pmapkit.analysis import nested_pmap_axes
 from pmapkit.specs import axis_spec
 
@@ -89,6 +90,22 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
 
 
 mlir.register_lowering(pmap_p, _pmap_lowering)
+
+
+def _pjit_lowering(ctx, *args, jaxpr, in_shardings, out_shardings,
+                   donated_invars, name):
+    del donated_invars, name
+
+    def constrained(*xs):
+        xs = [jax.lax.with_sharding_constraint(x, s) for x, s in zip(xs, in_shardings)]
+        outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
+        return tuple(jax.lax.with_sharding_constraint(o, s)
+                     for o, s in zip(outs, out_shardings))
+
+    return mlir.lower_fun(constrained, multiple_results=True)(ctx, *args)
+
+
+mlir.register_lowering(pjit_p, _pjit_lowering)
 
 
 class FastpathData:
@@ -233,6 +250,11 @@ def _pmap_shardings(params, in_avals):
 
 register_program(pmap_p, _pmap_shardings,
                  lambda params: body_effects(params["jaxpr"], params["axis_name"]))
+
+
+register_program(pjit_p,
+                 lambda params, in_avals: (params["in_shardings"], params["out_shardings"]),
+                 lambda params: params["jaxpr"].effects)
 
 
 def _program(primitive, params):

@@ -32,13 +32,18 @@ pmap_p.multiple_results = True
 _NO_MESH = jax.sharding.AbstractMesh((), ())
 
 
+def no_mesh():
+    """A context with no ambient mesh, to trace bodies that later run in
+    programs with meshes of their own."""
+    return jax.sharding.use_abstract_mesh(_NO_MESH)
+
+
 @contextlib.contextmanager
 def per_device_context(axis_name, axis_size):
     """The context a per-device body is traced (or re-traced) in: its axis
     bound, and no ambient mesh, so no enclosing jit's mesh is baked into the
     body's equations (the body later runs inside a manual SPMD region)."""
-    with jax.sharding.use_abstract_mesh(_NO_MESH), \
-            jp.extend_axis_env_nd([(axis_name, axis_size)]):
+    with no_mesh(), jp.extend_axis_env_nd([(axis_name, axis_size)]):
         yield
 
 
@@ -90,3 +95,34 @@ def _pmap_impl(*args, **params):
 
 
 pmap_p.def_impl(_pmap_impl)
+
+
+# -- pjit ---------------------------------------------------------------------
+# ``pjit_p`` carries a whole-program body (global shapes) and the shardings
+# its operands and results must have on the mesh. Params:
+#   jaxpr          ClosedJaxpr of the body
+#   in_shardings   tuple of NamedSharding, one per operand
+#   out_shardings  tuple of NamedSharding, one per result
+#   donated_invars tuple of bool, one per operand
+#   name           the user function's name
+pjit_p = Primitive("pmapkit_pjit")
+pjit_p.multiple_results = True
+
+
+def _pjit_abstract_eval(*in_avals, jaxpr, in_shardings, out_shardings,
+                        donated_invars, name):
+    del in_avals, in_shardings, out_shardings, donated_invars, name
+    return list(jaxpr.out_avals), jaxpr.effects
+
+
+pjit_p.def_effectful_abstract_eval(_pjit_abstract_eval)
+
+
+def _pjit_impl(*args, **params):
+    from pmapkit import lowering
+    compiled = lowering.compile_program(
+        pjit_p, params, tuple(jp.shaped_abstractify(x) for x in args))
+    return compiled.run_flat(args)
+
+
+pjit_p.def_impl(_pjit_impl)

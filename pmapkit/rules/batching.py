@@ -1,4 +1,9 @@
-"""vmap rule: batching a pmap batches its per-device body.
+"""vmap rules: batching a pmap (pjit) batches its body.
+
+pjit: batched operands get the vmapped axis first, inserted into their
+PartitionSpecs (partitioned over ``spmd_axis_name`` when given).
+
+pmap:
 
 Each batched operand is laid out with the vmapped axis first and the pmap's
 mapped axis second, so on every device the body sees the vmapped axis at 0;
@@ -11,7 +16,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from pmapkit import _jax_private as jp
-from pmapkit.primitives import pmap_p
+from jax.sharding import NamedSharding, PartitionSpec
+
+from pmapkit.primitives import no_mesh, pjit_p, pmap_p
 from pmapkit.rules.common import axis_bound, with_params
 
 
@@ -46,3 +53,37 @@ def _pmap_batch(axis_data, vals, dims, **params):
 
 
 jp.batching.fancy_primitive_batchers[pmap_p] = _pmap_batch
+
+
+def _with_leading_dim(sharding, entry):
+    return NamedSharding(sharding.mesh, PartitionSpec(entry, *sharding.spec))
+
+
+def _pjit_batch(axis_data, vals, dims, **params):
+    # The vmapped axis goes first; with vmap(spmd_axis_name=...) it is
+    # partitioned over those mesh axes, otherwise replicated.
+    spmd = getattr(axis_data, "spmd_name", None)
+    entry = None if not spmd else (spmd[0] if len(spmd) == 1 else tuple(spmd))
+    new_vals, in_batched, in_sh = [], [], []
+    for x, d, s in zip(vals, dims, params["in_shardings"]):
+        if d is jp.not_mapped:
+            new_vals.append(x)
+            in_batched.append(False)
+            in_sh.append(s)
+        else:
+            new_vals.append(jnp.moveaxis(x, d, 0))
+            in_batched.append(True)
+            in_sh.append(_with_leading_dim(s, entry))
+    n_out = len(params["out_shardings"])
+    with no_mesh():
+        batched, out_batched = jp.batch_jaxpr(params["jaxpr"], axis_data,
+                                              in_batched, [False] * n_out)
+    out_sh = tuple(_with_leading_dim(s, entry) if b else s
+                   for s, b in zip(params["out_shardings"], out_batched))
+    new_params = with_params(params, jaxpr=batched, in_shardings=tuple(in_sh),
+                             out_shardings=out_sh)
+    outs = pjit_p.bind(*new_vals, **new_params)
+    return outs, [0 if b else jp.not_mapped for b in out_batched]
+
+
+jp.batching.fancy_primitive_batchers[pjit_p] = _pjit_batch

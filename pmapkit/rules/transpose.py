@@ -1,5 +1,6 @@
-"""Transpose (reverse mode): the transpose of a pmap is a pmap of the body's
-transpose.
+"""Transpose (reverse mode): the transpose of a pmap (pjit) is a pmap (pjit)
+of the body's transpose. For pjit, cotangents enter placed like the outputs
+and leave placed like the inputs. For pmap:
 
 Non-linear operands keep their axes; each nonzero output cotangent enters
 mapped like its output (that of an unmapped output is divided among the
@@ -11,8 +12,9 @@ value out to every device is adding the per-device cotangents back up.
 from __future__ import annotations
 
 from pmapkit import _jax_private as jp
-from pmapkit.primitives import pmap_p
-from pmapkit.rules.common import local_aval, select, trace_body, with_params
+from pmapkit.primitives import pjit_p, pmap_p
+from pmapkit.rules.common import (local_aval, select, trace_body, trace_program,
+                                  transpose_body, with_params)
 
 
 def _pmap_transpose(cts, *args, **params):
@@ -22,21 +24,9 @@ def _pmap_transpose(cts, *args, **params):
     arg_avals = [x.aval if lin else jp.get_aval(x) for x, lin in zip(args, linear)]
     local_in = [local_aval(a, ax) for a, ax in zip(arg_avals, in_axes)]
     nonzero_cts = [type(ct) is not jp.Zero for ct in cts]
-    body_out_avals = jaxpr.out_avals
-
-    def transposed_body(*flat):
-        n_primal = len(args) - sum(linear)
-        primal_iter, ct_iter = iter(flat[:n_primal]), iter(flat[n_primal:])
-        primals = [jp.UndefinedPrimal(a) if lin else next(primal_iter)
-                   for a, lin in zip(local_in, linear)]
-        cts_full = [next(ct_iter) if nz else jp.Zero(a.to_tangent_aval())
-                    for nz, a in zip(nonzero_cts, body_out_avals)]
-        arg_cts = jp.backward_pass(jaxpr.jaxpr, False, jaxpr.consts, primals, cts_full)
-        return [jp.instantiate_zeros(ct) for ct, lin in zip(arg_cts, linear) if lin]
-
-    ct_local_avals = select(nonzero_cts, body_out_avals)
-    body = trace_body(transposed_body, [*select(linear, local_in, keep=False),
-                                        *ct_local_avals],
+    body = trace_body(transpose_body(jaxpr, linear, nonzero_cts),
+                      [*select(linear, local_in, keep=False),
+                       *select(nonzero_cts, jaxpr.out_avals)],
                       params["axis_name"], params["axis_size"], "pmap_transpose")
     lin_axes = select(linear, in_axes)
     new_params = with_params(
@@ -63,3 +53,26 @@ def _pmap_transpose(cts, *args, **params):
 
 
 jp.ad.primitive_transposes[pmap_p] = _pmap_transpose
+
+
+def _pjit_transpose(cts, *args, **params):
+    # Cotangents enter placed like the outputs and leave like the inputs.
+    jaxpr = params["jaxpr"]
+    linear = [jp.is_undefined_primal(x) for x in args]
+    nonzero_cts = [type(ct) is not jp.Zero for ct in cts]
+    arg_avals = [x.aval if lin else jp.get_aval(x) for x, lin in zip(args, linear)]
+    body = trace_program(transpose_body(jaxpr, linear, nonzero_cts),
+                         [*select(linear, arg_avals, keep=False),
+                          *select(nonzero_cts, jaxpr.out_avals)], "pjit_transpose")
+    in_sh, out_sh = params["in_shardings"], params["out_shardings"]
+    new_params = with_params(
+        params, jaxpr=body,
+        in_shardings=(*select(linear, in_sh, keep=False), *select(nonzero_cts, out_sh)),
+        out_shardings=tuple(select(linear, in_sh)),
+        donated_invars=(False,) * (len(args) - sum(linear) + sum(nonzero_cts)))
+    outs = iter(pjit_p.bind(*select(linear, args, keep=False),
+                            *select(nonzero_cts, cts), **new_params))
+    return [next(outs) if lin else None for lin in linear]
+
+
+jp.ad.primitive_transposes[pjit_p] = _pjit_transpose
