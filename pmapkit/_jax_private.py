@@ -81,6 +81,15 @@ batched_device_put = _xc.batched_device_put
 ARRAY_SHARDING_ATTR = "_sharding"
 
 
+OpSharding = _xc.OpSharding
+HloSharding = _xc.HloSharding
+
+
+def custom_device_order(named_sharding):
+    """A NamedSharding's explicit logical device order, or None."""
+    return getattr(named_sharding, "_logical_device_ids", None)
+
+
 def raise_if_deleted(x):
     """Raise JAX's own error for a deleted (e.g. donated) array."""
     x._check_if_deleted()

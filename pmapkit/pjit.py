@@ -120,7 +120,7 @@ def _check_against(what, resources, avals, mesh, describe):
                   if isinstance(leaf, NamedSharding) else leaf)
         leaf_mesh = leaf.mesh if isinstance(leaf, NamedSharding) else mesh
         if parsed is not None:
-            parsed.check_shape(what, aval.shape, dict(leaf_mesh.shape),
+            parsed.check_shape(aval.shape, leaf_mesh, what,
                                describe(k) if describe else None)
 
 

@@ -8,6 +8,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
+from pmapkit.sharding_specs import ParsedPartitionSpec
 
 
 def check_axes_leaves(axes, what):
@@ -62,90 +63,6 @@ def normalize_axis(axis, ndim):
 
 
 # -- pjit: axis resources ------------------------------------------------------
-class ParsedPartitionSpec:
-    """A PartitionSpec parsed to one tuple of mesh axis names per array
-    dimension, keeping the user's own spec for error messages."""
-
-    __slots__ = ("partitions", "user_spec")
-
-    def __init__(self, user_spec, partitions):
-        self.user_spec = user_spec
-        self.partitions = tuple(tuple(p) for p in partitions)
-
-    @classmethod
-    def from_user_input(cls, entry, what):
-        """Parse ``None`` (replicated) or a PartitionSpec; anything else is a
-        TypeError naming ``what``."""
-        if entry is None:
-            return cls(entry, ())
-        if not isinstance(entry, PartitionSpec):
-            raise TypeError(f"{what} leaf specifications are expected to be "
-                            f"PartitionSpec instances or None, but got {entry!r}")
-        partitions = []
-        for dim in entry:
-            if dim is None:
-                partitions.append(())
-            elif isinstance(dim, (tuple, list)):
-                partitions.append(tuple(dim))
-            else:
-                partitions.append((dim,))
-        parsed = cls(entry, partitions)
-        parsed.check_unique(what)
-        return parsed
-
-    def check_unique(self, what):
-        seen, repeated = set(), []
-        for axes in self.partitions:
-            for axis in axes:
-                if axis in seen and axis not in repeated:
-                    repeated.append(axis)
-                seen.add(axis)
-        if repeated:
-            names = ", ".join(f"`{a}`" for a in repeated)
-            raise ValueError(
-                f"A single {what} specification can map every mesh axis to at "
-                f"most one positional dimension, but {self.user_spec} has "
-                f"duplicate entries for {names}")
-
-    def to_partition_spec(self):
-        return PartitionSpec(*[None if not p else p[0] if len(p) == 1 else p
-                               for p in self.partitions])
-
-    def check_shape(self, what, shape, mesh_shape, describe=None):
-        """The classic checks of a value's shape against this spec on a mesh."""
-        where = f" ({describe})" if describe else ""
-        if len(shape) < len(self.partitions):
-            raise ValueError(
-                f"One of {what} was given the resource assignment of "
-                f"{self.user_spec}, which implies that it has a rank of at least "
-                f"{len(self.partitions)}, but it is {len(shape)}{where}")
-        for i, axes in enumerate(self.partitions):
-            size = 1
-            for axis in axes:
-                if axis not in mesh_shape:
-                    raise ValueError(
-                        f"One of {what} was given the resource assignment of "
-                        f"{self.user_spec}, but resource axis {axis} is "
-                        f"undefined. Did you forget to declare the mesh?{where}")
-                size *= mesh_shape[axis]
-            if shape[i] % size:
-                raise ValueError(
-                    f"One of {what} was given the resource assignment of "
-                    f"{self.user_spec}, which implies that the size of its "
-                    f"dimension {i} should be divisible by {size}, but it is "
-                    f"equal to {shape[i]}{where}")
-
-    def __eq__(self, other):
-        return (isinstance(other, ParsedPartitionSpec)
-                and self.partitions == other.partitions)
-
-    def __hash__(self):
-        return hash(self.partitions)
-
-    def __repr__(self):
-        return f"ParsedPartitionSpec({self.user_spec!r}, partitions={self.partitions})"
-
-
 def is_spec_leaf(x):
     return x is None or isinstance(x, (PartitionSpec, NamedSharding))
 
