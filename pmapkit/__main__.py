@@ -6,7 +6,7 @@ applies the same update. The same step runs under ``pmapkit.pmap`` and
 ``jax.pmap`` and the demo checks that both agree at every step.
 
 ``python -m pmapkit bench [...]`` runs the dispatch benchmark report instead
-(see bench/report.py).
+(see pmapkit/_bench_cli.py).
 """
 import os
 import sys

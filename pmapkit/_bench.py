@@ -106,6 +106,13 @@ class Case:
     def blocking(self):
         return self.mode != "dispatch"
 
+    @property
+    def setup_key(self):
+        """Cases with equal keys (a case and its ``_dispatch`` twin) can share
+        runners: same function, inputs and devices, another timing loop."""
+        return (self.family, self.fun, self.make_inputs, self.ndev,
+                self.numpy_input)
+
     def unavailable_reason(self, impl=None):
         """None if the case (and impl) can run in this process, else why not."""
         if self.requires_pjit and not hasattr(pmapkit, "pjit"):
@@ -354,6 +361,33 @@ def _first_call_runner(case, impl, devices, host):
     return runner
 
 
+class RunnerCache:
+    """Reuses the runners of the last setup for the next case with the same
+    ``setup_key`` (the blocking case and its dispatch twin are adjacent in
+    ``CASES``), halving the compiles; ``Unavailable`` is cached too."""
+
+    def __init__(self):
+        self._key = None
+        self._runners = {}
+
+    def get(self, case: Case, impl: str) -> Runner:
+        if case.setup_key != self._key:
+            self._key, self._runners = case.setup_key, {}
+        hit = self._runners.get(impl)
+        if hit is None:
+            try:
+                hit = make_runner(case, impl)
+            except Unavailable as exc:
+                hit = exc
+            self._runners[impl] = hit
+        if isinstance(hit, Unavailable):
+            raise hit
+        return dataclasses.replace(hit, case=case)
+
+    def clear(self):
+        self._key, self._runners = None, {}
+
+
 def _warm(runner, calls=20):
     with runner.context():
         out = None
@@ -364,7 +398,7 @@ def _warm(runner, calls=20):
 
 # -- measuring ------------------------------------------------------------------
 def measure(runner: Runner, calls: int):
-    """``(cpu_us, wall_us)`` per call over ``calls`` calls.
+    """``(cpu_us, wall_us)`` per call over ``calls`` calls (gc stays on).
 
     CPU is caller-thread CPU (``time.thread_time``): the dispatch work, without
     device execution on XLA's threads. Blocking (and first-call) cases time
@@ -375,7 +409,9 @@ def measure(runner: Runner, calls: int):
     block = jax.block_until_ready
     thread_time, perf_counter = time.thread_time, time.perf_counter
     cpu = wall = 0.0
-    gc.collect()
+    # Young objects only: a full collection with jax loaded costs ~0.1 s
+    # (callers do one per case).
+    gc.collect(0)
     with runner.context():
         if runner.case.mode == "dispatch":
             done = 0
@@ -469,10 +505,13 @@ def current_rss_bytes():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def memory_growth(calls=100_000, warmup=5_000):
+def memory_growth(calls=100_000, warmup=5_000, windows=2):
     """Resident-memory growth over ``calls`` cached ``pmapkit.pmap`` calls of
     ``pmap_trivial_1_devices`` (fed its own output, blocking every
-    ``BLOCK_EVERY`` calls)."""
+    ``BLOCK_EVERY`` calls), after ``warmup`` calls. ``growth_bytes`` is the
+    first window; ``window_growth_bytes`` lists ``windows`` consecutive
+    windows of ``calls`` calls each, to tell a steady leak (every window
+    grows alike) from allocator warm-up (later windows flat)."""
     case = CASES_BY_NAME["pmap_trivial_dispatch_1_devices"]
     fn = pmapkit.pmap(case.fun, devices=_devices(1))
     x = fn(*case.make_inputs(1))
@@ -487,16 +526,19 @@ def memory_growth(calls=100_000, warmup=5_000):
 
     run(warmup)
     gc.collect()
-    before = current_rss_bytes()
+    rss = [current_rss_bytes()]
     start = time.perf_counter()
-    run(calls)
-    elapsed = time.perf_counter() - start
-    gc.collect()
-    after = current_rss_bytes()
+    for _ in range(windows):
+        run(calls)
+        gc.collect()
+        rss.append(current_rss_bytes())
+    elapsed = (time.perf_counter() - start) / windows
+    growth = [b - a for a, b in zip(rss, rss[1:])]
     return {
         "case": "pmap_trivial_1_devices", "impl": "pmapkit", "calls": calls,
-        "warmup_calls": warmup, "rss_before_bytes": before,
-        "rss_after_bytes": after, "growth_bytes": after - before,
-        "growth_bytes_per_call": (after - before) / calls,
-        "seconds": elapsed, "cache_size": fn._cache_size,
+        "warmup_calls": warmup, "rss_before_bytes": rss[0],
+        "rss_after_bytes": rss[1], "growth_bytes": growth[0],
+        "growth_bytes_per_call": growth[0] / calls,
+        "window_growth_bytes": growth, "seconds_per_window": elapsed,
+        "cache_size": fn._cache_size,
     }

@@ -13,8 +13,9 @@ pmapkit's own compiled program, the floor). The first-call row is wall time
 resident-memory growth over many cached pmapkit calls.
 
 ``--quick`` (default) keeps the whole run well under two minutes on a
-two-core host; ``--full`` measures longer and runs the memory check over
-100,000 calls. ``--json`` writes machine-readable results; ``--plot`` a PNG
+two-core host; ``--full`` measures longer. Both run the memory check over
+100,000 calls (and a second window of 100,000 to tell a leak from
+allocator warm-up). ``--json`` writes machine-readable results; ``--plot`` a PNG
 bar chart (needs matplotlib: ``pip install 'pmapkit[plot]'``).
 
 Devices: ``python -m pmapkit bench`` forces 8 CPU devices before jax starts.
@@ -22,7 +23,9 @@ Devices: ``python -m pmapkit bench`` forces 8 CPU devices before jax starts.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import platform as _platform
 import statistics
 import sys
@@ -31,9 +34,9 @@ import time
 SETTINGS = {
     # rounds: interleaved rounds per case; target_s: seconds per measurement;
     # first_call_rounds: fresh functions compiled per impl; mem_calls: calls
-    # of the memory check (quick: fewer, and scaled to 100,000 in the report).
-    "quick": dict(rounds=3, target_s=0.03, first_call_rounds=3, mem_calls=20_000),
-    "full": dict(rounds=7, target_s=0.25, first_call_rounds=7, mem_calls=100_000),
+    # of the memory check (reported scaled to MEM_REPORT_CALLS if different).
+    "quick": dict(rounds=7, target_s=0.03, first_call_rounds=3, mem_calls=100_000),
+    "full": dict(rounds=11, target_s=0.25, first_call_rounds=7, mem_calls=100_000),
 }
 MEM_REPORT_CALLS = 100_000
 
@@ -48,14 +51,15 @@ def _parse(argv):
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
                       help="short run, under 2 minutes on 2 cores (default)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
-                      help="longer, steadier measurements; memory check over "
-                           "100,000 calls")
+                      help="longer, steadier measurements")
     parser.set_defaults(mode="quick")
     parser.add_argument("--json", metavar="PATH", help="write results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG bar chart "
                         "(needs matplotlib)")
     parser.add_argument("--cases", metavar="SUBSTRING",
-                        help="only cases whose name contains SUBSTRING")
+                        help="only cases whose name contains SUBSTRING (e.g. "
+                             "8_devices, _dispatch_, pjit; 'memory': only the "
+                             "memory check)")
     return parser.parse_args(argv)
 
 
@@ -69,16 +73,23 @@ def _import_pyplot():
     return plt
 
 
+def _loadavg():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_case(case, settings, bench):
+def run_case(case, settings, bench, cache):
     """Measure every impl of ``case``; returns (rows, skipped)."""
     runners, skipped = {}, []
     for impl in case.impls:
         try:
-            runners[impl] = bench.make_runner(case, impl)
+            runners[impl] = cache.get(case, impl)
         except bench.Unavailable as exc:
             skipped.append({"case": case.name, "impl": impl, "reason": str(exc)})
     if case.mode == "first_call":
@@ -87,6 +98,7 @@ def run_case(case, settings, bench):
         rounds = settings["rounds"]
         calls = {i: bench.calibrate(r, settings["target_s"]) for i, r in runners.items()}
     samples = {impl: [] for impl in runners}
+    gc.collect()
     for _ in range(rounds):  # interleaved: drifts hit every impl alike
         for impl, runner in runners.items():
             samples[impl].append(bench.measure(runner, calls[impl]))
@@ -125,6 +137,10 @@ def _shown(row):
     return row["wall_us"] if row["mode"] == "first_call" else row["cpu_us"]
 
 
+def _ratio_names(impls):
+    return [f"{a}/{b}" for a, b in RATIOS if a in impls and b in impls]
+
+
 def format_table(rows, ratios, impls):
     by = {}
     for r in rows:
@@ -132,7 +148,7 @@ def format_table(rows, ratios, impls):
     label = {c: c + (" [wall]" if any(r["mode"] == "first_call" for r in v.values())
                      else "") for c, v in by.items()}
     w0 = max([len("case")] + [len(s) for s in label.values()])
-    ratio_names = [f"{a}/{b}" for a, b in RATIOS]
+    ratio_names = _ratio_names(impls)
     head = (f"{'case':<{w0}}" + "".join(f"{i:>11}" for i in impls)
             + "".join(f"{n:>18}" for n in ratio_names))
     lines = [head, "-" * len(head)]
@@ -180,6 +196,24 @@ def write_plot(path, rows, impls, plt):
     plt.close(fig)
 
 
+def _skipped_lines(skipped, bench):
+    """'not run (reason): what' lines; a case whose every impl was skipped
+    for one reason is named once, otherwise 'case[impl]'."""
+    by_reason = {}
+    for s in skipped:
+        by_reason.setdefault(s["reason"], {}).setdefault(s["case"], []).append(s["impl"])
+    lines = []
+    for reason, cases in by_reason.items():
+        names = []
+        for case, impls in cases.items():
+            if set(impls) == set(bench.CASES_BY_NAME[case].impls):
+                names.append(case)
+            else:
+                names += [f"{case}[{i}]" for i in impls]
+        lines.append(f"not run ({reason}): {', '.join(names)}")
+    return lines
+
+
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
     plt = None
@@ -197,14 +231,16 @@ def main(argv=None):
     from pmapkit import _bench as bench
 
     settings = SETTINGS[args.mode]
+    load_start = _loadavg()
     start = time.perf_counter()
     cases = bench.select_cases(args.cases, include_unavailable=True)
-    if not cases:
+    if not cases and args.cases != "memory":
         print(f"no case name contains {args.cases!r}; cases: "
               + ", ".join(c.name for c in bench.CASES), file=sys.stderr)
         return 2
     devices = jax.devices()
     rows, skipped = [], []
+    cache = bench.RunnerCache()
     for n, case in enumerate(cases, 1):
         reason = case.unavailable_reason()
         if reason is not None:
@@ -212,10 +248,11 @@ def main(argv=None):
                         for i in case.impls]
             continue
         _log(f"[{n}/{len(cases)}] {case.name}")
-        case_rows, case_skipped = run_case(case, settings, bench)
+        case_rows, case_skipped = run_case(case, settings, bench, cache)
         rows += case_rows
         skipped += case_skipped
 
+    cache.clear()
     memory = None
     if (args.cases is None or args.cases == "memory"
             or args.cases in "pmap_trivial_1_devices"):
@@ -225,11 +262,13 @@ def main(argv=None):
         memory["growth_bytes_scaled"] = (memory["growth_bytes_per_call"]
                                          * MEM_REPORT_CALLS)
     elapsed = time.perf_counter() - start
+    load_end = _loadavg()
 
     ratios = _ratios(rows)
     impls = [i for i in bench.IMPLS if any(r["impl"] == i for r in rows)]
-    print(format_table(rows, ratios, impls))
-    print()
+    if rows:
+        print(format_table(rows, ratios, impls))
+        print()
     print(f"µs per call of caller-thread CPU (time.thread_time), median of "
           f"{settings['rounds']} interleaved rounds ({args.mode}); [wall] rows: "
           f"wall-clock µs of one first call (trace+lower+compile+run), median "
@@ -237,13 +276,8 @@ def main(argv=None):
     print("*_dispatch_* rows: calls only, blocking untimed every "
           f"{bench.BLOCK_EVERY} calls; other rows: call + block_until_ready. "
           "raw: bare execute_sharded + result handlers on pmapkit's program.")
-    unavailable = sorted({(s["case"], s["reason"]) for s in skipped})
-    if unavailable:
-        reasons = {}
-        for case, reason in unavailable:
-            reasons.setdefault(reason, []).append(case)
-        for reason, names in reasons.items():
-            print(f"not run ({reason}): {', '.join(sorted(set(names)))}")
+    for line in _skipped_lines(skipped, bench):
+        print(line)
     if memory is not None:
         kib = memory["growth_bytes"] / 1024
         line = (f"memory: resident set {memory['rss_before_bytes'] / 2**20:.1f} MiB -> "
@@ -254,9 +288,15 @@ def main(argv=None):
             line += (f"; scaled to {MEM_REPORT_CALLS:,} calls: "
                      f"{memory['growth_bytes_scaled'] / 1024:+.0f} KiB")
         print(line)
+        later = memory["window_growth_bytes"][1:]
+        if later:
+            print(f"        next {len(later)} x {memory['calls']:,} calls: "
+                  + ", ".join(f"{g / 1024:+.0f} KiB" for g in later)
+                  + " (a steady leak grows alike in every window)")
     print(f"jax {jax.__version__}, pmapkit {pmapkit.__version__} (compiled core: "
           f"{pmapkit.COMPILED}), {len(devices)} {devices[0].platform} devices, "
-          f"python {_platform.python_version()}, {elapsed:.1f} s")
+          f"python {_platform.python_version()}, {elapsed:.1f} s; "
+          f"{os.cpu_count()} host CPUs, load average {load_start} -> {load_end}")
 
     if args.json:
         doc = {
@@ -268,6 +308,8 @@ def main(argv=None):
                 "device_count": len(devices),
                 "platform": devices[0].platform,
                 "host": _platform.platform(),
+                "host_cpus": os.cpu_count(),
+                "load_average_start": load_start, "load_average_end": load_end,
                 "python": _platform.python_version(),
                 "mode": args.mode, "settings": settings,
                 "cases_filter": args.cases, "elapsed_s": elapsed,
@@ -283,8 +325,11 @@ def main(argv=None):
             json.dump(doc, f, indent=1)
         _log(f"wrote {args.json}")
     if args.plot:
-        write_plot(args.plot, rows, impls, plt)
-        _log(f"wrote {args.plot}")
+        if rows:
+            write_plot(args.plot, rows, impls, plt)
+            _log(f"wrote {args.plot}")
+        else:
+            _log("no case measured: no plot written")
     return 0
 
 
