@@ -54,7 +54,7 @@ cdef class DispatchFunction:
     cdef object _top_env
     cdef object _lower
     cdef object _reduce_fn
-    cdef object _extra_key
+    cdef object _context
     cdef dict _caches
     cdef tuple _current
     cdef public bint _always_fallback

@@ -129,12 +129,13 @@ class DispatchFunction:
         ``_jax_private.top_level_probe``.
       lower: ``lower(*args, **kwargs)`` for ``.lower``.
       reduce_fn: returns ``(callable, args)`` for pickling.
-      extra_key: None, or a callable whose result joins every key (pjit: the
-        mesh active at the call site).
+      context: None, or an object whose ``key`` attribute joins every key
+        (pjit: a thread-local holding the mesh active at the call site); an
+        attribute read, not a call, to stay cheap.
     """
 
     def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
-                 flatten, trace_context, probe, lower, reduce_fn, extra_key=None):
+                 flatten, trace_context, probe, lower, reduce_fn, context=None):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
@@ -159,7 +160,7 @@ class DispatchFunction:
         self._top_env = probe[3]
         self._lower = lower
         self._reduce_fn = reduce_fn
-        self._extra_key = extra_key
+        self._context = context
         self._caches = {}
         self._current = (None, {})
         self._always_fallback = False
@@ -237,7 +238,7 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
-        extra = None if self._extra_key is None else self._extra_key()
+        extra = None if self._context is None else self._context.key
         if self._max_static < 0 and not kwargs:
             # Common case: every argument is itself a leaf; no flattening.
             key = [nargs, extra]

@@ -234,13 +234,13 @@ class ProgramCompiled:
 
 
 def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature,
-                  extra_key=None):
+                  context=None):
     """The compiled-dispatch callable of one user function, with the classic
     introspection attributes (functools.wraps metadata, __signature__)."""
     fn = _dispatch_mod.DispatchFunction(
         fun, cache_miss, static, lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten, jp.trace_context, jp.top_level_probe(),
-        lower, reduce_fn, extra_key)
+        lower, reduce_fn, context)
     # functools.wraps metadata, without update_wrapper's __dict__ merge: when
     # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its
     # __dict__ holds its internals, which must not overwrite ours.

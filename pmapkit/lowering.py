@@ -234,7 +234,17 @@ def register_program(primitive, shardings, effects):
 
 
 def program_shardings(primitive, params, in_avals):
-    return _PROGRAMS[primitive].shardings(params, in_avals)
+    ins, outs = _PROGRAMS[primitive].shardings(params, in_avals)
+    return tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
+
+
+_interned_shardings = {}
+
+
+def intern_sharding(sharding):
+    """One object per distinct sharding, so an output fed back into a program
+    that wants the same sharding passes the hit path's identity check."""
+    return _interned_shardings.setdefault(sharding, sharding)
 
 
 def _pmap_shardings(params, in_avals):

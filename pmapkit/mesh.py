@@ -20,8 +20,12 @@ import numpy as np
 
 
 class _MeshStack(threading.local):
+    """Per thread: the entered meshes, and ``key``, the innermost one's jax
+    mesh (or None), which pjit's dispatch reads into every cache key."""
+
     def __init__(self):
         self.meshes = []
+        self.key = None
 
 
 _stack = _MeshStack()
@@ -82,11 +86,13 @@ class Mesh:
 
     def __enter__(self):
         _stack.meshes.append(self)
+        _stack.key = self.jax_mesh
         return self
 
     def __exit__(self, exc_type, exc, tb):
         popped = _stack.meshes.pop()
         assert popped is self, "pmapkit.Mesh contexts must exit in LIFO order"
+        _stack.key = _stack.meshes[-1].jax_mesh if _stack.meshes else None
         return False
 
     def __eq__(self, other):
@@ -115,7 +121,7 @@ def current_mesh():
     return meshes[-1] if meshes else None
 
 
-def current_jax_mesh():
-    """The key pjit's dispatch adds per call: the active jax mesh (or None)."""
-    meshes = _stack.meshes
-    return meshes[-1].jax_mesh if meshes else None
+def dispatch_context():
+    """The thread-local whose ``key`` (the active jax mesh, or None) pjit's
+    dispatch core adds to every cache key."""
+    return _stack

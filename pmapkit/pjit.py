@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
 from pmapkit._compiled import dispatch as _dispatch_mod
-from pmapkit.mesh import current_jax_mesh, current_mesh
+from pmapkit.mesh import current_mesh, dispatch_context
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
 
 _UNSET = object()
@@ -46,7 +46,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     return calls.make_dispatch(
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
-        spec.signature, extra_key=current_jax_mesh)
+        spec.signature, context=dispatch_context())
 
 
 def _pick(classic, modern, classic_name, modern_name):

@@ -16,26 +16,9 @@ from jax.extend import core as jex_core
 
 import pmapkit
 
-N = 8      # devices (tests/conftest.py)
-TOL = 1e-5
+from _checks import N, check, data
+
 PRIM = "pmapkit_pmap"
-
-
-def check(out, ref, tol=TOL):
-    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
-    ref_leaves, ref_tree = jax.tree_util.tree_flatten(ref)
-    assert out_tree == ref_tree, f"tree mismatch: {out_tree} vs {ref_tree}"
-    for o, r in zip(out_leaves, ref_leaves):
-        r = np.asarray(r)
-        assert isinstance(o, jax.Array), type(o)
-        assert o.shape == r.shape, (o.shape, r.shape)
-        assert o.dtype == r.dtype, (o.dtype, r.dtype)
-        np.testing.assert_allclose(np.asarray(o, np.float64), r.astype(np.float64),
-                                   rtol=tol, atol=tol)
-
-
-def data(*shape, seed=0):
-    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
 
 
 def our_eqns(jaxpr):

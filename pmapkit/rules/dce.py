@@ -2,49 +2,34 @@
 they need) leave the equation and its body."""
 from __future__ import annotations
 
+import functools
+
 from pmapkit import _jax_private as jp
 from pmapkit.primitives import body_effects, pjit_p, pmap_p
 from pmapkit.rules.common import select, with_params
 
 
-def _pmap_dce(used_outputs, eqn):
+def _dce(used_outputs, eqn, *, in_params, out_params, effects):
+    """``in_params`` / ``out_params``: the params holding one entry per
+    operand / result, filtered alongside the equation's vars."""
     if not any(used_outputs) and not jp.has_effects(eqn):
         return [False] * len(eqn.invars), None
     params = eqn.params
     closed = params["jaxpr"]
     jaxpr, used_inputs = jp.dce_jaxpr(closed.jaxpr, used_outputs)
     body = jp.ClosedJaxpr(jaxpr, closed.consts)
-    new_params = with_params(
-        params, jaxpr=body,
-        in_axes=tuple(select(used_inputs, params["in_axes"])),
-        out_axes=tuple(select(used_outputs, params["out_axes"])),
-        donated_invars=tuple(select(used_inputs, params["donated_invars"])))
+    updates = {k: tuple(select(used_inputs, params[k])) for k in in_params}
+    updates.update({k: tuple(select(used_outputs, params[k])) for k in out_params})
+    new_params = with_params(params, jaxpr=body, **updates)
     new_eqn = jp.new_jaxpr_eqn(
         select(used_inputs, eqn.invars), select(used_outputs, eqn.outvars),
-        pmap_p, new_params, body_effects(body, params["axis_name"]),
-        eqn.source_info, eqn.ctx)
+        eqn.primitive, new_params, effects(body, params), eqn.source_info, eqn.ctx)
     return used_inputs, new_eqn
 
 
-jp.pe.dce_rules[pmap_p] = _pmap_dce
-
-
-def _pjit_dce(used_outputs, eqn):
-    if not any(used_outputs) and not jp.has_effects(eqn):
-        return [False] * len(eqn.invars), None
-    params = eqn.params
-    closed = params["jaxpr"]
-    jaxpr, used_inputs = jp.dce_jaxpr(closed.jaxpr, used_outputs)
-    body = jp.ClosedJaxpr(jaxpr, closed.consts)
-    new_params = with_params(
-        params, jaxpr=body,
-        in_shardings=tuple(select(used_inputs, params["in_shardings"])),
-        out_shardings=tuple(select(used_outputs, params["out_shardings"])),
-        donated_invars=tuple(select(used_inputs, params["donated_invars"])))
-    new_eqn = jp.new_jaxpr_eqn(
-        select(used_inputs, eqn.invars), select(used_outputs, eqn.outvars),
-        pjit_p, new_params, body.effects, eqn.source_info, eqn.ctx)
-    return used_inputs, new_eqn
-
-
-jp.pe.dce_rules[pjit_p] = _pjit_dce
+jp.pe.dce_rules[pmap_p] = functools.partial(
+    _dce, in_params=("in_axes", "donated_invars"), out_params=("out_axes",),
+    effects=lambda body, params: body_effects(body, params["axis_name"]))
+jp.pe.dce_rules[pjit_p] = functools.partial(
+    _dce, in_params=("in_shardings", "donated_invars"), out_params=("out_shardings",),
+    effects=lambda body, params: body.effects)
