@@ -54,7 +54,6 @@ cdef class DispatchFunction:
     cdef object _top_env
     cdef object _lower
     cdef object _reduce_fn
-    cdef object _context
     cdef dict _caches
     cdef tuple _current
     cdef public bint _always_fallback
@@ -67,7 +66,7 @@ cdef class DispatchFunction:
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
-                   flat=tuple, leaf_id=Py_ssize_t, extra=object)
+                   flat=tuple, leaf_id=Py_ssize_t)
     cdef object _sign(self, tuple args, dict kwargs)
 
     cdef Py_ssize_t _leaf_id(self, object x) except -2

@@ -129,13 +129,10 @@ class DispatchFunction:
         ``_jax_private.top_level_probe``.
       lower: ``lower(*args, **kwargs)`` for ``.lower``.
       reduce_fn: returns ``(callable, args)`` for pickling.
-      context: None, or an object whose ``key`` attribute joins every key
-        (pjit: a thread-local holding the mesh active at the call site); an
-        attribute read, not a call, to stay cheap.
     """
 
     def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
-                 flatten, trace_context, probe, lower, reduce_fn, context=None):
+                 flatten, trace_context, probe, lower, reduce_fn):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
@@ -160,7 +157,6 @@ class DispatchFunction:
         self._top_env = probe[3]
         self._lower = lower
         self._reduce_fn = reduce_fn
-        self._context = context
         self._caches = {}
         self._current = (None, {})
         self._always_fallback = False
@@ -238,10 +234,9 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
-        extra = None if self._context is None else self._context.key
         if self._max_static < 0 and not kwargs:
             # Common case: every argument is itself a leaf; no flattening.
-            key = [nargs, extra]
+            key = [nargs]
             for x in args:
                 leaf_id = self._leaf_id(x)
                 if leaf_id < 0:
@@ -261,10 +256,10 @@ class DispatchFunction:
                 else:
                     dyn.append(args[i])
             flat = self._flatten((tuple(dyn), kwargs))
-            key = [flat[1], extra, tuple(statics)]
+            key = [flat[1], tuple(statics)]
         else:
             flat = self._flatten((args, kwargs))
-            key = [flat[1], extra]
+            key = [flat[1]]
         leaves = flat[0]
         for x in leaves:
             leaf_id = self._leaf_id(x)

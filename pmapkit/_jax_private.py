@@ -62,6 +62,14 @@ enable_x64 = _config.enable_x64
 debug_nans = _config.debug_nans
 
 
+def make_trace_context_state(name, help):
+    """A thread-local JAX config state that joins jit cache keys and the trace
+    context: a value set with ``with state(value):`` makes every jit (ours
+    and JAX's) trace and cache separately for it."""
+    return _config.string_or_object_state(
+        name, None, help, include_in_jit_key=True, include_in_trace_context=True)
+
+
 def top_level_probe():
     """The objects that tell, cheaply, whether no JAX trace is active.
 

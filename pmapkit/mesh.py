@@ -18,17 +18,23 @@ import threading
 import jax
 import numpy as np
 
+from pmapkit import _jax_private as jp
+
 
 class _MeshStack(threading.local):
-    """Per thread: the entered meshes, and ``key``, the innermost one's jax
-    mesh (or None), which pjit's dispatch reads into every cache key."""
+    """Per thread: the entered meshes, each with its config-state context."""
 
     def __init__(self):
-        self.meshes = []
-        self.key = None
+        self.entries = []
 
 
 _stack = _MeshStack()
+
+# The active mesh is also a JAX config state in the trace context, so any jit
+# around a pjit'd call (jax.jit, or pmapkit's own caches, which key on the
+# trace context) traces and caches separately per mesh.
+_mesh_state = jp.make_trace_context_state(
+    "pmapkit_active_mesh", "The mesh entered with `with pmapkit.Mesh(...)`.")
 
 
 class Mesh:
@@ -85,14 +91,15 @@ class Mesh:
         return self.jax_mesh.empty
 
     def __enter__(self):
-        _stack.meshes.append(self)
-        _stack.key = self.jax_mesh
+        state = _mesh_state(self.jax_mesh)
+        state.__enter__()
+        _stack.entries.append((self, state))
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        popped = _stack.meshes.pop()
-        assert popped is self, "pmapkit.Mesh contexts must exit in LIFO order"
-        _stack.key = _stack.meshes[-1].jax_mesh if _stack.meshes else None
+        entered, state = _stack.entries.pop()
+        assert entered is self, "pmapkit.Mesh contexts must exit in LIFO order"
+        state.__exit__(exc_type, exc, tb)
         return False
 
     def __eq__(self, other):
@@ -117,11 +124,5 @@ def mesh(devices, axis_names):
 
 def current_mesh():
     """The innermost mesh entered on this thread, or None."""
-    meshes = _stack.meshes
-    return meshes[-1] if meshes else None
-
-
-def dispatch_context():
-    """The thread-local whose ``key`` (the active jax mesh, or None) pjit's
-    dispatch core adds to every cache key."""
-    return _stack
+    entries = _stack.entries
+    return entries[-1][0] if entries else None

@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
 from pmapkit._compiled import dispatch as _dispatch_mod
-from pmapkit.mesh import current_mesh, dispatch_context
+from pmapkit.mesh import current_mesh
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
 
 _UNSET = object()
@@ -46,7 +46,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     return calls.make_dispatch(
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
-        spec.signature, context=dispatch_context())
+        spec.signature)
 
 
 def _pick(classic, modern, classic_name, modern_name):
@@ -73,7 +73,8 @@ class _PjitSpec:
                                         "out_axis_resources", "out_shardings")
         self.user_in = in_tree
         self.user_out = out_tree
-        self.in_resources = specs.prepare_axis_resources(in_tree, self.in_what)
+        self.in_resources = specs.prepare_axis_resources(in_tree, self.in_what,
+                                                         tupled_args=True)
         self.out_resources = specs.prepare_axis_resources(out_tree, self.out_what)
         self.fun = fun
         self.static = calls.argnum_tuple(fun, static_argnums, "static_argnums", "pjit")

@@ -67,11 +67,15 @@ def is_spec_leaf(x):
     return x is None or isinstance(x, (PartitionSpec, NamedSharding))
 
 
-def prepare_axis_resources(tree, what):
+def prepare_axis_resources(tree, what, tupled_args=False):
     """Validate a pytree-prefix of ``None | PartitionSpec | NamedSharding``
-    leaves at decoration time; PartitionSpecs become ParsedPartitionSpecs."""
-    if isinstance(tree, list):
-        tree = tuple(tree)  # a list prefix means the same as a tuple
+    leaves at decoration time; PartitionSpecs become ParsedPartitionSpecs.
+
+    With ``tupled_args`` (a prefix of the positional-arguments tuple) a list
+    means the same as a tuple, as in classic pjit; elsewhere (outputs) a list
+    is a list, to match a function returning one."""
+    if tupled_args and isinstance(tree, list):
+        tree = tuple(tree)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_spec_leaf)
     parsed = [leaf if isinstance(leaf, NamedSharding) else
               ParsedPartitionSpec.from_user_input(leaf, what) for leaf in leaves]

@@ -1,0 +1,295 @@
+"""The classic pjit errors: exception type and message text.
+
+Messages follow classic ``jax.experimental.pjit`` (``_check_shapes_against_
+resources``, ``ParsedPartitionSpec``, ``infer_params``); where pmapkit adds
+the argument the message is about (``argument 'x' (positional argument 0)``),
+that is pinned too. Most errors are raised before anything compiles.
+"""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pmapkit
+from pmapkit import PartitionSpec as P
+
+AXES = ("x", "y")
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    # 'x' has 2 devices, 'y' has 4.
+    return pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), AXES)
+
+
+def farange(*shape, dtype=np.float32):
+    return np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+
+
+def double(x):
+    return x * 2
+
+
+def add(x, y):
+    return x + y
+
+
+def raises(exc, *fragments):
+    """pytest.raises matching every fragment literally, in order."""
+    return pytest.raises(exc, match=".*".join(re.escape(f) for f in fragments))
+
+
+# ------------------------------------------------- shapes against the mesh --
+
+def test_rank_smaller_than_in_spec(mesh):
+    f = pmapkit.pjit(double, P("x", "y", None), None)
+    with mesh, raises(ValueError, "One of pjit arguments was given the resource "
+                      "assignment of P('x', 'y', None), which implies that it has "
+                      "a rank of at least 3, but it is 2", "argument 'x'"):
+        f(farange(8, 4))
+
+
+def test_undefined_mesh_axis_in_spec(mesh):
+    f = pmapkit.pjit(add, (None, P("z")), None)
+    with mesh, raises(ValueError, "One of pjit arguments", "resource axis z is "
+                      "undefined. Did you forget to declare the mesh?",
+                      "argument 'y' (positional argument 1)"):
+        f(farange(8), farange(8))
+
+
+def test_indivisible_dimension(mesh):
+    f = pmapkit.pjit(double, P("y", "x"), None)
+    with mesh, raises(ValueError, "which implies that the size of its dimension 0 "
+                      "should be divisible by 4, but it is equal to 6",
+                      "argument 'x'"):
+        f(farange(6, 4))
+
+
+def test_indivisible_dimension_over_a_tuple_of_axes(mesh):
+    f = pmapkit.pjit(double, P(None, ("x", "y")), None)
+    with mesh, raises(ValueError, "resource assignment of P(None, ('x', 'y'))",
+                      "dimension 1 should be divisible by 8, but it is equal to 4"):
+        f(farange(8, 4))
+
+
+def test_error_names_a_nested_argument_leaf(mesh):
+    f = pmapkit.pjit(lambda a, p: a + p["w"], (None, {"w": P("y")}), None)
+    with mesh, raises(ValueError, "divisible by 4, but it is equal to 6",
+                      "argument 'p' (positional argument 1) at ['w']"):
+        f(farange(6), {"w": farange(6)})
+
+
+def test_error_names_the_argument_after_a_static_one(mesh):
+    f = pmapkit.pjit(lambda k, a: a * k, P("x"), None, static_argnums=0)
+    with mesh, raises(ValueError, "divisible by 2, but it is equal to 3",
+                      "argument 'a' (positional argument 1)"):
+        f(5, farange(3))
+
+
+def test_shape_errors_also_raised_by_lower_and_under_jit(mesh):
+    f = pmapkit.pjit(double, P("x"), None)
+    x = farange(3)
+    with mesh:
+        with raises(ValueError, "should be divisible by 2, but it is equal to 3"):
+            f.lower(x)
+        with raises(ValueError, "should be divisible by 2, but it is equal to 3"):
+            jax.jit(f)(x)
+        with raises(ValueError, "should be divisible by 2, but it is equal to 3"):
+            jax.make_jaxpr(f)(x)
+        assert f._cache_size == 0
+        # a good call afterwards works
+        np.testing.assert_array_equal(np.asarray(f(farange(4))), farange(4) * 2)
+
+
+# ---------------------------------------------------------- output specs --
+
+def test_output_rank_smaller_than_spec(mesh):
+    f = pmapkit.pjit(lambda a: a.sum(), None, P("x"))
+    with mesh, raises(ValueError, "One of pjit outputs was given the resource "
+                      "assignment of P('x',), which implies that it has a rank "
+                      "of at least 1, but it is 0"):
+        f(farange(8))
+
+
+def test_output_undefined_axis(mesh):
+    f = pmapkit.pjit(lambda t: (t[0] * 2,), None, (P("q"),))
+    with mesh, raises(ValueError, "One of pjit outputs", "resource axis q is "
+                      "undefined. Did you forget to declare the mesh?"):
+        f((farange(8),))
+
+
+def test_output_indivisible(mesh):
+    f = pmapkit.pjit(lambda a: a[:3], None, P("x"))
+    with mesh, raises(ValueError, "One of pjit outputs", "should be divisible by "
+                      "2, but it is equal to 3"):
+        f(farange(8))
+
+
+def test_out_spec_not_a_prefix_of_the_output(mesh):
+    f = pmapkit.pjit(double, None, (P("x"), P("x")))
+    with mesh, raises(ValueError, "pjit out_axis_resources specification must be "
+                      "a tree prefix of the output"):
+        f(farange(8))
+
+
+# ------------------------------------------------------ spec validation --
+
+@pytest.mark.parametrize("what,kwargs", [
+    ("in_axis_resources", {"in_axis_resources": P("x", "x"), "out_axis_resources": None}),
+    ("in_axis_resources", {"in_axis_resources": (P(("x", "y"), "x"),), "out_axis_resources": None}),
+    ("out_axis_resources", {"in_axis_resources": None, "out_axis_resources": P("y", None, "y")}),
+], ids=["in", "in-tuple", "out"])
+def test_mesh_axis_used_twice_in_one_spec(what, kwargs):
+    # Raised at decoration time, with or without a mesh.
+    with raises(ValueError, f"A single {what} specification can map every mesh "
+                "axis to at most one positional dimension", "duplicate entries for"):
+        pmapkit.pjit(double, **kwargs)
+
+
+@pytest.mark.parametrize("what,kwargs,bad", [
+    ("in_axis_resources", {"in_axis_resources": "x", "out_axis_resources": None}, "'x'"),
+    ("in_axis_resources", {"in_axis_resources": (None, 0), "out_axis_resources": None}, "0"),
+    ("out_axis_resources", {"in_axis_resources": None, "out_axis_resources": {"a": ("x",)}}, "'x'"),
+], ids=["in-str", "in-int", "out-str"])
+def test_spec_of_the_wrong_type(what, kwargs, bad):
+    with raises(TypeError, f"{what} leaf specifications are expected to be "
+                f"PartitionSpec instances or None, but got {bad}"):
+        pmapkit.pjit(add, **kwargs)
+
+
+def test_in_spec_not_a_prefix_of_the_arguments(mesh):
+    f = pmapkit.pjit(add, (P("x"), None, None), None)
+    with mesh, raises(ValueError, "pjit in_axis_resources specification must be a "
+                      "tree prefix of the positional arguments tuple"):
+        f(farange(8), farange(8))
+    g = pmapkit.pjit(double, ({"a": None},), None)
+    with mesh, raises(ValueError, "tree prefix of the positional arguments tuple"):
+        g(farange(8))
+
+
+# ---------------------------------------------------------------- mesh --
+
+def test_no_mesh_active():
+    f = pmapkit.pjit(double, P("x"), None)
+    with raises(RuntimeError, "pjit requires a non-empty mesh! Are you sure that "
+                "it's defined at the call site?"):
+        f(farange(8))
+    with raises(RuntimeError, "pjit requires a non-empty mesh"):
+        f.lower(farange(8))
+
+
+def test_bad_meshes():
+    devices = np.array(jax.devices())
+    with raises(ValueError, "one name per dimension"):
+        pmapkit.Mesh(devices.reshape(2, 4), ("x",))
+    with raises(ValueError, "axis_names must be unique"):
+        pmapkit.Mesh(devices.reshape(2, 4), ("x", "x"))
+
+
+# -------------------------------------------------------- pjit options --
+
+def test_both_spellings_given():
+    with raises(ValueError, "pjit got both in_axis_resources and in_shardings"):
+        pmapkit.pjit(double, None, None, in_shardings=None)
+    with raises(ValueError, "pjit got both out_axis_resources and out_shardings"):
+        pmapkit.pjit(double, None, out_shardings=None, out_axis_resources=None)
+
+
+def test_missing_axis_resources():
+    with raises(TypeError, "missing required argument 'in_axis_resources'"):
+        pmapkit.pjit(double)
+    with raises(TypeError, "missing required argument 'out_axis_resources'"):
+        pmapkit.pjit(double, None)
+
+
+def test_not_callable():
+    with raises(TypeError, "pjit requires a callable"):
+        pmapkit.pjit(3, None, None)
+
+
+def test_static_and_donate_argnums_overlap():
+    with raises(ValueError, "donate_argnums and static_argnums must not overlap"):
+        pmapkit.pjit(add, None, None, static_argnums=0, donate_argnums=(0, 1))
+
+
+def test_kwargs_not_supported(mesh):
+    f = pmapkit.pjit(add, None, None)
+    with mesh, raises(NotImplementedError, "pjit does not support keyword arguments"):
+        f(farange(8), y=farange(8))
+
+
+@pytest.mark.parametrize("option", ["static_argnums", "donate_argnums"])
+def test_argnums_beyond_the_arguments(mesh, option):
+    f = pmapkit.pjit(add, None, None, **{option: 2})
+    with mesh, raises(ValueError, f"{option}=(2,)", "but was called with only 2 "
+                      "positional arguments"):
+        f(farange(8), farange(8))
+
+
+def test_unhashable_static_argument(mesh):
+    f = pmapkit.pjit(lambda a, k: a * len(k), None, None, static_argnums=1)
+    with mesh, raises(ValueError, "Non-hashable static arguments are not supported",
+                      "index 1", "list"):
+        f(farange(8), [1, 2])
+
+
+def test_non_array_argument_is_named(mesh):
+    f = pmapkit.pjit(add, None, None)
+    with mesh, raises(TypeError, "argument 'y' (positional argument 1)", "str",
+                      "is not a valid JAX type"):
+        f(farange(8), "nope")
+
+
+# ------------------------------------------------ with_sharding_constraint --
+
+def test_with_sharding_constraint_outside_any_trace(mesh):
+    for x in (farange(8), jnp.arange(8.0)):
+        with raises(NotImplementedError, "with_sharding_constraint() should only be "
+                    "called inside pjit()"):
+            pmapkit.with_sharding_constraint(x, P("x"))
+        with mesh, raises(NotImplementedError, "should only be called inside pjit"):
+            pmapkit.with_sharding_constraint(x, P("x"))
+
+
+def test_with_sharding_constraint_undefined_axis_inside_pjit(mesh):
+    f = pmapkit.pjit(lambda a: pmapkit.with_sharding_constraint(a * 2, P("z")),
+                     None, None)
+    with mesh, raises(ValueError, "One of with_sharding_constraint arguments was "
+                      "given the resource assignment of P('z',), but resource axis "
+                      "z is undefined. Did you forget to declare the mesh?"):
+        f(farange(8))
+
+
+def test_with_sharding_constraint_shape_errors_inside_pjit(mesh):
+    rank = pmapkit.pjit(
+        lambda a: pmapkit.with_sharding_constraint(a, P("x", "y", None)), None, None)
+    indivisible = pmapkit.pjit(
+        lambda a: pmapkit.with_sharding_constraint(a[:6], P("y")), None, None)
+    with mesh:
+        with raises(ValueError, "with_sharding_constraint arguments", "rank of at "
+                    "least 3, but it is 2"):
+            rank(farange(8, 4))
+        with raises(ValueError, "with_sharding_constraint arguments", "divisible "
+                    "by 4, but it is equal to 6"):
+            indivisible(farange(8))
+
+
+def test_with_sharding_constraint_bad_specs(mesh):
+    dup = pmapkit.pjit(
+        lambda a: pmapkit.with_sharding_constraint(a, P("x", "x")), None, None)
+    typ = pmapkit.pjit(
+        lambda a: pmapkit.with_sharding_constraint(a, "x"), None, None)
+    with mesh:
+        with raises(ValueError, "duplicate entries for `x`"):
+            dup(farange(8, 8))
+        with raises(TypeError, "axis_resources leaf specifications are expected to "
+                    "be PartitionSpec instances or None, but got 'x'"):
+            typ(farange(8))
+
+
+def test_with_sharding_constraint_under_jit_without_a_mesh():
+    f = jax.jit(lambda a: pmapkit.with_sharding_constraint(a, P("x")))
+    with raises(RuntimeError, "with_sharding_constraint requires a non-empty mesh"):
+        f(farange(8))
