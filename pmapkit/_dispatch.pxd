@@ -66,7 +66,7 @@ cdef class DispatchFunction:
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
-                   flat=tuple, leaf_id=Py_ssize_t)
+                   flat=tuple, leaf_id=Py_ssize_t, leaves=list, simple=bint)
     cdef object _sign(self, tuple args, dict kwargs)
 
     cdef Py_ssize_t _leaf_id(self, object x) except -2

@@ -235,15 +235,36 @@ class DispatchFunction:
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
         if self._max_static < 0 and not kwargs:
-            # Common case: every argument is itself a leaf; no flattening.
+            # Common shapes signed without pytree flattening: each argument a
+            # leaf, or a plain list/tuple of leaves. Such keys start with an
+            # int and mark each list/tuple with a negative int encoding its
+            # type and length (leaf ids are >= 0), so they never collide with
+            # the treedef-keyed ones below.
             key = [nargs]
+            leaves = []
+            simple = True
             for x in args:
-                leaf_id = self._leaf_id(x)
-                if leaf_id < 0:
-                    break
-                key.append(leaf_id)
-            else:
-                return (tuple(key), args)
+                t = type(x)
+                if t is list or t is tuple:
+                    key.append((-2 if t is list else -3) - 2 * len(x))
+                    for y in x:
+                        leaf_id = self._leaf_id(y)
+                        if leaf_id < 0:
+                            simple = False
+                            break
+                        key.append(leaf_id)
+                        leaves.append(y)
+                    if not simple:
+                        break
+                else:
+                    leaf_id = self._leaf_id(x)
+                    if leaf_id < 0:
+                        simple = False
+                        break
+                    key.append(leaf_id)
+                    leaves.append(x)
+            if simple:
+                return (tuple(key), leaves)
         if self._max_static >= 0:
             if self._max_static >= nargs:
                 return None
@@ -255,10 +276,12 @@ class DispatchFunction:
                     statics.append((type(args[i]), args[i]))
                 else:
                     dyn.append(args[i])
-            flat = self._flatten((tuple(dyn), kwargs))
+            flat = self._flatten((tuple(dyn), kwargs) if kwargs else tuple(dyn))
             key = [flat[1], tuple(statics)]
         else:
-            flat = self._flatten((args, kwargs))
+            # Without keyword arguments the args tuple alone flattens to the
+            # same leaves, faster.
+            flat = self._flatten((args, kwargs) if kwargs else args)
             key = [flat[1]]
         leaves = flat[0]
         for x in leaves:
