@@ -1,6 +1,7 @@
 """Check helpers shared by the transformation-rule test modules."""
 import jax
 import numpy as np
+from jax.extend import core as jex_core
 
 import pmapkit
 
@@ -33,3 +34,14 @@ def data(*shape, seed=0):
 def both(fn, **kw):
     """(pmapkit.pmap(fn), jax.pmap(fn)) with the same options."""
     return pmapkit.pmap(fn, **kw), jax.pmap(fn, **kw)
+
+
+def sub_jaxprs(value):
+    """The Jaxprs in one equation param (a Jaxpr, ClosedJaxpr or tuple of them)."""
+    if isinstance(value, jex_core.ClosedJaxpr):
+        yield value.jaxpr
+    elif isinstance(value, jex_core.Jaxpr):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from sub_jaxprs(v)

@@ -21,6 +21,8 @@ from jax.extend import core as jex_core
 from jax.sharding import NamedSharding
 
 import pmapkit
+
+from _checks import sub_jaxprs
 from pmapkit import PartitionSpec as P
 from pmapkit import lowering
 
@@ -79,16 +81,6 @@ def compare(out, ref, tol=TOL):
 
 # ------------------------------------------------------------ jaxpr walking --
 
-def _sub_jaxprs(value):
-    if isinstance(value, jex_core.ClosedJaxpr):
-        yield value.jaxpr
-    elif isinstance(value, jex_core.Jaxpr):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _sub_jaxprs(v)
-
-
 def walk(jaxpr):
     """Every equation, recursively through Jaxpr / ClosedJaxpr params."""
     if isinstance(jaxpr, jex_core.ClosedJaxpr):
@@ -96,7 +88,7 @@ def walk(jaxpr):
     for eqn in jaxpr.eqns:
         yield eqn
         for p in eqn.params.values():
-            for sub in _sub_jaxprs(p):
+            for sub in sub_jaxprs(p):
                 yield from walk(sub)
 
 
@@ -238,7 +230,7 @@ def test_make_jaxpr_of_grad_and_vmap_binds_our_primitive():
 
 
 def test_dce_drops_an_unused_output():
-    from jax._src.interpreters import partial_eval as pe
+    from pmapkit._jax_private import pe
     f = pmapkit.pjit(lambda a: (a * 2, jnp.sin(a)), P("x"), (P("x"), P("y")))
     outer = jax.jit(lambda a: f(a)[0])
     with MESH:

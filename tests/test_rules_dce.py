@@ -13,22 +13,12 @@ from jax.extend import core as jex_core
 
 import pmapkit
 
-from _checks import N, check, data
+from _checks import N, check, data, sub_jaxprs
 
 PRIM = "pmapkit_pmap"
 
 
 # ------------------------------------------------------------ jaxpr walking --
-
-def _sub_jaxprs(value):
-    if isinstance(value, jex_core.ClosedJaxpr):
-        yield value.jaxpr
-    elif isinstance(value, jex_core.Jaxpr):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _sub_jaxprs(v)
-
 
 def walk(jaxpr, into_ours=True):
     """Yield (eqn, inside_our_primitive) for every equation, recursively
@@ -43,7 +33,7 @@ def walk(jaxpr, into_ours=True):
             if ours and not into_ours:
                 continue
             for p in eqn.params.values():
-                for sub in _sub_jaxprs(p):
+                for sub in sub_jaxprs(p):
                     yield from go(sub, inside or ours)
 
     yield from go(jaxpr, False)
@@ -75,7 +65,7 @@ def body_prims(eqn):
 def _dce(closed):
     # JAX's own DCE pass over the traced jaxpr (what jit does before lowering);
     # it dispatches to pmapkit's rule for the pmap equation nested in the jit.
-    from jax._src.interpreters import partial_eval as pe
+    from pmapkit._jax_private import pe
     jaxpr, _ = pe.dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
     return jaxpr
 
