@@ -25,7 +25,7 @@ cdef class CacheEntry:
     cdef public object shard_fallback
     cdef public LeafTypes types
 
-    @cython.locals(types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
+    @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
                    out=list, in_shardings=tuple)
     cpdef list shard(self, leaves)
 

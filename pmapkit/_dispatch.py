@@ -84,7 +84,7 @@ class CacheEntry:
         else goes to the Python ``shard_fallback`` (resharding, zero-copy
         re-views of equivalent shardings).
         """
-        types = self.types
+        leaf_types = self.types
         kept = self.kept
         in_shardings = self.in_shardings
         n = len(in_shardings)
@@ -93,23 +93,23 @@ class CacheEntry:
             i = j if kept is None else kept[j]
             x = leaves[i]
             t = type(x)
-            if t is types.array_type:
+            if t is leaf_types.array_type:
                 want = in_shardings[j]
-                have = getattr(x, types.sharding_attr)
+                have = getattr(x, leaf_types.sharding_attr)
                 if have is want or have == want:
                     if x.is_deleted():
-                        types.raise_deleted(x)  # donated earlier: JAX's error
+                        leaf_types.raise_deleted(x)  # donated earlier: JAX's error
                     out[j] = x
                 else:
-                    out[j] = self.shard_fallback(x, i, j)
-            elif t is types.ndarray_type:
+                    out[j] = self.shard_fallback(x, i)
+            elif t is leaf_types.ndarray_type:
                 out[j] = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
-                  or isinstance(x, types.host_scalar_type)):
+                  or isinstance(x, leaf_types.host_scalar_type)):
                 spec = self.host_specs[j]
-                out[j] = spec.put(types.asarray(x, spec.dtype))
+                out[j] = spec.put(leaf_types.asarray(x, spec.dtype))
             else:
-                out[j] = self.shard_fallback(x, i, j)
+                out[j] = self.shard_fallback(x, i)
         return out
 
 

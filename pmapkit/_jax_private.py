@@ -10,9 +10,8 @@ from __future__ import annotations
 from jax._src import api_util as _api_util
 from jax._src import config as _config
 from jax._src import core as _core
-from jax._src import dispatch as _dispatch
-from jax._src import dtypes as _dtypes
 from jax._src import linear_util as _lu
+from jax._src import source_info_util as _source_info_util
 from jax._src import tree_util as _tree_util
 from jax._src import xla_bridge as _xb
 from jax._src.interpreters import ad as _ad
@@ -32,13 +31,8 @@ Var = _core.Var
 DebugInfo = _lu.DebugInfo
 shaped_abstractify = _core.shaped_abstractify
 get_aval = _core.typeof
-valid_jaxtype = _core.valid_jaxtype
-canonicalize_dtype = _dtypes.canonicalize_dtype
-float0 = _dtypes.float0
-jaxpr_as_fun = _core.jaxpr_as_fun
 eval_jaxpr = _core.eval_jaxpr
 new_jaxpr_eqn = _core.new_jaxpr_eqn
-subjaxprs = _core.subjaxprs
 jaxprs_in_params = _core.jaxprs_in_params
 remove_named_axis_effects = _core.remove_named_axis_effects
 
@@ -49,7 +43,6 @@ convert_constvars_jaxpr = _pe.convert_constvars_jaxpr
 extend_axis_env_nd = _core.extend_axis_env_nd
 trace_state_clean = _core.trace_state_clean
 fun_sourceinfo = _api_util.fun_sourceinfo
-fun_signature = _api_util.fun_signature
 
 # --- pytrees -------------------------------------------------------------------
 tree_registry = _tree_util.default_registry
@@ -58,7 +51,6 @@ prefix_errors = _tree_util.prefix_errors
 
 # --- config / trace context ---------------------------------------------------
 trace_context = _config.trace_context
-enable_x64 = _config.enable_x64
 debug_nans = _config.debug_nans
 
 
@@ -103,11 +95,10 @@ def raise_if_deleted(x):
     x._check_if_deleted()
 global_aval_to_result_handler = _pxla.global_aval_to_result_handler
 process_count = _xb.process_count
-runtime_tokens = _dispatch.runtime_tokens
 
 
 def mesh_executable_parts(compiled):
-    """(LoadedExecutable, kept input indices, has unordered/ordered effects).
+    """(LoadedExecutable, kept input indices or None).
 
     ``compiled`` is a ``jax.stages.Compiled`` from ``jit(...).lower().compile()``.
     """
@@ -138,6 +129,4 @@ has_effects = _pe.has_effects
 partial_eval_jaxpr_custom = _pe.partial_eval_jaxpr_custom
 
 
-def current_source_info():
-    from jax._src import source_info_util
-    return source_info_util.current()
+current_source_info = _source_info_util.current

@@ -156,9 +156,8 @@ class CompiledProgram:
             _host_spec(a, s) for a, s in zip(in_avals, self.in_shardings))
         self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
 
-    def shard_fallback(self, x, i, j):
-        """Python path for one leaf the fast path does not handle."""
-        del j
+    def shard_fallback(self, x, i):
+        """Python path for flat leaf ``i`` when the fast path cannot take it."""
         sharding = self.in_shardings[i]
         aval = self.in_avals[i]
         if isinstance(x, jp.ArrayImpl):
@@ -193,7 +192,7 @@ def _all_inputs(kept_arrays, kept, args, compiled):
     # jax's Compiled.__call__ wants every input, pruned or not.
     if kept is None:
         return kept_arrays
-    full = [compiled.shard_fallback(x, i, None) for i, x in enumerate(args)]
+    full = [compiled.shard_fallback(x, i) for i, x in enumerate(args)]
     for j, i in enumerate(kept):
         full[i] = kept_arrays[j]
     return full

@@ -85,16 +85,20 @@ def _pmap_abstract_eval(*in_avals, jaxpr, axis_name, axis_size, devices,
 pmap_p.def_effectful_abstract_eval(_pmap_abstract_eval)
 
 
-def _pmap_impl(*args, **params):
-    # Eager evaluation of a pmap equation (e.g. eval_jaxpr of a jaxpr that
-    # holds one): compile once per equation params and input avals, then run.
-    from pmapkit import lowering
-    compiled = lowering.compile_program(
-        pmap_p, params, tuple(jp.shaped_abstractify(x) for x in args))
-    return compiled.run_flat(args)
+def _compiled_impl(primitive):
+    """Eager evaluation of one of our equations (e.g. eval_jaxpr of a jaxpr
+    that holds one): compile once per params and input avals, then run."""
+
+    def impl(*args, **params):
+        from pmapkit import lowering
+        compiled = lowering.compile_program(
+            primitive, params, tuple(jp.shaped_abstractify(x) for x in args))
+        return compiled.run_flat(args)
+
+    return impl
 
 
-pmap_p.def_impl(_pmap_impl)
+pmap_p.def_impl(_compiled_impl(pmap_p))
 
 
 # -- pjit ---------------------------------------------------------------------
@@ -118,11 +122,4 @@ def _pjit_abstract_eval(*in_avals, jaxpr, in_shardings, out_shardings,
 pjit_p.def_effectful_abstract_eval(_pjit_abstract_eval)
 
 
-def _pjit_impl(*args, **params):
-    from pmapkit import lowering
-    compiled = lowering.compile_program(
-        pjit_p, params, tuple(jp.shaped_abstractify(x) for x in args))
-    return compiled.run_flat(args)
-
-
-pjit_p.def_impl(_pjit_impl)
+pjit_p.def_impl(_compiled_impl(pjit_p))
