@@ -9,25 +9,16 @@ Public surface (explicit re-exports only):
   parse_op_sharding   the classic sharding-spec types and conversions
   COMPILED       True when the Cython dispatch core is in use
 """
-import os as _os
+from jax.sharding import NamedSharding, PartitionSpec
 
-from pmapkit._locate import installed_build_dir as _installed_build_dir
-
-_build = _installed_build_dir(_os.path.dirname(_os.path.abspath(__file__)))
-if _build is not None:
-    __path__.insert(0, _build)  # noqa: F821 (package __path__)
-del _build, _installed_build_dir, _os
-
-from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
-
-from pmapkit._compiled import COMPILED  # noqa: E402
-from pmapkit.mesh import Mesh, mesh  # noqa: E402
-from pmapkit.pjit import pjit, with_sharding_constraint  # noqa: E402
-from pmapkit.pmap import pmap  # noqa: E402
-from pmapkit.sharding_specs import (  # noqa: E402
+from pmapkit._compiled import COMPILED
+from pmapkit.mesh import Mesh, mesh
+from pmapkit.pjit import pjit, with_sharding_constraint
+from pmapkit.pmap import pmap
+from pmapkit.sharding_specs import (
     Chunked, NoSharding, Replicated, ShardedAxis, ShardingSpec, Unstacked,
     parse_op_sharding)
-from pmapkit import rules as _rules  # noqa: E402,F401  (registers transformation rules)
+from pmapkit import rules as _rules  # noqa: F401  (registers transformation rules)
 
 __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "PartitionSpec", "Replicated", "ShardedAxis", "ShardingSpec",

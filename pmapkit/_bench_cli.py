@@ -56,6 +56,9 @@ def _parse(argv):
     parser.add_argument("--json", metavar="PATH", help="write results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG bar chart "
                         "(needs matplotlib)")
+    parser.add_argument("--multiprocess", action="store_true",
+                        help="also run the multi-process feature cases (they "
+                             "launch local processes; not part of --quick)")
     parser.add_argument("--cases", metavar="SUBSTRING",
                         help="only cases whose name contains SUBSTRING (e.g. "
                              "8_devices, _dispatch_, pjit; 'memory': only the "
@@ -229,14 +232,18 @@ def main(argv=None):
 
     import pmapkit
     from pmapkit import _bench as bench
+    from pmapkit import _bench_features as features
 
     settings = SETTINGS[args.mode]
     load_start = _loadavg()
     start = time.perf_counter()
     cases = bench.select_cases(args.cases, include_unavailable=True)
-    if not cases and args.cases != "memory":
+    all_features, feature_errors = features.load_cases()
+    feature_cases = features.select(all_features, args.cases, args.multiprocess)
+    if not cases and not feature_cases and args.cases != "memory":
         print(f"no case name contains {args.cases!r}; cases: "
-              + ", ".join(c.name for c in bench.CASES), file=sys.stderr)
+              + ", ".join([c.name for c in bench.CASES]
+                          + [c.name for c in all_features]), file=sys.stderr)
         return 2
     devices = jax.devices()
     rows, skipped = [], []
@@ -253,6 +260,10 @@ def main(argv=None):
         skipped += case_skipped
 
     cache.clear()
+    feature_results = []
+    for n, case in enumerate(feature_cases, 1):
+        _log(f"[feature {n}/{len(feature_cases)}] {case.name}")
+        feature_results.append((case, case.run(settings)))
     memory = None
     if (args.cases is None or args.cases == "memory"
             or args.cases in "pmap_trivial_1_devices"):
@@ -278,6 +289,11 @@ def main(argv=None):
           "raw: bare execute_sharded + result handlers on pmapkit's program.")
     for line in _skipped_lines(skipped, bench):
         print(line)
+    if feature_results:
+        print()
+        print(features.format_table(feature_results))
+    for module, error in feature_errors.items():
+        print(f"feature cases of {module} not loaded: {error}")
     if memory is not None:
         kib = memory["growth_bytes"] / 1024
         line = (f"memory: resident set {memory['rss_before_bytes'] / 2**20:.1f} MiB -> "
@@ -320,6 +336,10 @@ def main(argv=None):
             "ratios": ratios,
             "memory": memory,
             "skipped": skipped,
+            "features": [{"case": c.name, "baseline": c.baseline,
+                          "higher_is_better": c.higher_is_better,
+                          "ratio": features.ratio(c, r), "rows": r}
+                         for c, r in feature_results],
         }
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
@@ -334,6 +354,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from pmapkit.__main__ import _configure_devices
-    _configure_devices()
+    from pmapkit.demo import configure_devices
+    configure_devices()
     sys.exit(main())

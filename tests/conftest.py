@@ -1,13 +1,27 @@
-"""Test configuration: 8 simulated CPU devices, set before any backend starts."""
+"""Test configuration.
+
+- 8 simulated CPU devices, set before any backend starts.
+- The pmapkit under test is the *installed* one: the suite refuses to run
+  against the checkout's ``pmapkit/`` shadowing the install (run it as README
+  says, ``python -P -m pytest tests``: ``-P`` keeps the current directory off
+  ``sys.path``).
+"""
 import os
 
-# Must happen before jax creates its CPU client; jax is imported lazily by the
-# test modules, but set both knobs so either mechanism wins.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 if "--xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+import _install  # noqa: E402  (tests/_install.py)
+
+
+def pytest_configure(config):
+    problem = _install.shadowing_problem()
+    if problem:
+        raise pytest.UsageError(problem)

@@ -28,7 +28,7 @@ needs_unset = pytest.mark.skipif(
 def test_dispatch_and_error_suites_pass_in_pure_python_mode():
     paths = ["tests/test_dispatch.py", "tests/test_pmap_errors.py"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+        [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
         cwd=REPO, env=PURE_ENV, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
@@ -40,7 +40,7 @@ def test_pure_python_mode_loads_the_sources():
     code = ("import pmapkit, pmapkit._compiled as c; "
             "print(pmapkit.COMPILED); print(c.dispatch.__file__); "
             "print(c.shard_arg.__file__)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=PURE_ENV,
+    proc = subprocess.run([sys.executable, "-P", "-c", code], cwd=REPO, env=PURE_ENV,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     compiled, dispatch_file, shard_file = proc.stdout.split()
