@@ -5,7 +5,10 @@ import os
 
 import pmapkit
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The source tree the install was built from: the tests' parent directory, or
+# PMAPKIT_CHECKOUT when the tests run from a copy outside the checkout.
+REPO = os.environ.get("PMAPKIT_CHECKOUT") or os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))
 CHECKOUT_PACKAGE = os.path.join(REPO, "pmapkit")
 
 
