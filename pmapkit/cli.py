@@ -3,10 +3,13 @@
     pmapkit demo                  data-parallel training demo (the default)
     pmapkit bench [options]       dispatch and feature benchmarks vs JAX
                                   (``pmapkit bench --help``)
+    pmapkit launch -n N [--devices-per-process K] [--timeout S] script.py [args]
+                                  N local processes joined by jax.distributed
+                                  (``pmapkit launch --help``)
 """
 import sys
 
-COMMANDS = ("demo", "bench")
+COMMANDS = ("demo", "bench", "launch")
 
 
 def main(argv=None):
@@ -19,6 +22,9 @@ def main(argv=None):
         print(f"pmapkit: unknown command {command!r}; expected one of "
               f"{', '.join(COMMANDS)} (pmapkit --help)", file=sys.stderr)
         return 2
+    if command == "launch":   # the children set up their own devices
+        from pmapkit import launch
+        return launch.main(argv[1:])
     from pmapkit import demo
     demo.configure_devices()
     if command == "bench":

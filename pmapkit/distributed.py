@@ -1,0 +1,63 @@
+"""Joining a multi-process run: ``pmapkit.distributed.initialize()``.
+
+Under ``pmapkit launch`` the launcher's environment variables give the
+coordinator, the process count and this process's rank:
+
+    PMAPKIT_COORDINATOR_ADDRESS  -> coordinator_address  (127.0.0.1:PORT)
+    PMAPKIT_NUM_PROCESSES        -> num_processes
+    PMAPKIT_PROCESS_ID           -> process_id
+    PMAPKIT_LOCAL_DEVICE_COUNT   -> (informational: the launcher already set
+                                    XLA_FLAGS/JAX_NUM_CPU_DEVICES to it)
+
+Anywhere else it defers to ``jax.distributed.initialize``, whose own cluster
+detection (SLURM, Open MPI, Kubernetes, TPU pods, ...) fills in what is not
+given, so one script runs unchanged under the launcher and on a cluster.
+Arguments passed explicitly always win over the environment.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+
+from pmapkit.launch import ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
+
+__all__ = ["initialize", "is_initialized", "launched", "shutdown"]
+
+
+def launched() -> bool:
+    """True in a process started by ``pmapkit launch``."""
+    return ENV_COORDINATOR in os.environ
+
+
+def _env_int(name):
+    text = os.environ[name]
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, "
+                         f"got {text!r}") from None
+
+
+def initialize(coordinator_address=None, num_processes=None, process_id=None,
+               local_device_ids=None, **kwargs):
+    """Joins this process to the run (``jax.distributed.initialize``).
+
+    Keyword arguments beyond the first four go to
+    ``jax.distributed.initialize`` as they are (``initialization_timeout``,
+    ``cluster_detection_method``, ...).
+    """
+    if launched():
+        if coordinator_address is None:
+            coordinator_address = os.environ[ENV_COORDINATOR]
+        if num_processes is None:
+            num_processes = _env_int(ENV_NUM_PROCESSES)
+        if process_id is None:
+            process_id = _env_int(ENV_PROCESS_ID)
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id,
+                               local_device_ids=local_device_ids, **kwargs)
+
+
+is_initialized = jax.distributed.is_initialized
+shutdown = jax.distributed.shutdown

@@ -1,0 +1,184 @@
+"""``pmapkit launch``: N local processes of one script over 127.0.0.1.
+
+Each process gets its rank, the process count, a coordinator address on a
+free loopback port and K simulated CPU devices through environment variables
+(``ENV_*`` below) that ``pmapkit.distributed.initialize()`` reads. Output
+lines are prefixed with the rank. If one process fails, or the timeout
+passes, every process is stopped (its whole process group) and the launcher
+exits non-zero: no orphans, no hang.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+ENV_COORDINATOR = "PMAPKIT_COORDINATOR_ADDRESS"
+ENV_NUM_PROCESSES = "PMAPKIT_NUM_PROCESSES"
+ENV_PROCESS_ID = "PMAPKIT_PROCESS_ID"
+ENV_LOCAL_DEVICES = "PMAPKIT_LOCAL_DEVICE_COUNT"
+
+EXIT_TIMEOUT = 124
+_GRACE_S = 5.0          # SIGTERM, then SIGKILL after this long
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def process_environment(base, *, rank, num_processes, coordinator, devices_per_process):
+    """The environment of process ``rank``: launcher variables and K CPU devices."""
+    env = dict(base)
+    env[ENV_COORDINATOR] = coordinator
+    env[ENV_NUM_PROCESSES] = str(num_processes)
+    env[ENV_PROCESS_ID] = str(rank)
+    env[ENV_LOCAL_DEVICES] = str(devices_per_process)
+    flags = [f for f in env.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    flags.append(f"--xla_force_host_platform_device_count={devices_per_process}")
+    env["XLA_FLAGS"] = " ".join(flags)
+    env["JAX_NUM_CPU_DEVICES"] = str(devices_per_process)
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env["PYTHONUNBUFFERED"] = "1"   # lines reach the prefixer as they are printed
+    return env
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(
+        prog="pmapkit launch",
+        description="Run SCRIPT in N local processes joined by jax.distributed "
+                    "over 127.0.0.1.")
+    parser.add_argument("-n", "--num-processes", type=int, required=True,
+                        metavar="N", help="number of processes")
+    parser.add_argument("--devices-per-process", type=int, default=4, metavar="K",
+                        help="simulated CPU devices per process (default 4)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                        help="stop everything after S seconds (default 600)")
+    parser.add_argument("-m", dest="module", default=None,
+                        help="run a module (like python -m) instead of a script")
+    parser.add_argument("script", nargs="?", help="the Python script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER,
+                        help="arguments passed to the script")
+    opts = parser.parse_args(argv)
+    if opts.num_processes < 1:
+        parser.error(f"-n must be a positive number of processes, got {opts.num_processes}")
+    if opts.devices_per_process < 1:
+        parser.error("--devices-per-process must be positive, "
+                     f"got {opts.devices_per_process}")
+    if opts.timeout <= 0:
+        parser.error(f"--timeout must be positive seconds, got {opts.timeout}")
+    if opts.module is None:
+        if opts.script is None:
+            parser.error("a script to run is required (or -m MODULE)")
+        if not os.path.isfile(opts.script):
+            parser.error(f"no such script: {opts.script!r}")
+    elif opts.script is not None:
+        opts.args = [opts.script] + opts.args
+    return opts
+
+
+def _relay(stream, rank, out, lock):
+    """Copies ``stream`` to ``out`` line by line, each line prefixed with the rank."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        if not line.endswith("\n"):
+            line += "\n"
+        with lock:
+            out.write(f"[{rank}] {line}")
+            out.flush()
+    stream.close()
+
+
+def _stop_all(procs):
+    for proc in procs:
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + _GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _signal_group(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def launch(num_processes, script=None, args=(), *, module=None,
+           devices_per_process=4, timeout=600.0, out=None):
+    """Runs the processes; returns the launcher's exit status."""
+    out = sys.stdout if out is None else out
+    coordinator = f"127.0.0.1:{free_loopback_port()}"
+    command = [sys.executable]
+    command += ["-m", module] if module is not None else [script]
+    command += list(args)
+    lock = threading.Lock()
+    procs, relays = [], []
+    try:
+        for rank in range(num_processes):
+            env = process_environment(
+                os.environ, rank=rank, num_processes=num_processes,
+                coordinator=coordinator, devices_per_process=devices_per_process)
+            proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)   # its own group: killpg
+            procs.append(proc)
+            relay = threading.Thread(target=_relay, args=(proc.stdout, rank, out, lock),
+                                     daemon=True)
+            relay.start()
+            relays.append(relay)
+        status, message = _supervise(procs, timeout)
+    except BaseException:
+        _stop_all(procs)
+        raise
+    finally:
+        for relay in relays:   # the failing process's last lines come first
+            relay.join(timeout=5)
+    if message:
+        out.write(f"[launch] {message}\n")
+        out.flush()
+    return status
+
+
+def _supervise(procs, timeout):
+    """Waits for all processes: (exit status, message or None)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        codes = [proc.poll() for proc in procs]
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            rank, code = failed[0]
+            _stop_all(procs)
+            return (code if code > 0 else 1,
+                    f"process {rank} exited with status {code}; stopped the others")
+        if all(code == 0 for code in codes):
+            return 0, None
+        if time.monotonic() > deadline:
+            _stop_all(procs)
+            running = [rank for rank, code in enumerate(codes) if code is None]
+            return EXIT_TIMEOUT, f"timeout after {timeout:g} s; stopped processes {running}"
+        time.sleep(0.05)
+
+
+def main(argv):
+    opts = _parse(argv)
+    try:
+        return launch(opts.num_processes, opts.script, opts.args, module=opts.module,
+                      devices_per_process=opts.devices_per_process, timeout=opts.timeout)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,196 @@
+"""``pmapkit launch``: real local processes, bounded by timeouts."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from pmapkit import launch
+
+LAUNCH = [sys.executable, "-m", "pmapkit", "launch"]
+
+
+def _script(tmp_path, body, name="script.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def _launch(args, tmp_path, timeout=120):
+    return subprocess.run(LAUNCH + args, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_process_environment_sets_rank_count_coordinator_and_devices():
+    env = launch.process_environment(
+        {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_foo=1"},
+        rank=1, num_processes=3, coordinator="127.0.0.1:1234", devices_per_process=2)
+    assert env[launch.ENV_PROCESS_ID] == "1"
+    assert env[launch.ENV_NUM_PROCESSES] == "3"
+    assert env[launch.ENV_COORDINATOR] == "127.0.0.1:1234"
+    assert env[launch.ENV_LOCAL_DEVICES] == "2"
+    assert env["XLA_FLAGS"].split() == ["--xla_foo=1",
+                                        "--xla_force_host_platform_device_count=2"]
+    assert env["JAX_NUM_CPU_DEVICES"] == "2"
+
+
+def test_free_loopback_port_is_bindable():
+    import socket
+    port = launch.free_loopback_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_output_is_prefixed_with_the_rank(tmp_path):
+    script = _script(tmp_path, """
+        import os, sys
+        print("hello from", os.environ["PMAPKIT_PROCESS_ID"], "of",
+              os.environ["PMAPKIT_NUM_PROCESSES"], sys.argv[1:])
+        print("to stderr", file=sys.stderr)
+    """)
+    proc = _launch(["-n", "3", "--devices-per-process", "2", script, "a", "--b"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for rank in range(3):
+        assert f"[{rank}] hello from {rank} of 3 ['a', '--b']" in lines
+        assert f"[{rank}] to stderr" in lines
+
+
+def test_jax_sees_the_requested_devices_and_joins_the_run(tmp_path):
+    script = _script(tmp_path, """
+        import jax
+        import pmapkit.distributed
+        pmapkit.distributed.initialize()
+        print("process", jax.process_index(), jax.process_count(),
+              jax.local_device_count(), jax.device_count())
+        pmapkit.distributed.shutdown()
+    """)
+    proc = _launch(["-n", "2", "--devices-per-process", "3", "--timeout", "100", script],
+                   tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "[0] process 0 2 3 6" in proc.stdout.splitlines()
+    assert "[1] process 1 2 3 6" in proc.stdout.splitlines()
+
+
+def test_a_failing_process_stops_the_others_and_shows_its_traceback(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = _script(tmp_path, f"""
+        import os, time
+        rank = int(os.environ["PMAPKIT_PROCESS_ID"])
+        open(os.path.join({str(pids)!r}, str(rank)), "w").write(str(os.getpid()))
+        if rank == 1:
+            time.sleep(0.5)
+            raise RuntimeError("rank one gives up")
+        time.sleep(300)
+    """)
+    start = time.monotonic()
+    proc = _launch(["-n", "3", "--timeout", "100", script], tmp_path)
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 1
+    assert "[1] RuntimeError: rank one gives up" in proc.stdout
+    assert "[1] Traceback (most recent call last):" in proc.stdout
+    assert "[launch] process 1 exited with status 1; stopped the others" in proc.stdout
+    for pidfile in pids.iterdir():
+        assert not _alive(int(pidfile.read_text())), f"rank {pidfile.name} left running"
+
+
+def test_exit_status_of_the_failing_process_is_kept(tmp_path):
+    script = _script(tmp_path, """
+        import os, sys
+        sys.exit(7 if os.environ["PMAPKIT_PROCESS_ID"] == "0" else 0)
+    """)
+    proc = _launch(["-n", "2", script], tmp_path)
+    assert proc.returncode == 7
+    assert "process 0 exited with status 7" in proc.stdout
+
+
+def test_timeout_stops_everything(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = _script(tmp_path, f"""
+        import os, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # only SIGKILL stops it
+        open(os.path.join({str(pids)!r}, os.environ["PMAPKIT_PROCESS_ID"]), "w").write(
+            str(os.getpid()))
+        print("sleeping", flush=True)
+        time.sleep(300)
+    """)
+    start = time.monotonic()
+    proc = _launch(["-n", "2", "--timeout", "3", script], tmp_path)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == launch.EXIT_TIMEOUT
+    assert elapsed < 60
+    assert "[launch] timeout after 3 s; stopped processes [0, 1]" in proc.stdout
+    for pidfile in pids.iterdir():
+        assert not _alive(int(pidfile.read_text()))
+
+
+def test_module_mode(tmp_path):
+    _script(tmp_path, "import os; print('module', os.environ['PMAPKIT_PROCESS_ID'])",
+            name="launched_module.py")
+    proc = subprocess.run(LAUNCH + ["-n", "2", "-m", "launched_module"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[1] module 1" in proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "0", "x.py"], "-n must be a positive number of processes, got 0"),
+    (["-n", "2", "--devices-per-process", "0", "x.py"],
+     "--devices-per-process must be positive, got 0"),
+    (["-n", "2", "--timeout", "-1", "x.py"], "--timeout must be positive seconds"),
+    (["-n", "2"], "a script to run is required"),
+    (["-n", "2", "no_such_script.py"], "no such script: 'no_such_script.py'"),
+    (["script.py"], "the following arguments are required: -n"),
+])
+def test_bad_arguments_are_usage_errors(tmp_path, args, message):
+    proc = _launch(args, tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_initialize_outside_the_launcher_defers_to_jax(monkeypatch):
+    from pmapkit import distributed
+    for name in (launch.ENV_COORDINATOR, launch.ENV_NUM_PROCESSES, launch.ENV_PROCESS_ID):
+        monkeypatch.delenv(name, raising=False)
+    seen = {}
+    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+                        lambda **kw: seen.update(kw))
+    distributed.initialize(initialization_timeout=5)
+    assert seen == {"coordinator_address": None, "num_processes": None,
+                    "process_id": None, "local_device_ids": None,
+                    "initialization_timeout": 5}
+
+
+def test_initialize_under_the_launcher_reads_its_environment(monkeypatch):
+    from pmapkit import distributed
+    monkeypatch.setenv(launch.ENV_COORDINATOR, "127.0.0.1:4321")
+    monkeypatch.setenv(launch.ENV_NUM_PROCESSES, "4")
+    monkeypatch.setenv(launch.ENV_PROCESS_ID, "2")
+    seen = {}
+    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+                        lambda **kw: seen.update(kw))
+    distributed.initialize(process_id=3)     # an explicit argument wins
+    assert seen["coordinator_address"] == "127.0.0.1:4321"
+    assert seen["num_processes"] == 4 and seen["process_id"] == 3
+
+
+def test_initialize_rejects_a_malformed_environment(monkeypatch):
+    from pmapkit import distributed
+    monkeypatch.setenv(launch.ENV_COORDINATOR, "127.0.0.1:4321")
+    monkeypatch.setenv(launch.ENV_NUM_PROCESSES, "two")
+    monkeypatch.setenv(launch.ENV_PROCESS_ID, "0")
+    with pytest.raises(ValueError, match="PMAPKIT_NUM_PROCESSES must be an integer, got 'two'"):
+        distributed.initialize()
