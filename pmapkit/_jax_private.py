@@ -130,3 +130,10 @@ partial_eval_jaxpr_custom = _pe.partial_eval_jaxpr_custom
 
 
 current_source_info = _source_info_util.current
+
+
+# --- fidelity: typecheck rules, typed keys / float0, compile counting ---
+custom_typechecks = _core.custom_typechecks
+check_jaxpr = _core.check_jaxpr
+JaxprTypeError = _core.JaxprTypeError
+typecompat = _core.typecompat

@@ -166,7 +166,8 @@ def _prepare(spec, args, kwargs):
                                             out_shape_tree, False)
     _check_against("pjit outputs", out_flat, [v.aval for v in jaxpr.outvars], mesh, None)
 
-    jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
+    with no_mesh():  # as traced: checks retype the body
+        jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
     in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
     if hoisted:
         flat = hoisted + list(flat)

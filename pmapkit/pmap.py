@@ -212,7 +212,8 @@ def _prepare(spec, args, kwargs):
     else:
         inner = nested_pmap_axes(jaxpr, pmap_p)
         devices = _resolve_devices(spec, size, inner)
-    jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
+    with per_device_context(spec.axis_name, size):  # checks retype the body
+        jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
     if hoisted:
         flat = hoisted + list(flat)
         in_avals = [jp.get_aval(c) for c in hoisted] + in_avals
