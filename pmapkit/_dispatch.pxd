@@ -57,6 +57,7 @@ cdef class DispatchFunction:
     cdef dict _caches
     cdef tuple _current
     cdef public bint _always_fallback
+    cdef public object _on_clear
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
                    signed=tuple, arrays=list)

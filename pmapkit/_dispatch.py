@@ -160,6 +160,8 @@ class DispatchFunction:
         self._caches = {}
         self._current = (None, {})
         self._always_fallback = False
+        # Called by clear_cache: the Python side's caches of traced bodies.
+        self._on_clear = None
 
     # -- the call -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -340,6 +342,8 @@ class DispatchFunction:
     def clear_cache(self):
         self._caches = {}
         self._current = (None, {})
+        if self._on_clear is not None:
+            self._on_clear()
 
     def lower(self, *args, **kwargs):
         return self._lower(*args, **kwargs)

@@ -28,6 +28,7 @@ class DispatchFunction:
     _cache_miss: Callable[..., tuple[Any, Any]]
     _static_argnums: tuple[int, ...]
     _always_fallback: bool
+    _on_clear: Callable[[], None] | None
     def __init__(
         self,
         fun: Callable[..., Any],

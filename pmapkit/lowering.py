@@ -282,9 +282,31 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
     reads shardings off jit equations, not off foreign primitives), and it
     moves operands onto those devices. Transformations see through it.
     """
+    return list(_outer_jit(primitive, params, in_avals)(*args))
+
+
+_OUTER_JIT_CACHE_SIZE = 512
+_outer_jits: collections.OrderedDict = collections.OrderedDict()
+
+
+def _outer_jit(primitive, params, in_avals):
+    """One ``jax.jit`` per equation: a fresh one per call would be traced and
+    compiled afresh each time (jit caches per function object), and so would
+    everything JAX derives from its jaxpr under grad/vmap/jvp."""
+    key = (primitive, _params_key(params, in_avals))
+    with _compile_lock:
+        hit = _outer_jits.get(key)
+        if hit is not None:
+            _outer_jits.move_to_end(key)
+            return hit
     in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
-    return list(jax.jit(_program(primitive, params), in_shardings=in_shardings,
-                        out_shardings=out_shardings)(*args))
+    jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
+                     out_shardings=out_shardings)
+    with _compile_lock:
+        jitted = _outer_jits.setdefault(key, jitted)
+        while len(_outer_jits) > _OUTER_JIT_CACHE_SIZE:
+            _outer_jits.popitem(last=False)
+    return jitted
 
 
 def lower_program(primitive, params, in_avals):
