@@ -8,6 +8,7 @@ cdef class LeafTypes:
     cdef readonly object asarray
     cdef readonly str sharding_attr
     cdef readonly object raise_deleted
+    cdef readonly object key_type
 
 
 cdef class CacheEntry:
@@ -42,6 +43,7 @@ cdef class DispatchFunction:
     cdef object _array_type
     cdef object _ndarray_type
     cdef object _host_scalar_type
+    cdef object _key_type
     cdef dict _sig_ids
     cdef dict _aval_ids
     cdef object _next_id

@@ -27,13 +27,16 @@ class LeafTypes:
     once (see ``pmapkit.lowering.LEAF_TYPES``) and shared by every entry."""
 
     def __init__(self, array_type, ndarray_type, host_scalar_type, asarray,
-                 sharding_attr, raise_deleted):
+                 sharding_attr, raise_deleted, key_type=None):
         self.array_type = array_type
         self.ndarray_type = ndarray_type
         self.host_scalar_type = host_scalar_type
         self.asarray = asarray
         self.sharding_attr = sharding_attr
         self.raise_deleted = raise_deleted
+        # Typed PRNG key arrays: a logical view over a ``_base_array`` of
+        # ``array_type`` (the physical buffers the executable takes).
+        self.key_type = key_type
 
 
 class CacheEntry:
@@ -108,6 +111,15 @@ class CacheEntry:
                   or isinstance(x, leaf_types.host_scalar_type)):
                 spec = self.host_specs[j]
                 out[j] = spec.put(leaf_types.asarray(x, spec.dtype))
+            elif t is leaf_types.key_type:
+                # in_shardings hold the physical sharding of key inputs.
+                base = x._base_array
+                want = in_shardings[j]
+                have = getattr(base, leaf_types.sharding_attr)
+                if (have is want or have == want) and not base.is_deleted():
+                    out[j] = base
+                else:
+                    out[j] = self.shard_fallback(x, i)
             else:
                 out[j] = self.shard_fallback(x, i)
         return out
@@ -142,6 +154,7 @@ class DispatchFunction:
         self._array_type = types.array_type
         self._ndarray_type = types.ndarray_type
         self._host_scalar_type = types.host_scalar_type
+        self._key_type = types.key_type
         # Leaf signatures are interned to small ints, so keys hash and compare
         # fast; device arrays made by one result handler share an aval object,
         # so their ids are found by identity without rebuilding the signature.
@@ -315,6 +328,13 @@ class DispatchFunction:
         if (t is float or t is int or t is bool or t is complex
                 or isinstance(x, self._host_scalar_type)):
             return self._intern(t)  # the Python/numpy scalar type fixes the dtype
+        if t is self._key_type:
+            # The physical array's signature and the key implementation (two
+            # implementations may share a physical shape).
+            base_id = self._leaf_id(x._base_array)
+            if base_id < 0:
+                return -1
+            return self._intern((t, x._impl, base_id))
         return -1
 
     def _intern(self, sig):

@@ -10,9 +10,11 @@ class LeafTypes:
     asarray: Callable[..., Any]
     sharding_attr: str
     raise_deleted: Callable[[Any], None]
+    key_type: type | None
     def __init__(self, array_type: type, ndarray_type: type, host_scalar_type: type,
                  asarray: Callable[..., Any], sharding_attr: str,
-                 raise_deleted: Callable[[Any], None]) -> None: ...
+                 raise_deleted: Callable[[Any], None],
+                 key_type: type | None = ...) -> None: ...
 
 class CacheEntry:
     ready: bool

@@ -29,7 +29,16 @@ _shard_map = jax.shard_map
 #: The leaf classes the dispatch core's hit path recognises.
 LEAF_TYPES = _dispatch_mod.LeafTypes(jp.ArrayImpl, np.ndarray, np.generic,
                                      np.asarray, jp.ARRAY_SHARDING_ATTR,
-                                     jp.raise_if_deleted)
+                                     jp.raise_if_deleted, jp.PRNGKeyArray)
+
+
+def is_extended(aval):
+    """A dtype with a physical representation of its own (PRNG keys)."""
+    return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended)
+
+
+def is_float0(aval):
+    return aval.dtype == jax.dtypes.float0
 
 
 def pmap_mesh(params):
@@ -151,7 +160,12 @@ class CompiledProgram:
         n = len(in_avals)
         self.kept = None if kept is None or len(kept) == n else tuple(sorted(kept))
         kept_idx = range(n) if self.kept is None else self.kept
-        self.kept_in_shardings = tuple(self.in_shardings[i] for i in kept_idx)
+        # The executable takes physical buffers: a key input's sharding there
+        # is its physical one (what the hit path compares ``_base_array``s to).
+        self.physical_in_shardings = tuple(
+            intern_sharding(jp.physical_sharding(a, s)) if is_extended(a) else s
+            for a, s in zip(in_avals, self.in_shardings))
+        self.kept_in_shardings = tuple(self.physical_in_shardings[i] for i in kept_idx)
         self.host_specs = tuple(
             _host_spec(a, s) for a, s in zip(in_avals, self.in_shardings))
         self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
@@ -160,6 +174,12 @@ class CompiledProgram:
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
         sharding = self.in_shardings[i]
         aval = self.in_avals[i]
+        if isinstance(x, jp.PRNGKeyArray):
+            if x.is_deleted():
+                jp.raise_if_deleted(x._base_array)
+            if x.sharding != sharding:
+                x = jax.device_put(x, sharding)
+            return x._base_array
         if isinstance(x, jp.ArrayImpl):
             if x.is_deleted():
                 jp.raise_if_deleted(x)
@@ -189,21 +209,52 @@ class CompiledProgram:
 
 
 def _all_inputs(kept_arrays, kept, args, compiled):
-    # jax's Compiled.__call__ wants every input, pruned or not.
+    # jax's Compiled.__call__ wants every input, pruned or not, and logical
+    # values: key arrays (not their physical buffers), float0 host arrays.
     if kept is None:
-        return kept_arrays
-    full = [compiled.shard_fallback(x, i) for i, x in enumerate(args)]
-    for j, i in enumerate(kept):
-        full[i] = kept_arrays[j]
+        full = list(kept_arrays)
+    else:
+        full = [compiled.shard_fallback(x, i) for i, x in enumerate(args)]
+        for j, i in enumerate(kept):
+            full[i] = kept_arrays[j]
+    for i, (x, aval) in enumerate(zip(args, compiled.in_avals)):
+        if is_extended(aval):
+            sharding = compiled.in_shardings[i]
+            full[i] = x if x.sharding == sharding else jax.device_put(x, sharding)
+        elif is_float0(aval):
+            full[i] = np.zeros(aval.shape, jax.dtypes.float0)
     return full
 
 
 def _host_spec(aval, sharding):
+    if is_extended(aval):
+        return None  # no host value has a key dtype: keys come as key arrays
     devices = list(sharding.mesh.devices.flat)
     index_map = sharding.devices_indices_map(aval.shape)
+    indices = [index_map[d] for d in devices]
+    if is_float0(aval):
+        return Float0HostSpec(aval, indices, devices, sharding)
     return _shard_arg_mod.HostSpec(
-        aval, np.dtype(aval.dtype), [index_map[d] for d in devices], devices,
-        sharding, jp.batched_device_put)
+        aval, np.dtype(aval.dtype), indices, devices, sharding,
+        jp.batched_device_put)
+
+
+class Float0HostSpec:
+    """Puts a float0 host value (zero-sized elements, e.g. the tangent of an
+    integer) as what programs take for it: booleans, all False."""
+
+    def __init__(self, aval, indices, devices, sharding):
+        self.aval = jp.ShapedArray(aval.shape, np.dtype(np.bool_))
+        self.dtype = jax.dtypes.float0
+        self.indices = tuple(indices)
+        self.devices = devices
+        self.sharding = sharding
+
+    def put(self, x):
+        zeros = np.zeros(x.shape, np.bool_)
+        return jp.batched_device_put(self.aval, self.sharding,
+                                     [zeros[idx] for idx in self.indices],
+                                     self.devices, True)
 
 
 # -- the compile cache --------------------------------------------------------
