@@ -25,10 +25,14 @@ cdef class CacheEntry:
     cdef public object out_treedef
     cdef public object shard_fallback
     cdef public LeafTypes types
+    cdef public tuple donated
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
                    out=list, in_shardings=tuple)
     cpdef list shard(self, leaves)
+
+    @cython.locals(leaf_types=LeafTypes, donated=tuple, first=dict, j=Py_ssize_t)
+    cpdef bint aliases_donated(self, leaves) except -1
 
 
 cdef class DispatchFunction:
@@ -66,7 +70,8 @@ cdef class DispatchFunction:
     cdef object _dispatch(self, tuple args, dict kwargs)
     cdef bint _is_top_level(self)
     cdef tuple _select_context(self, object ctx)
-    cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs)
+    cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
+                               dict cache, object key)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
                    flat=tuple, leaf_id=Py_ssize_t, leaves=list, simple=bint)

@@ -17,7 +17,14 @@ import threading
 import types
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
-FASTPATH_VERSION = 1
+FASTPATH_VERSION = 2
+
+
+class ArgumentAliasError(ValueError):
+    """One array passed in two argument positions, at least one donated.
+
+    Raised by the miss path before anything runs. It depends on the values of
+    one call, not on its signature, so it never marks a cache entry."""
 # Bumped whenever the pickled state of a DispatchFunction changes shape.
 PICKLE_VERSION = 1
 
@@ -61,6 +68,7 @@ class CacheEntry:
         self.out_treedef = None
         self.shard_fallback = None
         self.types = None
+        self.donated = None
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -78,6 +86,29 @@ class CacheEntry:
         self.out_treedef = fastpath.out_treedef
         self.shard_fallback = fastpath.shard_fallback
         self.types = types
+        donated = fastpath.donated
+        self.donated = tuple(donated) if donated else None
+
+    def aliases_donated(self, leaves):
+        """Whether a donated leaf (an array) is also another leaf of the call:
+        executing would hand one buffer to two inputs, one of them donated."""
+        leaf_types = self.types
+        donated = self.donated
+        first = {}
+        for i in donated:
+            x = leaves[i]
+            t = type(x)
+            if t is leaf_types.array_type or t is leaf_types.key_type:
+                if id(x) in first:
+                    return True
+                first[id(x)] = i
+        if not first:
+            return False
+        for j in range(len(leaves)):
+            i = first.get(id(leaves[j]), j)
+            if i != j:
+                return True
+        return False
 
     def shard(self, leaves):
         """The device arrays the executable takes, one per kept input.
@@ -205,12 +236,15 @@ class DispatchFunction:
             fresh = CacheEntry()
             entry = cache.setdefault(key, fresh)
             if entry is fresh:
-                return self._compile_entry(entry, args, kwargs)
+                return self._compile_entry(entry, args, kwargs, cache, key)
         if not entry.ready:
             entry.event.wait()
             if entry.error is not None:
                 raise entry.error
         if entry.fallback:
+            return self._cache_miss(*args, **kwargs)[0]
+        if entry.donated is not None and entry.aliases_donated(leaves):
+            # The miss path names both positions in its error, before running.
             return self._cache_miss(*args, **kwargs)[0]
         arrays = entry.shard(leaves)
         results = entry.executable.execute_sharded(arrays)
@@ -227,7 +261,7 @@ class DispatchFunction:
         return (self._trace_state.value is self._eval_ref
                 and self._axis_env_state.value is self._top_env)
 
-    def _compile_entry(self, entry, args, kwargs):
+    def _compile_entry(self, entry, args, kwargs, cache, key):
         # Only the thread that inserted the entry gets here; others wait.
         try:
             result = self._cache_miss(*args, **kwargs)
@@ -236,6 +270,13 @@ class DispatchFunction:
                 entry.fallback = True
             else:
                 entry.populate(fastpath, self._types)
+        except ArgumentAliasError:
+            # About this call's values only: waiters take Python with their
+            # own arguments, and the next call of the signature compiles.
+            entry.fallback = True
+            if cache.get(key) is entry:
+                del cache[key]
+            raise
         except BaseException as exc:
             entry.fallback = True
             entry.error = exc

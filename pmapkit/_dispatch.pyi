@@ -3,6 +3,8 @@ from typing import Any, Callable
 FASTPATH_VERSION: int
 PICKLE_VERSION: int
 
+class ArgumentAliasError(ValueError): ...
+
 class LeafTypes:
     array_type: type
     ndarray_type: type
@@ -24,6 +26,7 @@ class CacheEntry:
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...
     def shard(self, leaves: Any) -> list[Any]: ...
+    def aliases_donated(self, leaves: Any) -> bool: ...
 
 class DispatchFunction:
     fun: Callable[..., Any]

@@ -334,3 +334,22 @@ def prepare_cached(cache, prepare, static, args, kwargs, extra):
     prepared = prepare(args, kwargs)
     cache.put(key, prepared, len(flat))
     return prepared
+
+
+def check_donation_aliases(api, spec, prepared, args, kwargs):
+    """Before anything runs: no donated array may also be another argument
+    of the call (see ``lowering.check_donated_aliases``); the error names
+    both positions as the user wrote them."""
+    donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
+    if not donated:
+        return
+    flat = prepared.flat_args
+    if lowering.find_donated_alias(flat, donated) is None:
+        return
+    _, dyn_positions, dyn_args = split_static(spec.static, args, spec.name)
+    names = LeafNames(spec.signature, dyn_positions, dyn_args, kwargs)
+    hoisted = len(flat) - len(jax.tree_util.tree_leaves((dyn_args, kwargs)))
+    lowering.check_donated_aliases(
+        flat, donated,
+        lambda k: names(k - hoisted) if k >= hoisted else f"closed-over value {k}",
+        api)

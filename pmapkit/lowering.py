@@ -125,7 +125,8 @@ class FastpathData:
     """
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
-                 "out_handlers", "out_treedef", "shard_fallback", "compiled")
+                 "out_handlers", "out_treedef", "shard_fallback", "compiled",
+                 "donated")
 
     def __init__(self, compiled, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -137,6 +138,9 @@ class FastpathData:
         self.out_handlers = compiled.out_handlers
         self.out_treedef = out_treedef
         self.shard_fallback = compiled.shard_fallback
+        # Flat indices of donated leaves (None: the program donates nothing,
+        # and the hit path checks nothing).
+        self.donated = compiled.donated
 
 
 class CompiledProgram:
@@ -169,6 +173,8 @@ class CompiledProgram:
         self.host_specs = tuple(
             _host_spec(a, s) for a, s in zip(in_avals, self.in_shardings))
         self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
+        self.donated = tuple(
+            i for i, d in enumerate(params["donated_invars"]) if d) or None
 
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
@@ -194,6 +200,8 @@ class CompiledProgram:
 
     def run_flat(self, args):
         """Run with flat global arguments (Python path); returns flat outputs."""
+        if self.donated is not None:
+            check_donated_aliases(args, self.donated)
         entry = _dispatch_mod.CacheEntry()
         entry.populate(FastpathData(self, None), LEAF_TYPES)
         arrays = entry.shard(list(args))
@@ -206,6 +214,43 @@ class CompiledProgram:
         if self.has_effects or jp.process_count() > 1:
             return None
         return FastpathData(self, out_treedef)
+
+
+def find_donated_alias(flat, donated):
+    """``(i, j)``: flat leaf ``i`` is donated and the same array as leaf
+    ``j``; None when no donated array appears twice."""
+    first = {}
+    for i in donated:
+        x = flat[i]
+        if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
+            if id(x) in first:
+                return first[id(x)], i
+            first[id(x)] = i
+    for j, x in enumerate(flat):
+        i = first.get(id(x), j)
+        if i != j:
+            return (i, j) if i < j else (j, i)
+    return None
+
+
+def check_donated_aliases(flat, donated, describe=None, api="pmapkit"):
+    """Raise ``ArgumentAliasError`` naming both positions when a donated
+    array is also another argument of the call: XLA would be handed one
+    buffer as two inputs, one of which it may overwrite (JAX crashes)."""
+    found = find_donated_alias(flat, donated)
+    if found is None:
+        return
+    if describe is None:
+        describe = lambda k: f"flat argument {k}"
+    i, j = found
+    which = ("both are" if i in donated and j in donated
+             else f"{describe(i if i in donated else j)} is")
+    raise _dispatch_mod.ArgumentAliasError(
+        f"{api}: the same array is passed as {describe(i)} and as {describe(j)}, "
+        f"and {which} donated (donate_argnums). A donated buffer is handed "
+        "to the program to overwrite, so it cannot also be another argument "
+        "of the same call. Pass a copy (e.g. jnp.copy(x)) in one position, "
+        "or do not donate it.")
 
 
 def _all_inputs(kept_arrays, kept, args, compiled):

@@ -215,6 +215,7 @@ def _cache_miss(spec, *args, **kwargs):
         outs = lowering.bind_in_outer_trace(pjit_p, prepared.params,
                                             prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
+    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
     compiled = lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
