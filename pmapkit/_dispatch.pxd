@@ -8,6 +8,7 @@ cdef class LeafTypes:
     cdef readonly object asarray
     cdef readonly str sharding_attr
     cdef readonly object raise_deleted
+    cdef readonly object key_type
 
 
 cdef class CacheEntry:
@@ -24,10 +25,14 @@ cdef class CacheEntry:
     cdef public object out_treedef
     cdef public object shard_fallback
     cdef public LeafTypes types
+    cdef public tuple donated
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
                    out=list, in_shardings=tuple)
     cpdef list shard(self, leaves)
+
+    @cython.locals(leaf_types=LeafTypes, donated=tuple, first=dict, j=Py_ssize_t)
+    cpdef bint aliases_donated(self, leaves) except -1
 
 
 cdef class DispatchFunction:
@@ -42,6 +47,7 @@ cdef class DispatchFunction:
     cdef object _array_type
     cdef object _ndarray_type
     cdef object _host_scalar_type
+    cdef object _key_type
     cdef dict _sig_ids
     cdef dict _aval_ids
     cdef object _next_id
@@ -57,13 +63,15 @@ cdef class DispatchFunction:
     cdef dict _caches
     cdef tuple _current
     cdef public bint _always_fallback
+    cdef public object _on_clear
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
                    signed=tuple, arrays=list)
     cdef object _dispatch(self, tuple args, dict kwargs)
     cdef bint _is_top_level(self)
     cdef tuple _select_context(self, object ctx)
-    cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs)
+    cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
+                               dict cache, object key)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
                    flat=tuple, leaf_id=Py_ssize_t, leaves=list, simple=bint)

@@ -17,7 +17,14 @@ import threading
 import types
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
-FASTPATH_VERSION = 1
+FASTPATH_VERSION = 2
+
+
+class ArgumentAliasError(ValueError):
+    """One array passed in two argument positions, at least one donated.
+
+    Raised by the miss path before anything runs. It depends on the values of
+    one call, not on its signature, so it never marks a cache entry."""
 # Bumped whenever the pickled state of a DispatchFunction changes shape.
 PICKLE_VERSION = 1
 
@@ -27,13 +34,16 @@ class LeafTypes:
     once (see ``pmapkit.lowering.LEAF_TYPES``) and shared by every entry."""
 
     def __init__(self, array_type, ndarray_type, host_scalar_type, asarray,
-                 sharding_attr, raise_deleted):
+                 sharding_attr, raise_deleted, key_type=None):
         self.array_type = array_type
         self.ndarray_type = ndarray_type
         self.host_scalar_type = host_scalar_type
         self.asarray = asarray
         self.sharding_attr = sharding_attr
         self.raise_deleted = raise_deleted
+        # Typed PRNG key arrays: a logical view over a ``_base_array`` of
+        # ``array_type`` (the physical buffers the executable takes).
+        self.key_type = key_type
 
 
 class CacheEntry:
@@ -58,6 +68,7 @@ class CacheEntry:
         self.out_treedef = None
         self.shard_fallback = None
         self.types = None
+        self.donated = None
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -75,6 +86,29 @@ class CacheEntry:
         self.out_treedef = fastpath.out_treedef
         self.shard_fallback = fastpath.shard_fallback
         self.types = types
+        donated = fastpath.donated
+        self.donated = tuple(donated) if donated else None
+
+    def aliases_donated(self, leaves):
+        """Whether a donated leaf (an array) is also another leaf of the call:
+        executing would hand one buffer to two inputs, one of them donated."""
+        leaf_types = self.types
+        donated = self.donated
+        first = {}
+        for i in donated:
+            x = leaves[i]
+            t = type(x)
+            if t is leaf_types.array_type or t is leaf_types.key_type:
+                if id(x) in first:
+                    return True
+                first[id(x)] = i
+        if not first:
+            return False
+        for j in range(len(leaves)):
+            i = first.get(id(leaves[j]), j)
+            if i != j:
+                return True
+        return False
 
     def shard(self, leaves):
         """The device arrays the executable takes, one per kept input.
@@ -108,6 +142,15 @@ class CacheEntry:
                   or isinstance(x, leaf_types.host_scalar_type)):
                 spec = self.host_specs[j]
                 out[j] = spec.put(leaf_types.asarray(x, spec.dtype))
+            elif t is leaf_types.key_type:
+                # in_shardings hold the physical sharding of key inputs.
+                base = x._base_array
+                want = in_shardings[j]
+                have = getattr(base, leaf_types.sharding_attr)
+                if (have is want or have == want) and not base.is_deleted():
+                    out[j] = base
+                else:
+                    out[j] = self.shard_fallback(x, i)
             else:
                 out[j] = self.shard_fallback(x, i)
         return out
@@ -142,6 +185,7 @@ class DispatchFunction:
         self._array_type = types.array_type
         self._ndarray_type = types.ndarray_type
         self._host_scalar_type = types.host_scalar_type
+        self._key_type = types.key_type
         # Leaf signatures are interned to small ints, so keys hash and compare
         # fast; device arrays made by one result handler share an aval object,
         # so their ids are found by identity without rebuilding the signature.
@@ -160,6 +204,8 @@ class DispatchFunction:
         self._caches = {}
         self._current = (None, {})
         self._always_fallback = False
+        # Called by clear_cache: the Python side's caches of traced bodies.
+        self._on_clear = None
 
     # -- the call -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -190,12 +236,15 @@ class DispatchFunction:
             fresh = CacheEntry()
             entry = cache.setdefault(key, fresh)
             if entry is fresh:
-                return self._compile_entry(entry, args, kwargs)
+                return self._compile_entry(entry, args, kwargs, cache, key)
         if not entry.ready:
             entry.event.wait()
             if entry.error is not None:
                 raise entry.error
         if entry.fallback:
+            return self._cache_miss(*args, **kwargs)[0]
+        if entry.donated is not None and entry.aliases_donated(leaves):
+            # The miss path names both positions in its error, before running.
             return self._cache_miss(*args, **kwargs)[0]
         arrays = entry.shard(leaves)
         results = entry.executable.execute_sharded(arrays)
@@ -212,7 +261,7 @@ class DispatchFunction:
         return (self._trace_state.value is self._eval_ref
                 and self._axis_env_state.value is self._top_env)
 
-    def _compile_entry(self, entry, args, kwargs):
+    def _compile_entry(self, entry, args, kwargs, cache, key):
         # Only the thread that inserted the entry gets here; others wait.
         try:
             result = self._cache_miss(*args, **kwargs)
@@ -221,6 +270,13 @@ class DispatchFunction:
                 entry.fallback = True
             else:
                 entry.populate(fastpath, self._types)
+        except ArgumentAliasError:
+            # About this call's values only: waiters take Python with their
+            # own arguments, and the next call of the signature compiles.
+            entry.fallback = True
+            if cache.get(key) is entry:
+                del cache[key]
+            raise
         except BaseException as exc:
             entry.fallback = True
             entry.error = exc
@@ -313,6 +369,13 @@ class DispatchFunction:
         if (t is float or t is int or t is bool or t is complex
                 or isinstance(x, self._host_scalar_type)):
             return self._intern(t)  # the Python/numpy scalar type fixes the dtype
+        if t is self._key_type:
+            # The physical array's signature and the key implementation (two
+            # implementations may share a physical shape).
+            base_id = self._leaf_id(x._base_array)
+            if base_id < 0:
+                return -1
+            return self._intern((t, x._impl, base_id))
         return -1
 
     def _intern(self, sig):
@@ -340,6 +403,8 @@ class DispatchFunction:
     def clear_cache(self):
         self._caches = {}
         self._current = (None, {})
+        if self._on_clear is not None:
+            self._on_clear()
 
     def lower(self, *args, **kwargs):
         return self._lower(*args, **kwargs)

@@ -3,6 +3,8 @@ from typing import Any, Callable
 FASTPATH_VERSION: int
 PICKLE_VERSION: int
 
+class ArgumentAliasError(ValueError): ...
+
 class LeafTypes:
     array_type: type
     ndarray_type: type
@@ -10,9 +12,11 @@ class LeafTypes:
     asarray: Callable[..., Any]
     sharding_attr: str
     raise_deleted: Callable[[Any], None]
+    key_type: type | None
     def __init__(self, array_type: type, ndarray_type: type, host_scalar_type: type,
                  asarray: Callable[..., Any], sharding_attr: str,
-                 raise_deleted: Callable[[Any], None]) -> None: ...
+                 raise_deleted: Callable[[Any], None],
+                 key_type: type | None = ...) -> None: ...
 
 class CacheEntry:
     ready: bool
@@ -22,12 +26,14 @@ class CacheEntry:
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...
     def shard(self, leaves: Any) -> list[Any]: ...
+    def aliases_donated(self, leaves: Any) -> bool: ...
 
 class DispatchFunction:
     fun: Callable[..., Any]
     _cache_miss: Callable[..., tuple[Any, Any]]
     _static_argnums: tuple[int, ...]
     _always_fallback: bool
+    _on_clear: Callable[[], None] | None
     def __init__(
         self,
         fun: Callable[..., Any],

@@ -130,3 +130,23 @@ partial_eval_jaxpr_custom = _pe.partial_eval_jaxpr_custom
 
 
 current_source_info = _source_info_util.current
+
+
+# --- fidelity: typecheck rules, typed keys / float0, compile counting ---
+custom_typechecks = _core.custom_typechecks
+check_jaxpr = _core.check_jaxpr
+JaxprTypeError = _core.JaxprTypeError
+typecompat = _core.typecompat
+from jax._src import sharding_impls as _sharding_impls  # noqa: E402
+from jax._src.random import prng as _prng  # noqa: E402
+
+#: The class of typed PRNG key arrays (``jax.random.key``): a logical view
+#: over the uint32 ``_base_array`` executables take and return.
+PRNGKeyArray = _prng.PRNGKeyArray
+physical_aval = _core.physical_aval
+
+
+def physical_sharding(aval, sharding):
+    """The sharding of the physical buffers of a value of ``aval`` placed with
+    ``sharding`` (itself, except for extended dtypes such as PRNG keys)."""
+    return _sharding_impls.physical_sharding(aval, sharding)

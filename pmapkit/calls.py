@@ -5,8 +5,10 @@ and building the compiled ``DispatchFunction``.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
+import threading
 
 import jax
 import numpy as np
@@ -251,3 +253,103 @@ def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature):
     if signature is not None:
         fn.__signature__ = signature
     return fn
+
+
+class TraceCache:
+    """The traced bodies of one pmapped / pjit'd function, per signature.
+
+    A call under a JAX transformation (grad, vmap, an outer jit...) skips the
+    dispatch core's cache and runs the miss path every time. Re-tracing the
+    body there would make a new jaxpr per call, so every program built from it
+    (the jit wrapping our equation, the jvp/transpose/batched bodies JAX caches
+    per jaxpr object) would be compiled again per call. Reusing the traced
+    equation params makes all of those cache hits: one compile per signature,
+    as with ``jax.jit``. Like ``jax.jit``, the function is assumed pure: what
+    it reads from globals is fixed at its first trace for a signature.
+
+    Keys hold everything tracing depends on besides the function: the input
+    pytree and avals, static values (with their types), the number of
+    positional arguments, JAX's trace context, and ``extra`` (the mesh, the
+    enclosing pmap axes, debug_nans...). Bodies that closed over tracers of an
+    enclosing trace are never kept (those tracers belong to one trace).
+    """
+
+    def __init__(self, size=64):
+        self._size = size
+        self._entries = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(static, args, kwargs, extra):
+        """``(key, flat dynamic leaves)``, or None when the call has no cheap
+        key (an unhashable static, a leaf JAX cannot type): the miss path
+        then traces and reports any error itself."""
+        nargs = len(args)
+        if static and static[-1] >= nargs:
+            return None
+        static_set = set(static)
+        statics = tuple((type(args[i]), args[i]) for i in static)
+        dyn = tuple(a for i, a in enumerate(args) if i not in static_set)
+        flat, in_tree = jax.tree_util.tree_flatten((dyn, kwargs))
+        try:
+            avals = tuple(jp.shaped_abstractify(x) for x in flat)
+            key = (in_tree, avals, statics, nargs, jp.trace_context(), extra)
+            hash(key)
+        except TypeError:
+            return None
+        return key, flat
+
+    def get(self, key):
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+            return hit
+
+    def put(self, key, prepared, n_flat):
+        """Keep ``prepared`` unless its body hoisted tracers (more flat
+        operands than the call's own leaves)."""
+        if len(prepared.flat_args) != n_flat:
+            return
+        with self._lock:
+            self._entries[key] = prepared
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def clear(self):
+        with self._lock:
+            self._entries.clear()
+
+
+def prepare_cached(cache, prepare, static, args, kwargs, extra):
+    """``prepare(args, kwargs)`` through ``cache``: a hit returns a copy of
+    the cached prepared call carrying this call's flat arguments."""
+    keyed = TraceCache.key(static, args, kwargs, extra)
+    if keyed is None:
+        return prepare(args, kwargs)
+    key, flat = keyed
+    hit = cache.get(key)
+    if hit is not None:
+        return hit.with_flat_args(flat)
+    prepared = prepare(args, kwargs)
+    cache.put(key, prepared, len(flat))
+    return prepared
+
+
+def check_donation_aliases(api, spec, prepared, args, kwargs):
+    """Before anything runs: no donated array may also be another argument
+    of the call (see ``lowering.check_donated_aliases``); the error names
+    both positions as the user wrote them."""
+    donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
+    if not donated:
+        return
+    flat = prepared.flat_args
+    if lowering.find_donated_alias(flat, donated) is None:
+        return
+    _, dyn_positions, dyn_args = split_static(spec.static, args, spec.name)
+    names = LeafNames(spec.signature, dyn_positions, dyn_args, kwargs)
+    hoisted = len(flat) - len(jax.tree_util.tree_leaves((dyn_args, kwargs)))
+    lowering.check_donated_aliases(
+        flat, donated,
+        lambda k: names(k - hoisted) if k >= hoisted else f"closed-over value {k}",
+        api)

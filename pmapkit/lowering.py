@@ -29,7 +29,16 @@ _shard_map = jax.shard_map
 #: The leaf classes the dispatch core's hit path recognises.
 LEAF_TYPES = _dispatch_mod.LeafTypes(jp.ArrayImpl, np.ndarray, np.generic,
                                      np.asarray, jp.ARRAY_SHARDING_ATTR,
-                                     jp.raise_if_deleted)
+                                     jp.raise_if_deleted, jp.PRNGKeyArray)
+
+
+def is_extended(aval):
+    """A dtype with a physical representation of its own (PRNG keys)."""
+    return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended)
+
+
+def is_float0(aval):
+    return aval.dtype == jax.dtypes.float0
 
 
 def pmap_mesh(params):
@@ -116,7 +125,8 @@ class FastpathData:
     """
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
-                 "out_handlers", "out_treedef", "shard_fallback", "compiled")
+                 "out_handlers", "out_treedef", "shard_fallback", "compiled",
+                 "donated")
 
     def __init__(self, compiled, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -128,6 +138,9 @@ class FastpathData:
         self.out_handlers = compiled.out_handlers
         self.out_treedef = out_treedef
         self.shard_fallback = compiled.shard_fallback
+        # Flat indices of donated leaves (None: the program donates nothing,
+        # and the hit path checks nothing).
+        self.donated = compiled.donated
 
 
 class CompiledProgram:
@@ -151,15 +164,28 @@ class CompiledProgram:
         n = len(in_avals)
         self.kept = None if kept is None or len(kept) == n else tuple(sorted(kept))
         kept_idx = range(n) if self.kept is None else self.kept
-        self.kept_in_shardings = tuple(self.in_shardings[i] for i in kept_idx)
+        # The executable takes physical buffers: a key input's sharding there
+        # is its physical one (what the hit path compares ``_base_array``s to).
+        self.physical_in_shardings = tuple(
+            intern_sharding(jp.physical_sharding(a, s)) if is_extended(a) else s
+            for a, s in zip(in_avals, self.in_shardings))
+        self.kept_in_shardings = tuple(self.physical_in_shardings[i] for i in kept_idx)
         self.host_specs = tuple(
             _host_spec(a, s) for a, s in zip(in_avals, self.in_shardings))
         self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
+        self.donated = tuple(
+            i for i, d in enumerate(params["donated_invars"]) if d) or None
 
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
         sharding = self.in_shardings[i]
         aval = self.in_avals[i]
+        if isinstance(x, jp.PRNGKeyArray):
+            if x.is_deleted():
+                jp.raise_if_deleted(x._base_array)
+            if x.sharding != sharding:
+                x = jax.device_put(x, sharding)
+            return x._base_array
         if isinstance(x, jp.ArrayImpl):
             if x.is_deleted():
                 jp.raise_if_deleted(x)
@@ -174,6 +200,8 @@ class CompiledProgram:
 
     def run_flat(self, args):
         """Run with flat global arguments (Python path); returns flat outputs."""
+        if self.donated is not None:
+            check_donated_aliases(args, self.donated)
         entry = _dispatch_mod.CacheEntry()
         entry.populate(FastpathData(self, None), LEAF_TYPES)
         arrays = entry.shard(list(args))
@@ -188,22 +216,90 @@ class CompiledProgram:
         return FastpathData(self, out_treedef)
 
 
+def find_donated_alias(flat, donated):
+    """``(i, j)``: flat leaf ``i`` is donated and the same array as leaf
+    ``j``; None when no donated array appears twice."""
+    first = {}
+    for i in donated:
+        x = flat[i]
+        if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
+            if id(x) in first:
+                return first[id(x)], i
+            first[id(x)] = i
+    for j, x in enumerate(flat):
+        i = first.get(id(x), j)
+        if i != j:
+            return (i, j) if i < j else (j, i)
+    return None
+
+
+def check_donated_aliases(flat, donated, describe=None, api="pmapkit"):
+    """Raise ``ArgumentAliasError`` naming both positions when a donated
+    array is also another argument of the call: XLA would be handed one
+    buffer as two inputs, one of which it may overwrite (JAX crashes)."""
+    found = find_donated_alias(flat, donated)
+    if found is None:
+        return
+    if describe is None:
+        describe = lambda k: f"flat argument {k}"
+    i, j = found
+    which = ("both are" if i in donated and j in donated
+             else f"{describe(i if i in donated else j)} is")
+    raise _dispatch_mod.ArgumentAliasError(
+        f"{api}: the same array is passed as {describe(i)} and as {describe(j)}, "
+        f"and {which} donated (donate_argnums). A donated buffer is handed "
+        "to the program to overwrite, so it cannot also be another argument "
+        "of the same call. Pass a copy (e.g. jnp.copy(x)) in one position, "
+        "or do not donate it.")
+
+
 def _all_inputs(kept_arrays, kept, args, compiled):
-    # jax's Compiled.__call__ wants every input, pruned or not.
+    # jax's Compiled.__call__ wants every input, pruned or not, and logical
+    # values: key arrays (not their physical buffers), float0 host arrays.
     if kept is None:
-        return kept_arrays
-    full = [compiled.shard_fallback(x, i) for i, x in enumerate(args)]
-    for j, i in enumerate(kept):
-        full[i] = kept_arrays[j]
+        full = list(kept_arrays)
+    else:
+        full = [compiled.shard_fallback(x, i) for i, x in enumerate(args)]
+        for j, i in enumerate(kept):
+            full[i] = kept_arrays[j]
+    for i, (x, aval) in enumerate(zip(args, compiled.in_avals)):
+        if is_extended(aval):
+            sharding = compiled.in_shardings[i]
+            full[i] = x if x.sharding == sharding else jax.device_put(x, sharding)
+        elif is_float0(aval):
+            full[i] = np.zeros(aval.shape, jax.dtypes.float0)
     return full
 
 
 def _host_spec(aval, sharding):
+    if is_extended(aval):
+        return None  # no host value has a key dtype: keys come as key arrays
     devices = list(sharding.mesh.devices.flat)
     index_map = sharding.devices_indices_map(aval.shape)
+    indices = [index_map[d] for d in devices]
+    if is_float0(aval):
+        return Float0HostSpec(aval, indices, devices, sharding)
     return _shard_arg_mod.HostSpec(
-        aval, np.dtype(aval.dtype), [index_map[d] for d in devices], devices,
-        sharding, jp.batched_device_put)
+        aval, np.dtype(aval.dtype), indices, devices, sharding,
+        jp.batched_device_put)
+
+
+class Float0HostSpec:
+    """Puts a float0 host value (zero-sized elements, e.g. the tangent of an
+    integer) as what programs take for it: booleans, all False."""
+
+    def __init__(self, aval, indices, devices, sharding):
+        self.aval = jp.ShapedArray(aval.shape, np.dtype(np.bool_))
+        self.dtype = jax.dtypes.float0
+        self.indices = tuple(indices)
+        self.devices = devices
+        self.sharding = sharding
+
+    def put(self, x):
+        zeros = np.zeros(x.shape, np.bool_)
+        return jp.batched_device_put(self.aval, self.sharding,
+                                     [zeros[idx] for idx in self.indices],
+                                     self.devices, True)
 
 
 # -- the compile cache --------------------------------------------------------
@@ -282,9 +378,31 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
     reads shardings off jit equations, not off foreign primitives), and it
     moves operands onto those devices. Transformations see through it.
     """
+    return list(_outer_jit(primitive, params, in_avals)(*args))
+
+
+_OUTER_JIT_CACHE_SIZE = 512
+_outer_jits: collections.OrderedDict = collections.OrderedDict()
+
+
+def _outer_jit(primitive, params, in_avals):
+    """One ``jax.jit`` per equation: a fresh one per call would be traced and
+    compiled afresh each time (jit caches per function object), and so would
+    everything JAX derives from its jaxpr under grad/vmap/jvp."""
+    key = (primitive, _params_key(params, in_avals))
+    with _compile_lock:
+        hit = _outer_jits.get(key)
+        if hit is not None:
+            _outer_jits.move_to_end(key)
+            return hit
     in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
-    return list(jax.jit(_program(primitive, params), in_shardings=in_shardings,
-                        out_shardings=out_shardings)(*args))
+    jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
+                     out_shardings=out_shardings)
+    with _compile_lock:
+        jitted = _outer_jits.setdefault(key, jitted)
+        while len(_outer_jits) > _OUTER_JIT_CACHE_SIZE:
+            _outer_jits.popitem(last=False)
+    return jitted
 
 
 def lower_program(primitive, params, in_avals):

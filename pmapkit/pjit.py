@@ -43,10 +43,12 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     """
     spec = _PjitSpec(fun, in_axis_resources, out_axis_resources, static_argnums,
                      donate_argnums, in_shardings, out_shardings)
-    return calls.make_dispatch(
+    fn = calls.make_dispatch(
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
         spec.signature)
+    fn._on_clear = spec.trace_cache.clear
+    return fn
 
 
 def _pick(classic, modern, classic_name, modern_name):
@@ -84,6 +86,7 @@ class _PjitSpec:
             raise ValueError("pjit donate_argnums and static_argnums must not "
                              f"overlap, but both contain {sorted(overlap)}.")
         self.name = getattr(fun, "__name__", None) or type(fun).__name__
+        self.trace_cache = calls.TraceCache()
         self.signature = calls.signature_of(fun)
 
     def pickle_state(self):
@@ -128,6 +131,15 @@ def _check_against(what, resources, avals, mesh, describe):
 class _Prepared:
     __slots__ = ("flat_args", "params", "out_tree", "in_avals")
 
+    def with_flat_args(self, flat_args):
+        """The same traced call for another call's arguments."""
+        new = _Prepared()
+        new.flat_args = flat_args
+        new.params = self.params
+        new.out_tree = self.out_tree
+        new.in_avals = self.in_avals
+        return new
+
 
 def _prepare(spec, args, kwargs):
     if kwargs:
@@ -166,7 +178,8 @@ def _prepare(spec, args, kwargs):
                                             out_shape_tree, False)
     _check_against("pjit outputs", out_flat, [v.aval for v in jaxpr.outvars], mesh, None)
 
-    jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
+    with no_mesh():  # as traced: checks retype the body
+        jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
     in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
     if hoisted:
         flat = hoisted + list(flat)
@@ -185,13 +198,24 @@ def _prepare(spec, args, kwargs):
     return prepared
 
 
+def _prepare_cached(spec, args, kwargs):
+    try:
+        mesh = _active_mesh(spec)
+    except RuntimeError:
+        return _prepare(spec, args, kwargs)  # raises the no-mesh error
+    return calls.prepare_cached(
+        spec.trace_cache, lambda a, k: _prepare(spec, a, k), spec.static,
+        args, kwargs, (mesh, jp.debug_nans.value))
+
+
 def _cache_miss(spec, *args, **kwargs):
-    prepared = _prepare(spec, args, kwargs)
+    prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
     if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
         outs = lowering.bind_in_outer_trace(pjit_p, prepared.params,
                                             prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
+    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
     compiled = lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)

@@ -108,6 +108,7 @@ class _PmapSpec:
         self.backend = backend
         self.axis_size = axis_size
         self.name = getattr(fun, "__name__", None) or type(fun).__name__
+        self.trace_cache = calls.TraceCache()
         try:
             self.signature = inspect.signature(fun)
         except (TypeError, ValueError):
@@ -147,6 +148,15 @@ class _Prepared:
     """A validated call: flat global args, the equation params, output tree."""
 
     __slots__ = ("flat_args", "params", "out_tree", "in_avals")
+
+    def with_flat_args(self, flat_args):
+        """The same traced call for another call's arguments."""
+        new = _Prepared()
+        new.flat_args = flat_args
+        new.params = self.params
+        new.out_tree = self.out_tree
+        new.in_avals = self.in_avals
+        return new
 
 
 def _prepare(spec, args, kwargs):
@@ -212,7 +222,8 @@ def _prepare(spec, args, kwargs):
     else:
         inner = nested_pmap_axes(jaxpr, pmap_p)
         devices = _resolve_devices(spec, size, inner)
-    jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
+    with per_device_context(spec.axis_name, size):  # checks retype the body
+        jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
     if hoisted:
         flat = hoisted + list(flat)
         in_avals = [jp.get_aval(c) for c in hoisted] + in_avals
@@ -327,8 +338,16 @@ def _resolve_devices(spec, size, inner=()):
     return tuple(available[:needed])
 
 
+def _prepare_cached(spec, args, kwargs):
+    # The enclosing pmap bodies' axes and debug_nans (donation) shape the trace.
+    extra = (tuple(_body_stack.axes), jp.debug_nans.value)
+    return calls.prepare_cached(
+        spec.trace_cache, lambda a, k: _prepare(spec, a, k), spec.static,
+        args, kwargs, extra)
+
+
 def _cache_miss(spec, *args, **kwargs):
-    prepared = _prepare(spec, args, kwargs)
+    prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
     if _nested():
         # Inside an enclosing pmap body: a plain equation, lowered on its mesh.
@@ -338,6 +357,7 @@ def _cache_miss(spec, *args, **kwargs):
         outs = lowering.bind_in_outer_trace(pmap_p, prepared.params,
                                             prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
+    calls.check_donation_aliases("pmap", spec, prepared, args, kwargs)
     compiled = lowering.compile_pmap(prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
@@ -350,10 +370,12 @@ def _lower(spec, *args, **kwargs):
 
 
 def _make_dispatch(spec):
-    return calls.make_dispatch(
+    fn = calls.make_dispatch(
         spec.fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
         spec.signature)
+    fn._on_clear = spec.trace_cache.clear
+    return fn
 
 
 def _reduce(spec):

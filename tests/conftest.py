@@ -17,6 +17,12 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
+# JAX's own test base runs with these checks; so does this suite (tests of
+# promotion behaviour opt out locally, e.g. ``jax.numpy_rank_promotion("allow")``).
+jax.config.update("jax_enable_checks", True)
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_legacy_prng_key", "error")
 
 import _install  # noqa: E402  (tests/_install.py)
 

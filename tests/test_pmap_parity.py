@@ -237,7 +237,8 @@ def test_kwargs_mapped_on_axis0_despite_in_axes(pmap_impl):
 def test_kwargs_pytree_mapped_while_positional_broadcast(pmap_impl):
     n = 2
     c, m, b = farange(3, start=1), farange(n, start=2), farange(n, 3)
-    f = pmap_impl(lambda base, cfg: base * cfg["m"] + cfg["b"] + lax.axis_index("i"),
+    f = pmap_impl(lambda base, cfg: (base * cfg["m"] + cfg["b"]
+                                    + lax.axis_index("i").astype(base.dtype)),
                   axis_name="i", in_axes=(None,))
     expected = c * m[:, None] + b + np.arange(n, dtype=np.float32)[:, None]
     check(f(c, cfg={"m": m, "b": b}), expected, n)
@@ -318,7 +319,8 @@ def test_devices_reversed_subset_orders_shards(pmap_impl):
     # devices[i] receives slice i, so axis_index follows the given order.
     d = jax.devices()[::-1][:4]
     x = farange(4, 2)
-    f = pmap_impl(lambda v: v + 100 * lax.axis_index("i"), axis_name="i", devices=d)
+    f = pmap_impl(lambda v: v + 100 * lax.axis_index("i").astype(v.dtype),
+                  axis_name="i", devices=d)
     out = f(x)
     check(out, x + 100 * np.arange(4, dtype=np.float32)[:, None], d)
     check_placement(out, d)
@@ -543,7 +545,7 @@ def test_numpy_input_dtype_canonicalized(pmap_impl, src, want):
 # ---------------------------------------------------- composition / reuse --
 
 def test_output_fed_back_into_same_function(pmap_impl):
-    f = pmap_impl(lambda v: v * 2 + lax.axis_index("i"), axis_name="i")
+    f = pmap_impl(lambda v: v * 2 + lax.axis_index("i").astype(v.dtype), axis_name="i")
     x = farange(4, 2)
     idx = np.arange(4, dtype=np.float32)[:, None]
     expected = x

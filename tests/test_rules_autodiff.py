@@ -43,9 +43,9 @@ COLLECTIVE_BODIES = {
     "psum_scatter": lambda v: lax.psum_scatter(
         jnp.outer(jnp.arange(1.0, N + 1), v) * v[0], "i", scatter_dimension=0) * v,
     "psum_scatter_tiled": lambda v: lax.psum_scatter(
-        jnp.outer(jnp.arange(1.0, N + 1), jnp.sin(v)), "i", tiled=True) * v,
+        jnp.outer(jnp.arange(1.0, N + 1), jnp.sin(v)), "i", tiled=True) * v[None],
     "all_to_all": lambda v: lax.all_to_all(
-        jnp.outer(jnp.arange(1.0, N + 1), jnp.sin(v)), "i", 0, 0) * v,
+        jnp.outer(jnp.arange(1.0, N + 1), jnp.sin(v)), "i", 0, 0) * v[None],
     "axis_index": lambda v: v ** 2 * (lax.axis_index("i") + 1).astype(jnp.float32),
 }
 
@@ -233,7 +233,7 @@ def test_jacrev_eager():
 def test_value_and_grad_has_aux_pytree_params():
     def body(params, xb):
         w, b = params["w"], params["b"]
-        pred = xb @ w + b
+        pred = xb @ w + b[None]
         return lax.pmean(jnp.mean(pred ** 2), "i"), pred
 
     params = {"w": data(N, 3, 2, seed=24), "b": data(N, 2, seed=25)}

@@ -137,7 +137,8 @@ NESTED_BODIES = {
     "psum_ij": lambda v: v - lax.pmean(v, ("i", "j")),
     "all_three_and_axis_index": lambda v: (
         jnp.sin(v) * lax.psum(v, "i") + lax.pmax(v, "j") + lax.psum(v, ("i", "j"))
-        + lax.axis_index("i") * 10.0 + lax.axis_index("j") * 100.0),
+        + lax.axis_index("i").astype(v.dtype) * 10.0
+        + lax.axis_index("j").astype(v.dtype) * 100.0),
 }
 
 

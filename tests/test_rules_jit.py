@@ -24,7 +24,7 @@ BODIES = {
     "elementwise": lambda v: jnp.sin(v) * 2 + 1,
     "psum": lambda v: v - lax.psum(v, "i") / N,
     "all_gather_tiled": lambda v: lax.all_gather(v, "i", tiled=True)[:4] * v,
-    "ppermute": lambda v: lax.ppermute(v, "i", _PERM) + lax.axis_index("i"),
+    "ppermute": lambda v: lax.ppermute(v, "i", _PERM) + lax.axis_index("i").astype(v.dtype),
     "int_psum": lambda v: lax.psum((v * 10).astype(jnp.int32), "i"),
 }
 
@@ -65,7 +65,7 @@ def test_pmap_inside_jit_with_ops_around():
 
 def test_two_pmaps_chained_inside_jit():
     def make(pm):
-        a = pm(lambda v: v * lax.axis_index("i"), axis_name="i")
+        a = pm(lambda v: v * lax.axis_index("i").astype(v.dtype), axis_name="i")
         b = pm(lambda v: lax.psum(v, "j") - v, axis_name="j", in_axes=1, out_axes=1)
         return jax.jit(lambda x: b(a(x).T))
 

@@ -18,7 +18,7 @@ B = 3      # vmapped (non-device) batch size
 
 
 def body(v):
-    return jnp.sin(v) * lax.psum(v, "i") + lax.axis_index("i")
+    return jnp.sin(v) * lax.psum(v, "i") + lax.axis_index("i").astype(v.dtype)
 
 
 @pytest.mark.parametrize("vmap_axis,shape", [(0, (B, N, 4)), (1, (N, B, 4)), (2, (N, 4, B))])
@@ -58,7 +58,7 @@ def test_pmap_of_vmap():
 def test_vmap_axis_name_collective_inside_pmap_body():
     # psum over the *vmap* axis name, from inside the pmap body.
     def inner(v):
-        return v / lax.psum(jnp.abs(v), "b") + lax.pmean(v, "i") * lax.axis_index("b")
+        return v / lax.psum(jnp.abs(v), "b") + lax.pmean(v, "i") * lax.axis_index("b").astype(v.dtype)
 
     x = data(B, N, 4, seed=4)
     ours, ref = both(inner, axis_name="i")

@@ -5,18 +5,21 @@ from __future__ import annotations
 import functools
 
 from pmapkit import _jax_private as jp
-from pmapkit.primitives import body_effects, pjit_p, pmap_p
-from pmapkit.rules.common import select, with_params
+from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
+from pmapkit.rules.common import axis_bound, select, with_params
 
 
-def _dce(used_outputs, eqn, *, in_params, out_params, effects):
+def _dce(used_outputs, eqn, *, in_params, out_params, effects, context):
     """``in_params`` / ``out_params``: the params holding one entry per
-    operand / result, filtered alongside the equation's vars."""
+    operand / result, filtered alongside the equation's vars. ``context``
+    gives the context the body is traced in (under ``jax_enable_checks``
+    ``dce_jaxpr`` typechecks the pruned body, which needs the pmap's axis)."""
     if not any(used_outputs) and not jp.has_effects(eqn):
         return [False] * len(eqn.invars), None
     params = eqn.params
     closed = params["jaxpr"]
-    jaxpr, used_inputs = jp.dce_jaxpr(closed.jaxpr, used_outputs)
+    with context(params):
+        jaxpr, used_inputs = jp.dce_jaxpr(closed.jaxpr, used_outputs)
     body = jp.ClosedJaxpr(jaxpr, closed.consts)
     updates = {k: tuple(select(used_inputs, params[k])) for k in in_params}
     updates.update({k: tuple(select(used_outputs, params[k])) for k in out_params})
@@ -29,7 +32,9 @@ def _dce(used_outputs, eqn, *, in_params, out_params, effects):
 
 jp.pe.dce_rules[pmap_p] = functools.partial(
     _dce, in_params=("in_axes", "donated_invars"), out_params=("out_axes",),
-    effects=lambda body, params: body_effects(body, params["axis_name"]))
+    effects=lambda body, params: body_effects(body, params["axis_name"]),
+    context=axis_bound)
 jp.pe.dce_rules[pjit_p] = functools.partial(
     _dce, in_params=("in_shardings", "donated_invars"), out_params=("out_shardings",),
-    effects=lambda body, params: body.effects)
+    effects=lambda body, params: body.effects,
+    context=lambda params: no_mesh())
