@@ -10,6 +10,8 @@
   longer runs on jax 0.10.2 (its inner shard_map's mesh does not match the
   outer one), so nested results are checked against nested ``jax.vmap``.
 """
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -24,6 +26,7 @@ import pmapkit
 from _checks import check, data
 
 INTERNAL = "_internal_pmap_axis_name"
+pmap_module = sys.modules["pmapkit.pmap"]  # the module (the package's pmap is the function)
 
 
 def same_sharding_and_values(ours, theirs):
@@ -35,6 +38,21 @@ def same_sharding_and_values(ours, theirs):
         assert o.committed and t.committed
         assert o.shape == t.shape and o.dtype == t.dtype
         np.testing.assert_array_equal(np.asarray(o), np.asarray(t))
+
+
+@pytest.fixture
+def misses(monkeypatch):
+    """Counts calls that take the Python miss path (validate and trace); a
+    call served by the compiled hit path does not."""
+    count = [0]
+    real = pmap_module._prepare
+
+    def prepare(*a, **k):
+        count[0] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(pmap_module, "_prepare", prepare)
+    return count
 
 
 def shard_values(x):
@@ -88,12 +106,14 @@ def test_out_axes_none_mixed_pytree_against_jax_pmap():
     same_sharding_and_values(pmapkit.pmap(f, **kw)(x), jax.pmap(f, **kw)(x))
 
 
-def test_out_axes_none_hit_path_and_numpy_input():
+def test_out_axes_none_hit_path_and_numpy_input(misses):
     f = pmapkit.pmap(lambda v: v + 1, out_axes=None)
     for start in range(3):
         x = np.arange(4, dtype=np.float32) + start
-        assert float(f(x)) == start + 1
-    assert f._cache_size == 1
+        out = f(x)
+        assert float(out) == start + 1
+        assert all(v == start + 1 for v in shard_values(out))
+    assert f._cache_size == 1 and misses[0] == 1
 
 
 def test_out_axes_none_under_jit_and_vmap():
@@ -149,7 +169,7 @@ def test_jax_pmap_output_round_trips_through_pmapkit_without_copies():
     assert buffers(z) == ptrs
 
 
-def test_jax_pmap_output_taken_as_is_on_the_hit_path():
+def test_jax_pmap_output_taken_as_is_on_the_hit_path(misses):
     theirs = jax.pmap(lambda v: v * 2)
     ours = pmapkit.pmap(lambda v: v, donate_argnums=0)
     for _ in range(3):  # the first call misses, the others hit
@@ -157,7 +177,7 @@ def test_jax_pmap_output_taken_as_is_on_the_hit_path():
         ptrs = buffers(x)
         y = ours(x)
         assert x.is_deleted() and buffers(y) == ptrs
-    assert ours._cache_size == 1
+    assert ours._cache_size == 1 and misses[0] == 1
 
 
 # ------------------------------------------------------------------ nested --
@@ -250,13 +270,16 @@ def test_three_levels_use_all_devices():
     one_element_per_device(out, (0, 1, 2))
 
 
-def test_nested_pmap_compiles_once_and_hits():
+def test_nested_pmap_compiles_once_and_hits(misses):
     f = pmapkit.pmap(pmapkit.pmap(lambda v: v - lax.pmean(v, "i"), axis_name="i"),
                      axis_name="j")
-    for seed in range(3):
-        x = data(2, 4, 3, seed=seed)
+    x = data(2, 4, 3, seed=0)
+    y = f(x)
+    assert misses[0] == 2  # the outer call and the inner one it traces
+    for _ in range(3):  # numpy input, then its own output: both hit
         check(f(x), x - x.mean(1, keepdims=True))
-    assert f._cache_size == 1
+        check(f(y), y - np.asarray(y).mean(1, keepdims=True))
+    assert f._cache_size == 1 and misses[0] == 2
 
 
 # ------------------------------------- property: nested in/out_axes vs vmap --
