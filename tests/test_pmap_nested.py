@@ -367,3 +367,40 @@ def test_nested_in_out_axes_match_nested_vmap(case):
         spec.pop()
     assert out.sharding.spec == P(*spec)
     assert out.sharding == NamedSharding(out.sharding.mesh, P(*spec))
+
+
+# ----------------------------------------- nested under JAX transformations --
+
+def test_grad_of_nested_with_inner_out_axes_none_and_in_axes_one():
+    f = lambda v: jnp.sin(v) * lax.psum(v, "j")
+    inner = pmapkit.pmap(f, axis_name="i", in_axes=1, out_axes=None)
+    outer = pmapkit.pmap(inner, axis_name="j")
+    x = data(2, 3, 4, seed=20)  # per outer device (3, 4): inner maps the 4
+
+    def ref(x):  # the first inner device's value: column 0 of each (3, 4)
+        return nested_vmap(f, inner_in=1)(x)[:, 0]
+
+    loss = lambda m: (lambda x: jnp.sum(jnp.cos(m(x)) * 1.5))
+    check(outer(x), ref(x))
+    check(jax.grad(loss(outer))(x), jax.grad(loss(ref))(x))
+
+
+def test_jit_and_vmap_of_unnamed_nested():
+    nested = pmapkit.pmap(pmapkit.pmap(lambda v: v * 2 + 1, in_axes=1))
+    x = data(2, 3, 4, seed=21)
+    ref = np.swapaxes(x, 1, 2) * 2 + 1
+    check(jax.jit(nested)(x), ref)
+    xs = data(3, 2, 3, 4, seed=22)
+    check(jax.vmap(nested)(xs), np.swapaxes(xs, 2, 3) * 2 + 1)
+
+
+def test_nested_on_reversed_devices():
+    devices = jax.devices()[::-1]
+    inner = pmapkit.pmap(lambda v: v + lax.axis_index("i").astype(jnp.float32),
+                         axis_name="i")
+    out = pmapkit.pmap(inner, axis_name="j", devices=devices)(data(2, 4, 3, seed=23))
+    assert out.sharding.mesh.devices.tolist() == np.array(devices).reshape(2, 4).tolist()
+    # outer index j, inner index i sits on devices[4 * j + i]
+    for s in out.addressable_shards:
+        j, i = s.index[0].start, s.index[1].start
+        assert s.device == devices[4 * j + i]
