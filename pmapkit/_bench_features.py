@@ -22,6 +22,7 @@ from collections.abc import Callable
 #: Modules holding feature cases; one that fails to import is reported, not fatal.
 FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit._bench_fidelity",
+    "pmapkit._bench_nested",
 )
 
 

@@ -15,13 +15,14 @@ import threading
 import jax
 import numpy as np
 from jax.interpreters import mlir
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
 from pmapkit.primitives import body_effects, pjit_p, pmap_p
-from pmapkit.analysis import nested_pmap_axes
+from pmapkit.analysis import (dims_spec, first_device_outputs, mapped_dims,
+                              nested_in_dims, nested_out_dims, nested_pmap_axes)
 from pmapkit.specs import axis_spec
 
 _shard_map = jax.shard_map
@@ -67,24 +68,29 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     del donated_invars, name
     # A nested pmap (devices=None) runs on the mesh its enclosing pmap built.
     mesh = _enclosing_mesh(ctx, axis_name) if devices is None else pmap_mesh(params)
-    in_specs = tuple(axis_spec(axis_name, ax, a.ndim)
-                     for ax, a in zip(in_axes, ctx.avals_in))
-    out_specs = tuple(axis_spec(axis_name, ax, a.ndim)
-                      for ax, a in zip(out_axes, ctx.avals_out))
+    # An unmapped output that may differ between devices is the first
+    # device's value (classic pmap): it leaves the manual region stacked and
+    # is sliced there, in the partitioned program, which broadcasts it.
+    first_of = first_device_outputs(jaxpr, axis_name, in_axes, out_axes)
+    stack_axes = tuple(0 if first else ax for ax, first in zip(out_axes, first_of))
+    in_specs = tuple(axis_spec(axis_name, ax) for ax in in_axes)
+    out_specs = tuple(axis_spec(axis_name, ax) for ax in stack_axes)
 
     def per_device(*xs):
         xs = [x if ax is None else jax.lax.squeeze(x, (ax,))
               for x, ax in zip(xs, in_axes)]
         outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
         return tuple(o if ax is None else jax.lax.expand_dims(o, (ax,))
-                     for o, ax in zip(outs, out_axes))
+                     for o, ax in zip(outs, stack_axes))
 
     shard_mesh = mesh
 
     def spmd(*xs):
-        return _shard_map(per_device, mesh=shard_mesh, in_specs=in_specs,
+        outs = _shard_map(per_device, mesh=shard_mesh, in_specs=in_specs,
                           out_specs=out_specs, check_vma=False,
                           axis_names={axis_name})(*xs)
+        return tuple(jax.lax.index_in_dim(o, 0, 0, keepdims=False) if first else o
+                     for o, first in zip(outs, first_of))
 
     lower = mlir.lower_fun(spmd, multiple_results=True)
     if devices is None:
@@ -343,14 +349,22 @@ def intern_sharding(sharding):
 
 
 def _pmap_shardings(params, in_avals):
+    """Global shardings of a top-level pmap's operands and results: the
+    mapped axis over the pmap's mesh axis, as jax.pmap places it, and the
+    axes of nested pmaps over the inner mesh axes (one element per device)."""
     axis_name = params["axis_name"]
     mesh = pmap_mesh(params)
-    in_shardings = tuple(NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
-                         for ax, a in zip(params["in_axes"], in_avals))
+    body = params["jaxpr"].jaxpr
     out_avals = pmap_p.abstract_eval(*in_avals, **params)[0]
-    out_shardings = tuple(NamedSharding(mesh, axis_spec(axis_name, ax, a.ndim))
-                          for ax, a in zip(params["out_axes"], out_avals))
-    return in_shardings, out_shardings
+
+    def shardings(axes, inner_dims, avals):
+        return tuple(
+            NamedSharding(mesh, PartitionSpec(*dims_spec(
+                mapped_dims(dims, ax, axis_name), a.ndim)))
+            for ax, dims, a in zip(axes, inner_dims, avals))
+
+    return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals),
+            shardings(params["out_axes"], nested_out_dims(body, pmap_p), out_avals))
 
 
 register_program(pmap_p, _pmap_shardings,

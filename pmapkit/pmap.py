@@ -18,7 +18,7 @@ import jax
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
 from pmapkit._compiled import dispatch as _dispatch_mod
-from pmapkit.analysis import nested_pmap_axes, varying_outputs
+from pmapkit.analysis import nested_pmap_axes
 from pmapkit.primitives import per_device_context, plain_avals, pmap_p, remove_axis
 
 if TYPE_CHECKING:  # annotations only; they are never evaluated
@@ -214,8 +214,10 @@ def _prepare(spec, args, kwargs):
 
     local_avals = [a if ax is None else remove_axis(a, ax)
                    for a, ax in zip(in_avals, in_axes_flat)]
-    jaxpr, consts, out_tree = _trace_body(spec, statics, nargs, dyn_positions,
-                                          in_tree, local_avals, size, describe)
+    axis_name = _call_axis_name(spec)
+    jaxpr, consts, out_tree = _trace_body(spec, axis_name, statics, nargs,
+                                          dyn_positions, in_tree, local_avals,
+                                          size, describe)
     out_axes_flat = _out_axes_flat(spec, out_tree, jaxpr)
     if _nested():
         devices = None  # lowered on the mesh of the enclosing pmap
@@ -230,31 +232,37 @@ def _prepare(spec, args, kwargs):
         in_axes_flat = (None,) * len(hoisted) + in_axes_flat
         donated = [False] * len(hoisted) + donated
 
-    _check_unmapped_outputs(spec, jaxpr, in_axes_flat, out_axes_flat, out_tree)
-
     prepared = _Prepared()
     prepared.flat_args = flat
     prepared.in_avals = tuple(in_avals)
     prepared.out_tree = out_tree
     prepared.params = dict(
-        jaxpr=jaxpr, axis_name=spec.axis_name, axis_size=size,
+        jaxpr=jaxpr, axis_name=axis_name, axis_size=size,
         devices=devices, in_axes=in_axes_flat, out_axes=out_axes_flat,
         donated_invars=tuple(donated), name=spec.name)
     return prepared
 
 
-def _trace_body(spec, statics, nargs, dyn_positions, in_tree, local_avals,
-                size, describe):
-    _body_stack.axes.append((spec.axis_name, size))
+def _call_axis_name(spec):
+    """The axis name of this call's equation. An unnamed pmap nested in
+    another needs a name of its own: each level is a mesh axis."""
+    if spec.user_axis_name is not None or not _nested():
+        return spec.axis_name
+    return f"{INTERNAL_AXIS_NAME}_{len(_body_stack.axes)}"
+
+
+def _trace_body(spec, axis_name, statics, nargs, dyn_positions, in_tree,
+                local_avals, size, describe):
+    _body_stack.axes.append((axis_name, size))
     try:
-        with per_device_context(spec.axis_name, size):
+        with per_device_context(axis_name, size):
             jaxpr, consts, out_tree = calls.trace_user_fun(
                 "pmap", spec.fun, spec.static, statics, nargs, in_tree,
                 plain_avals(local_avals), describe)
     finally:
         _body_stack.axes.pop()
     # The pmap binds its axis name: collectives over it are not effects of ours.
-    jaxpr = jp.remove_named_axis_effects(jaxpr, {spec.axis_name})
+    jaxpr = jp.remove_named_axis_effects(jaxpr, {axis_name})
     return jaxpr, consts, out_tree
 
 
@@ -275,22 +283,6 @@ def _out_axes_flat(spec, out_tree, jaxpr):
             ax = norm
         axes.append(ax)
     return tuple(axes)
-
-
-def _check_unmapped_outputs(spec, jaxpr, in_axes_flat, out_axes_flat, out_tree):
-    if all(ax is not None for ax in out_axes_flat):
-        return
-    varying = varying_outputs(jaxpr.jaxpr, [ax is not None for ax in in_axes_flat],
-                              spec.axis_name)
-    for k, (ax, var) in enumerate(zip(out_axes_flat, varying)):
-        if ax is None and var:
-            raise ValueError(
-                f"pmap out_axes=None was given for output {k} of {spec.name} "
-                f"(output structure {out_tree}), but that output varies across "
-                f"the devices of axis {spec.axis_name!r}: it depends on a mapped "
-                "input or on the device's index. Only values that are the same "
-                "on every device (results of psum/pmax/pmin/all_gather over the "
-                "axis, or of unmapped inputs) can be returned unmapped.")
 
 
 def _mapped_size(in_avals, in_axes_flat, describe):

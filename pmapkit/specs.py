@@ -49,13 +49,13 @@ def flatten_out_axes(out_axes, out_tree, out_shape_tree):
             f"structure {out_tree}.") from None
 
 
-def axis_spec(axis_name, axis, ndim):
-    """PartitionSpec of a global array whose dim ``axis`` is the mapped one."""
+def axis_spec(axis_name, axis):
+    """PartitionSpec of a global array whose dim ``axis`` is the mapped one,
+    written as jax.pmap writes it (``P(None, 'i')``, no trailing Nones), so
+    shardings built from it compare equal to jax.pmap's."""
     if axis is None:
         return PartitionSpec()
-    entries = [None] * ndim
-    entries[axis] = axis_name
-    return PartitionSpec(*entries)
+    return PartitionSpec(*[None] * axis, axis_name)
 
 
 def normalize_axis(axis, ndim):
