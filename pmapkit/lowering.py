@@ -300,28 +300,9 @@ def lower_program(primitive, params, in_avals):
 
 def compile_lowered(primitive, params, in_avals, lowered, *,
                     compiler_options=None, device_assignment=None) -> CompiledProgram:
-    """Compile a ``lower_program`` result (``f.lower(...).compile()``).
-
-    With default options the program is the one ``compile_program`` would
-    make for the same equation, so both share the compile cache: an AOT
-    compile followed by calls (or the reverse) compiles once.
-    """
-    if compiler_options is not None or device_assignment is not None:
-        compiled = lowered.compile(compiler_options,
-                                   device_assignment=device_assignment)
-        return CompiledProgram(primitive, params, in_avals, lowered, compiled)
-    key = (primitive, _params_key(params, in_avals))
-    with _compile_lock:
-        hit = _compile_cache.get(key)
-        if hit is not None:
-            _compile_cache.move_to_end(key)
-            return hit
-    result = CompiledProgram(primitive, params, in_avals, lowered, lowered.compile())
-    with _compile_lock:
-        result = _compile_cache.setdefault(key, result)
-        while len(_compile_cache) > _COMPILE_CACHE_SIZE:
-            _compile_cache.popitem(last=False)
-    return result
+    """Compile a ``lower_program`` result (``f.lower(...).compile(...)``)."""
+    compiled = lowered.compile(compiler_options, device_assignment=device_assignment)
+    return CompiledProgram(primitive, params, in_avals, lowered, compiled)
 
 
 def compile_pmap(params, in_avals) -> CompiledProgram:
