@@ -522,3 +522,36 @@ def test_debug_cache_keys_failed_entry_says_why():
     assert "The cache contains 1 elements:" in text
     assert "state: failed (TypeError" in text
     assert "not recorded (this entry runs on the Python path)" in text
+
+
+def test_pmap_pruned_input_reads_like_jax_pmap():
+    ours, theirs = both_pmaps(lambda a, unused: a + 1)
+    x = farange(N, 2)
+    mine, ref = ours.lower(x, x).compile(), theirs.lower(x, x).compile()
+    assert mine.in_avals == ref.in_avals
+    shardings = jax.tree_util.tree_leaves(mine.input_shardings, is_leaf=lambda s: s is None)
+    ref_shardings = jax.tree_util.tree_leaves(ref.input_shardings, is_leaf=lambda s: s is None)
+    assert [s is None for s in shardings] == [s is None for s in ref_shardings]
+    np.testing.assert_array_equal(np.asarray(mine(x, x)), x + 1)
+
+
+def test_pmap_compiled_with_keyword_arguments():
+    ours, theirs = both_pmaps(lambda a, k: a * k)
+    x, k = farange(N, 2), farange(N, 2, start=1)
+    mine, ref = ours.lower(x, k=k).compile(), theirs.lower(x, k=k).compile()
+    np.testing.assert_array_equal(np.asarray(mine(x, k=k)), np.asarray(ref(x, k=k)))
+    assert str(error_of(mine, x, k)) == str(error_of(ref, x, k))
+
+
+def test_pjit_debug_cache_keys_static_and_signatures():
+    mesh = pjit_mesh()
+    f = pmapkit.pjit(lambda a, k: a * k, P("x"), P("x"), static_argnums=1)
+    x = farange(8, 8)
+    with mesh:
+        f(x, 2)
+        f(x.astype(np.int32), 2)
+    text = f._debug_cache_keys()
+    assert text.startswith("The cache contains 2 elements:")
+    assert text.count("static args (positional): 1=2 (int)") == 2
+    assert "float32[8,8]" in text and "int32[8,8]" in text
+    assert "spec=P('x',)" in text
