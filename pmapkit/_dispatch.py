@@ -27,6 +27,9 @@ class ArgumentAliasError(ValueError):
     one call, not on its signature, so it never marks a cache entry."""
 # Bumped whenever the pickled state of a DispatchFunction changes shape.
 PICKLE_VERSION = 1
+# Marks the keys of calls with keyword arguments: ``f(x, k=y)`` flattens to
+# the same treedef as ``f((x,), {"k": y})`` and must not share its entry.
+KWARGS_MARK = "**kwargs"
 
 
 class LeafTypes:
@@ -332,12 +335,19 @@ class DispatchFunction:
                     statics.append((type(args[i]), args[i]))
                 else:
                     dyn.append(args[i])
-            flat = self._flatten((tuple(dyn), kwargs) if kwargs else tuple(dyn))
-            key = [flat[1], tuple(statics)]
+            if kwargs:
+                flat = self._flatten((tuple(dyn), kwargs))
+                key = [flat[1], tuple(statics), KWARGS_MARK]
+            else:
+                flat = self._flatten(tuple(dyn))
+                key = [flat[1], tuple(statics)]
+        elif kwargs:
+            flat = self._flatten((args, kwargs))
+            key = [flat[1], KWARGS_MARK]
         else:
             # Without keyword arguments the args tuple alone flattens to the
             # same leaves, faster.
-            flat = self._flatten((args, kwargs) if kwargs else args)
+            flat = self._flatten(args)
             key = [flat[1]]
         leaves = flat[0]
         for x in leaves:
@@ -390,11 +400,18 @@ class DispatchFunction:
         return sum([len(c) for c in self._caches.values()])
 
     def _debug_cache_keys(self):
-        """Signature keys of every cache entry (all trace contexts)."""
-        keys = []
-        for cache in self._caches.values():
-            keys.extend(cache.keys())
-        return keys
+        """A readable description of every cache entry (all trace contexts):
+        "The cache contains N elements:" then, per entry, its argument
+        signatures, tree structures, static values, the shardings it was
+        compiled for and its trace context, to see why a call missed."""
+        from pmapkit import _cache_keys  # pure Python, needed only here
+
+        elements = []
+        for ctx, cache in list(self._caches.items()):
+            for key, entry in list(cache.items()):
+                elements.append((ctx, key, entry))
+        return _cache_keys.describe(elements, dict(self._sig_ids),
+                                    self._static_argnums)
 
     def _debug_compute_cache_key(self, *args, **kwargs):
         signed = self._sign(args, kwargs)

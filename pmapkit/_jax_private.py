@@ -150,3 +150,21 @@ def physical_sharding(aval, sharding):
     """The sharding of the physical buffers of a value of ``aval`` placed with
     ``sharding`` (itself, except for extended dtypes such as PRNG keys)."""
     return _sharding_impls.physical_sharding(aval, sharding)
+
+
+# --- stages and cache-key descriptions ------------------------------------------
+from jax._src import stages as _stages  # noqa: E402
+
+StagesExecutable = _stages.Executable
+make_args_info = _stages.make_args_info
+# JAX's own "Argument types differ ..." TypeError for an AOT-compiled call.
+check_arg_avals_for_call = _pxla.check_arg_avals_for_call
+
+
+def trace_context_names():
+    """Names of the entries of ``trace_context()``, or None where this jaxlib
+    cannot tell them."""
+    try:
+        return tuple(_config.trace_context_names())
+    except (AttributeError, NotImplementedError):
+        return None

@@ -1,7 +1,7 @@
 """Call handling shared by pmap and pjit, on the miss path (pure Python):
 argnum options, static/dynamic argument split, naming flat leaves in error
-messages, abstract values, closing traced bodies, the ``lower()`` objects
-and building the compiled ``DispatchFunction``.
+messages, abstract values, closing traced bodies and building the compiled
+``DispatchFunction`` (the ``lower()`` objects are in ``pmapkit.stages``).
 """
 from __future__ import annotations
 
@@ -182,57 +182,6 @@ class LeafNames:
             named = f" '{name}'" if name else ""
             return f"argument{named} (positional argument {pos}){where}"
         return f"keyword argument '{path[1].key}'{where}"
-
-
-class ProgramLowered:
-    """What ``f.lower(*args)`` returns: the lowered program, its text, and
-    ``compile()`` giving a callable that takes and returns the user's pytrees
-    (static arguments included, as in the original call).
-
-    ``prepared`` carries ``params``, ``in_avals`` and ``out_tree``.
-    """
-
-    def __init__(self, primitive, static, name, prepared):
-        self._primitive = primitive
-        self._static = static
-        self._name = name
-        self._prepared = prepared
-        self.lowered = lowering.lower_program(primitive, prepared.params,
-                                              prepared.in_avals)
-
-    def as_text(self, *args, **kwargs):
-        return self.lowered.as_text(*args, **kwargs)
-
-    def compile(self):
-        compiled = lowering.compile_lowered(self._primitive, self._prepared.params,
-                                            self._prepared.in_avals, self.lowered)
-        return ProgramCompiled(self._static, self._name, self._prepared, compiled)
-
-
-class ProgramCompiled:
-    """A compiled program for one signature, callable with pytrees."""
-
-    def __init__(self, static, name, prepared, compiled):
-        self._static = static
-        self._name = name
-        self._prepared = prepared
-        self.compiled = compiled
-
-    def as_text(self):
-        return self.compiled.compiled.as_text()
-
-    def __call__(self, *args, **kwargs):
-        static = set(self._static)
-        dyn = tuple(a for i, a in enumerate(args) if i not in static)
-        flat, _ = jax.tree_util.tree_flatten((dyn, kwargs))
-        avals = tuple(jp.shaped_abstractify(x) for x in flat)
-        if avals != self._prepared.in_avals:
-            raise TypeError(
-                f"compiled {self._name} was lowered for argument types "
-                f"{[a.str_short() for a in self._prepared.in_avals]}, got "
-                f"{[a.str_short() for a in avals]}.")
-        outs = self.compiled.run_flat(flat)
-        return jax.tree_util.tree_unflatten(self._prepared.out_tree, outs)
 
 
 def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature):

@@ -430,8 +430,11 @@ def lower_program(primitive, params, in_avals):
     return jitted.lower(*structs)
 
 
-def compile_lowered(primitive, params, in_avals, lowered) -> CompiledProgram:
-    return CompiledProgram(primitive, params, in_avals, lowered, lowered.compile())
+def compile_lowered(primitive, params, in_avals, lowered, *,
+                    compiler_options=None, device_assignment=None) -> CompiledProgram:
+    """Compile a ``lower_program`` result (``f.lower(...).compile(...)``)."""
+    compiled = lowered.compile(compiler_options, device_assignment=device_assignment)
+    return CompiledProgram(primitive, params, in_avals, lowered, compiled)
 
 
 def compile_pmap(params, in_avals) -> CompiledProgram:

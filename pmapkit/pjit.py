@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
+from pmapkit import stages
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.mesh import current_mesh
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
@@ -223,8 +224,8 @@ def _cache_miss(spec, *args, **kwargs):
 
 
 def _lower(spec, *args, **kwargs):
-    return calls.ProgramLowered(pjit_p, spec.static, spec.name,
-                                _prepare(spec, args, kwargs))
+    return stages.lower_prepared(pjit_p, "pjit", spec, _prepare(spec, args, kwargs),
+                                 args, kwargs)
 
 
 def _reduce(spec):

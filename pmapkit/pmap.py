@@ -17,6 +17,7 @@ import jax
 
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
+from pmapkit import stages
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.analysis import nested_pmap_axes
 from pmapkit.primitives import per_device_context, plain_avals, pmap_p, remove_axis
@@ -357,8 +358,8 @@ def _cache_miss(spec, *args, **kwargs):
 
 
 def _lower(spec, *args, **kwargs):
-    prepared = _prepare(spec, args, kwargs)
-    return calls.ProgramLowered(pmap_p, spec.static, spec.name, prepared)
+    return stages.lower_prepared(pmap_p, "pmap", spec, _prepare(spec, args, kwargs),
+                                 args, kwargs)
 
 
 def _make_dispatch(spec):

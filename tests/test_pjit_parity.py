@@ -363,10 +363,9 @@ def test_lower_as_text_and_compile(api):
         compiled = lowered.compile()
         direct = f(x, 4)
     assert "sharding" in text
-    # pmapkit's compiled object takes the original call's arguments (static
-    # ones included, as documented in pmapkit.calls.ProgramCompiled);
-    # jax.stages.Compiled takes the dynamic arguments only.
-    out = compiled(x, 4) if api.name == "pjit" else compiled(x)
+    # Both are jax.stages.Compiled taking the dynamic arguments only.
+    assert isinstance(compiled, jax.stages.Compiled)
+    out = compiled(x)
     check(api, out, x * 4, P("y"))
     check(api, direct, x * 4, P("y"))
 

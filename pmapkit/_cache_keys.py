@@ -1,0 +1,165 @@
+"""Words for the dispatch core's cache keys (``f._debug_cache_keys()``).
+
+The core keys a call by interned leaf-signature ids (see
+``_dispatch.DispatchFunction._sign``); this module turns them back into the
+classic description: a header "The cache contains N elements:" and, per
+element, its static arguments, the signature of every dynamic leaf, keyword
+names, tree structures, the shardings the entry was compiled for, and the
+parts of JAX's trace context that select a cache. Off the hot path.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from pmapkit import _jax_private as jp
+from pmapkit._compiled import dispatch as _dispatch_mod
+
+# Trace-context entries worth naming on every element; the others are named
+# only where they differ between cached contexts.
+_ALWAYS_SHOWN = ("jax_enable_x64", "jax_default_device")
+
+
+def describe(elements, sig_ids, static_argnums):
+    """``elements``: ``(trace context, key, CacheEntry)`` triples;
+    ``sig_ids``: the core's leaf signature -> id map."""
+    signatures = {leaf_id: sig for sig, leaf_id in sig_ids.items()}
+    names = jp.trace_context_names()
+    varying = _varying_context(elements, names)
+    parts = [f"The cache contains {len(elements)} elements:"]
+    for ctx, key, entry in elements:
+        parts.append(_describe_element(ctx, key, entry, signatures,
+                                       static_argnums, names, varying))
+    return "\n\n".join(parts)
+
+
+def _describe_element(ctx, key, entry, signatures, static_argnums, names, varying):
+    statics, dyn_trees, kw_names, leaf_ids = _decode(key, static_argnums)
+    leaves = [_leaf_words(signatures.get(i)) for i in leaf_ids]
+    static_words = ", ".join(
+        f"{pos}={value!r} ({tp.__name__})" for pos, (tp, value) in statics)
+    lines = [
+        f"static args (positional): {static_words or 'none'}",
+        "dynamic arg signatures (positional + keyword): " + (", ".join(leaves) or "none"),
+        "dynamic arg keyword names: " + (", ".join(kw_names) or "none"),
+        "dynamic arg treedefs: " + ("| ".join(str(t) for t in dyn_trees) or "none"),
+        "dynamic arg shardings (compiled for; other placements are resharded, "
+        "not recompiled): " + _shardings_words(entry, len(leaf_ids)),
+        "state: " + _state_words(entry),
+    ]
+    lines += _context_lines(ctx, names, varying)
+    return "\n".join(lines)
+
+
+def _decode(key, static_argnums):
+    """``(statics, per-argument treedefs, keyword names, leaf ids)``."""
+    if type(key[0]) is int:
+        return (), *_decode_simple(key)
+    treedef = key[0]
+    rest = list(key[1:])
+    statics = ()
+    if static_argnums:
+        statics = tuple(zip(static_argnums, rest.pop(0)))
+    has_kwargs = bool(rest) and rest[0] == _dispatch_mod.KWARGS_MARK
+    if has_kwargs:
+        rest.pop(0)
+    try:
+        shape = treedef.unflatten([0] * treedef.num_leaves)
+    except Exception:  # noqa: BLE001 - a custom node that rejects placeholders
+        return statics, [treedef], [], rest
+    dyn, kwargs = shape if has_kwargs else (shape, {})
+    trees = [jax.tree_util.tree_structure(a) for a in dyn]
+    trees += [jax.tree_util.tree_structure(v) for v in kwargs.values()]
+    return statics, trees, list(kwargs), rest
+
+
+def _decode_simple(key):
+    # (nargs, item, ...): an item is a leaf id (>= 0), or a negative marker
+    # -2 - 2n (a list of n leaves) / -3 - 2n (a tuple of n leaves) followed
+    # by the n leaf ids.
+    nargs = key[0]
+    pos = 1
+    trees, leaf_ids = [], []
+    for _ in range(nargs):
+        item = key[pos]
+        pos += 1
+        if item >= 0:
+            trees.append(jax.tree_util.tree_structure(0))
+            leaf_ids.append(item)
+            continue
+        is_list = item % 2 == 0
+        n = (-item - (2 if is_list else 3)) // 2
+        container = [0] * n if is_list else (0,) * n
+        trees.append(jax.tree_util.tree_structure(container))
+        leaf_ids.extend(key[pos:pos + n])
+        pos += n
+    return trees, [], leaf_ids
+
+
+def _leaf_words(sig):
+    if sig is None:
+        return "<unknown signature>"
+    if isinstance(sig, type):
+        kind = "numpy" if issubclass(sig, np.generic) else "Python"
+        return f"{kind} {sig.__name__} scalar"
+    if len(sig) == 3 and isinstance(sig[0], type):
+        # A numpy array whose dtype JAX canonicalizes (e.g. float64 without x64).
+        _, dtype, shape = sig
+        return f"numpy.ndarray {_array_words(dtype, shape)}"
+    dtype, shape, weak_type = sig
+    return _array_words(dtype, shape) + (" weak_type" if weak_type else "")
+
+
+def _array_words(dtype, shape):
+    return f"{getattr(dtype, 'name', dtype)}[{','.join(str(d) for d in shape)}]"
+
+
+def _shardings_words(entry, n_leaves):
+    if not entry.ready:
+        return "not yet known (compiling)"
+    if entry.fallback or entry.in_shardings is None:
+        return "not recorded (this entry runs on the Python path)"
+    per_leaf = ["unused (pruned from the program)"] * n_leaves
+    kept = range(len(entry.in_shardings)) if entry.kept is None else entry.kept
+    for j, i in enumerate(kept):
+        if i < n_leaves:
+            per_leaf[i] = str(entry.in_shardings[j])
+    if n_leaves > 1 and len(set(per_leaf)) == 1:
+        return f"every leaf: {per_leaf[0]}"
+    return ", ".join(per_leaf) or "none"
+
+
+def _state_words(entry):
+    if not entry.ready:
+        return "compiling"
+    if entry.error is not None:
+        return (f"failed ({type(entry.error).__name__}: {entry.error}); calls "
+                "with this signature retry on the Python path")
+    if entry.fallback:
+        return "runs on the Python path (effects, host callbacks or an outer trace)"
+    return "compiled (fast path)"
+
+
+def _varying_context(elements, names):
+    """Indices of trace-context entries that differ between cached contexts."""
+    contexts = {id(ctx): ctx for ctx, _, _ in elements}
+    if len(contexts) < 2:
+        return ()
+    ctxs = list(contexts.values())
+    width = min(len(c) for c in ctxs)
+    return tuple(i for i in range(width)
+                 if any(c[i] != ctxs[0][i] for c in ctxs[1:])
+                 and (names is None or i >= len(names)
+                      or names[i] not in _ALWAYS_SHOWN))
+
+
+def _context_lines(ctx, names, varying):
+    lines = []
+    if names is not None and len(names) == len(ctx):
+        for name in _ALWAYS_SHOWN:
+            if name in names:
+                lines.append(f"{name}: {ctx[names.index(name)]}")
+    for i in varying:
+        label = names[i] if names is not None and i < len(names) else f"trace context[{i}]"
+        lines.append(f"{label}: {ctx[i]!r} (differs between cached contexts)")
+    return lines

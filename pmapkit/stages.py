@@ -1,0 +1,153 @@
+"""``jax.stages`` objects for pmapkit programs.
+
+``f.lower(*args)`` of a pmapkit ``pmap`` or ``pjit`` returns a
+``ProgramLowered``: a real ``jax.stages.Lowered`` over the very lowering
+pmapkit compiles, whose argument info has the caller's pytree (static
+arguments left out, ``donated`` flags from ``donate_argnums``) and whose
+output info has the caller's output pytree. Its ``compile()`` returns a
+``ProgramCompiled``, a real ``jax.stages.Compiled``: JAX's compiled program
+answers the queries (text, analyses, shardings, runtime executable), and a
+call runs pmapkit's program on the flattened arguments, resharding inputs
+placed otherwise just as calling ``f`` does.
+"""
+from __future__ import annotations
+
+import jax
+
+from pmapkit import _jax_private as jp
+from pmapkit import calls, lowering
+
+
+def lower_prepared(primitive, api, spec, prepared, args, kwargs):
+    """The ``ProgramLowered`` of one validated call.
+
+    ``prepared`` is what the api's ``_prepare`` made of ``(args, kwargs)``;
+    ``spec`` supplies ``static``, ``name`` and ``signature``.
+    """
+    statics, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
+    in_tree = jax.tree_util.tree_structure((dyn_args, kwargs))
+    if in_tree.num_leaves != len(prepared.in_avals):
+        # Only a body closing over values traced by an enclosing JAX
+        # transformation gains operands; those have no value to compile for.
+        raise TypeError(
+            f"{api}-lowered function {spec.name} closes over values of an "
+            "enclosing JAX transformation (tracers), so it cannot be lowered "
+            "ahead of time; call .lower() outside jit/grad/vmap, or pass those "
+            "values as arguments.")
+    describe = calls.LeafNames(spec.signature, dyn_positions, dyn_args, kwargs)
+    arg_names = tuple(describe.short(k) for k in range(in_tree.num_leaves))
+    call_static = _StaticCall(spec.static, statics, len(args))
+    return ProgramLowered(primitive, api, spec.name, prepared, in_tree,
+                          arg_names, call_static)
+
+
+class _StaticCall:
+    """The static arguments a lowering was made for; pmapkit's earlier
+    compiled objects took the full argument list, so a call that repeats the
+    same static values at their positions is still accepted."""
+
+    __slots__ = ("positions", "values", "nargs")
+
+    def __init__(self, positions, values, nargs):
+        self.positions = tuple(positions)
+        self.values = tuple(values)
+        self.nargs = nargs
+
+    def strip(self, args):
+        if not self.positions or len(args) != self.nargs:
+            return args
+        for pos, value in zip(self.positions, self.values):
+            given = args[pos]
+            if type(given) is not type(value) or not _same_static(given, value):
+                return args
+        skip = set(self.positions)
+        return tuple(a for i, a in enumerate(args) if i not in skip)
+
+
+def _same_static(a, b):
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an odd __eq__ just means "not the same"
+        return False
+
+
+class ProgramLowered(jax.stages.Lowered):
+    """``jax.stages.Lowered`` of a pmapkit pmap or pjit for one signature."""
+
+    def __init__(self, primitive, api, name, prepared, in_tree, arg_names,
+                 call_static):
+        flat_lowered = lowering.lower_program(primitive, prepared.params,
+                                              prepared.in_avals)
+        donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
+        args_info = jp.make_args_info(in_tree, prepared.in_avals, donated)
+        super().__init__(flat_lowered._lowering, args_info, prepared.out_tree)
+        self._flat_lowered = flat_lowered
+        self._primitive = primitive
+        self._api = api
+        self._name = name
+        self._params = prepared.params
+        self._flat_in_avals = prepared.in_avals
+        self._arg_names = arg_names
+        self._call_static = call_static
+
+    def compile(self, compiler_options=None, *, device_assignment=None):
+        program = lowering.compile_lowered(
+            self._primitive, self._params, self._flat_in_avals,
+            self._flat_lowered, compiler_options=compiler_options,
+            device_assignment=device_assignment)
+        executable = ProgramExecutable(
+            program, jp.DebugInfo(self._api, self._name, self._arg_names, None))
+        return ProgramCompiled(executable, self.args_info, self.out_tree,
+                               self._call_static)
+
+
+class ProgramCompiled(jax.stages.Compiled):
+    """``jax.stages.Compiled`` of a pmapkit pmap or pjit: called with the
+    dynamic arguments of the lowering call (a pytree or aval mismatch is a
+    TypeError listing the mismatches), it runs pmapkit's program."""
+
+    def __init__(self, executable, args_info, out_tree, call_static):
+        super().__init__(executable, [], args_info, out_tree)
+        self._call_static = call_static
+
+    def __call__(self, *args, **kwargs):
+        return super().__call__(*self._call_static.strip(args), **kwargs)
+
+
+class ProgramExecutable(jp.StagesExecutable):
+    """The executable behind ``ProgramCompiled``.
+
+    Queries go to JAX's executable of the same compiled program (so
+    ``input_shardings``, ``cost_analysis``, ``runtime_executable`` ... are
+    JAX's own); calls check the avals with JAX's message, then run through
+    pmapkit's ``CompiledProgram``.
+    """
+
+    def __init__(self, program, debug_info):
+        self._program = program
+        self._mesh_executable = program.compiled._executable
+        self._debug_info = debug_info
+
+    def __getattr__(self, name):
+        # in_avals, out_avals, _in_shardings, _kept_var_idx, _xla_in_layouts,
+        # ...: the attributes jax.stages.Compiled reads off its executable.
+        if name.startswith("__") or name in ("_program", "_mesh_executable"):
+            raise AttributeError(name)
+        return getattr(self._mesh_executable, name)
+
+    @property
+    def program(self):
+        """pmapkit's ``CompiledProgram`` this executable runs."""
+        return self._program
+
+    def xla_extension_executable(self):
+        return self._mesh_executable.xla_extension_executable()
+
+    def call(self, *args_flat):
+        program = self._program
+        avals = [jp.shaped_abstractify(x) for x in args_flat]
+        jp.check_arg_avals_for_call(program.in_avals, avals, self._debug_info)
+        return program.run_flat(list(args_flat))
+
+    def create_cpp_call(self, params):
+        return None  # calls go through ``call`` (pmapkit's program)
