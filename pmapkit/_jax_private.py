@@ -190,6 +190,11 @@ def watch_runtime_tokens(hook):
     cls.set_output_runtime_token = set_output_runtime_token
 
 
+def clear_runtime_tokens():
+    """Forget the calling thread's runtime tokens (all already waited for)."""
+    _hcb_dispatch.runtime_tokens.clear()
+
+
 def effectful_runner(compiled):
     """The callable that runs a ``jax.stages.Compiled`` on already-placed
     global arrays, threading JAX's effect tokens (ordered effects, host

@@ -341,3 +341,32 @@ def test_barrier_wait_from_other_threads_concurrently(rec):
     assert not errors
     assert sorted(rec.values()) == sorted(float(k * 10 + i) for k in range(4)
                                           for i in range(5))
+
+
+def test_pmap_call_wrong_shape_fails_cleanly_and_barrier_recovers():
+    f = pmapkit.pmap(lambda x: hcb.call(lambda a: np.ones(5, np.float32), x,
+                                        result_shape=x))
+    with pytest.raises(Exception, match=r"returned float32\[5\], but result_shape "
+                                        r"declared float32\[2\]"):
+        jax.block_until_ready(f(jnp.zeros((4, 2))))
+    with pytest.raises(hcb.CallbackException):
+        hcb.barrier_wait()
+    # The failed computation's error is not raised again by later barriers.
+    hcb.barrier_wait()
+    jax.effects_barrier()
+
+
+@pytest.mark.parametrize("where", ["inner", "outer"])
+def test_nested_pmap_tap_is_a_clear_error(where):
+    def tap(a, t):
+        pass
+    inner = (lambda y: hcb.id_tap(tap, y)) if where == "inner" else (lambda y: y + 1)
+
+    def outer(x):
+        if where == "outer":
+            x = hcb.id_tap(tap, x)
+        return pmapkit.pmap(inner, axis_name="j")(x)
+    g = pmapkit.pmap(outer, axis_name="i")
+    with pytest.raises(NotImplementedError, match="pmapkit host_callback: callbacks inside"
+                       if where == "inner" else "only some mesh axes are manual"):
+        g(jnp.arange(8.0).reshape(2, 4))

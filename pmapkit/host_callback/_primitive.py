@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import jax
 import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
@@ -129,6 +130,14 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 f"some mesh axes are manual ({sorted(axis_context.manual_axes)} "
                 f"of {list(mesh.axis_names)}) is not supported; tap inside the "
                 "innermost pmap, or outside the pmaps.")
+        if not isinstance(mesh, jax.sharding.Mesh):
+            # A region nested in another manual region (pmap of pmap): XLA
+            # cannot compile effect tokens threaded through nested manual
+            # computations (it aborts the process), so refuse it here.
+            raise NotImplementedError(
+                "pmapkit host_callback: callbacks inside a nested pmap (or a "
+                "manual region nested in another) are not supported; tap "
+                "outside the nested pmaps.")
         devices = tuple(mesh.devices.flat)
         host_fn = functools.partial(_per_device_host_fn, devices, invoke)
         operands = [jp.partition_id_op(), *tapped]

@@ -167,7 +167,11 @@ class _RuntimeTokens:
         with self.lock:
             pending = list(self.latest.items())
         for _, token in pending:
-            token.block_until_ready()
+            try:
+                token.block_until_ready()
+            except Exception:  # noqa: BLE001
+                # That computation failed; its error went to its caller.
+                logger.debug("barrier_wait: a computation had failed", exc_info=True)
         with self.lock:
             for key, token in pending:
                 # Forget a token only if no newer one replaced it meanwhile.
@@ -182,5 +186,11 @@ jp.watch_runtime_tokens(runtime_tokens.note)
 def wait_for_callbacks():
     """Block until every computation with callbacks dispatched so far, by any
     thread of this process, has finished (its callbacks included)."""
-    jax.effects_barrier()
     runtime_tokens.wait_all()
+    try:
+        jax.effects_barrier()  # this thread's tokens, as JAX keeps them
+    except Exception:  # noqa: BLE001
+        # A failed computation (e.g. a ``call`` whose callback raised) leaves
+        # its error in this thread's tokens, which would re-raise it at every
+        # later barrier. Everything has finished by now: forget them.
+        jp.clear_runtime_tokens()
