@@ -370,3 +370,33 @@ def test_nested_pmap_tap_is_a_clear_error(where):
     with pytest.raises(NotImplementedError, match="pmapkit host_callback: callbacks inside"
                        if where == "inner" else "only some mesh axes are manual"):
         g(jnp.arange(8.0).reshape(2, 4))
+
+
+def test_jax_pmap_taps_per_device_too(rec):
+    jax.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True))(jnp.arange(4.0))
+    assert by_device(rec.take()) == {d.id: [float(i)]
+                                    for i, d in enumerate(jax.devices()[:4])}
+
+
+def test_pmap_cached_call_with_unused_argument(rec):
+    traces = []
+
+    def body(x, unused):
+        traces.append(1)
+        return hcb.id_tap(rec, x * 2) + 1
+    f = pmapkit.pmap(body)
+    x, y = jnp.arange(4.0), jnp.ones(4)
+    for _ in range(3):
+        out = f(x, y)
+    np.testing.assert_allclose(out, 2 * np.arange(4.0) + 1)
+    assert len(traces) == 1 and len(rec.take()) == 12
+
+
+def test_pmap_cached_call_with_donation(rec):
+    g = pmapkit.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True) * 2,
+                     donate_argnums=0)
+    x = jnp.ones(4)
+    for _ in range(3):
+        x = g(x)
+    np.testing.assert_allclose(x, np.full(4, 8.0))
+    assert all(v == [1.0, 2.0, 4.0] for v in by_device(rec.take()).values())
