@@ -93,10 +93,11 @@ def stop_outfeed_receiver():
 
 def _flat_leaves(tree, what, api):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    for k, leaf in enumerate(leaves):
         try:
             jp.shaped_abstractify(leaf)
         except TypeError:
+            path = jax.tree_util.tree_flatten_with_path(tree)[0][k][0]
             where = jax.tree_util.keystr(path) or "(the whole value)"
             raise TypeError(
                 f"host_callback.{api}: {what} leaf {where} is {leaf!r} of type "

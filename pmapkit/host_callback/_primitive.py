@@ -128,8 +128,9 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
             raise NotImplementedError(
                 "pmapkit host_callback: a callback inside a region where only "
                 f"some mesh axes are manual ({sorted(axis_context.manual_axes)} "
-                f"of {list(mesh.axis_names)}) is not supported; tap inside the "
-                "innermost pmap, or outside the pmaps.")
+                f"of {list(mesh.axis_names)}) is not supported; tap in a region "
+                "where every axis is manual (a pmap body, not nested) or "
+                "outside manual regions.")
         if not isinstance(mesh, jax.sharding.Mesh):
             # A region nested in another manual region (pmap of pmap): XLA
             # cannot compile effect tokens threaded through nested manual
