@@ -400,3 +400,16 @@ def test_pmap_cached_call_with_donation(rec):
         x = g(x)
     np.testing.assert_allclose(x, np.full(4, 8.0))
     assert all(v == [1.0, 2.0, 4.0] for v in by_device(rec.take()).values())
+
+
+@pytest.mark.parametrize("where", ["inside", "around"])
+def test_checkpoint_and_pmap_fire_again_per_device(rec, where):
+    def body(v):
+        return jnp.sin(hcb.id_tap(rec, v, tap_with_device=True))
+    f = (pmapkit.pmap(jax.checkpoint(body)) if where == "inside"
+         else jax.checkpoint(pmapkit.pmap(body)))
+    x = jnp.arange(2.0) + 1
+    g = jax.grad(lambda x: f(x).sum())(x)
+    np.testing.assert_allclose(g, np.cos([1.0, 2.0]), rtol=1e-6)
+    # forward pass, then rematerialization in the backward pass
+    assert by_device(rec.take()) == {0: [1.0, 1.0], 1: [2.0, 2.0]}
