@@ -103,9 +103,11 @@ def _host_copy(x):
 def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
            device, flat):
     """Call the user's function on the host; returns its flat result, checked
-    against ``result_avals`` (empty for a tap). A tap's exception is logged and kept for ``barrier_wait``; a
-    ``call``'s is kept too and then re-raised, so the device computation
-    fails instead of running on with no value."""
+    against ``result_avals`` (empty for a tap).
+
+    A tap's exception is logged and kept for ``barrier_wait``; a ``call``'s
+    is kept too and then re-raised, so the device computation fails instead
+    of running on with no value."""
     try:
         arg = jax.tree_util.tree_unflatten(arg_treedef, [_host_copy(x) for x in flat])
         result = wrapper(arg, device, unpack_transforms(transforms))
