@@ -263,6 +263,51 @@ def test_id_print_equal_printers_share_compilation():
     assert stream.getvalue() == "what: w\n1.\nwhat: w\n2.\n" and len(traces) == 1
 
 
+# Recorded from jax 0.4.30's jax.experimental.host_callback running the same
+# calls (JAX_HOST_CALLBACK_LEGACY=1, 4 CPU devices).
+CLASSIC_PRINTOUT = """\
+alpha: a zeta: 1
+3.
+{ a=[0. 1. 2.] b=[ 1 2 ] }
+( [0. 1. 2. 3. 4. 5. 6. 7.]
+  [1. 2. 3. 4. 5. 6. 7. 8.]
+  [2. 3. 4. 5. 6. 7. 8. 9.]
+  [ 3.  4.  5.  6.  7.  8.  9. 10.] )
+[ 0  1  2 ... 17 18 19]
+( ( 1. 2. ) [ 3 ] )
+[[1. 1. 1.]
+ [1. 1. 1.]]
+transforms: [('batch', {'batch_dims': (0, 0)})] what: x,x^2
+( [2. 3.] [4. 9.] )
+transforms: [('batch', {'batch_dims': (0,)}), ('batch', {'batch_dims': (0,)})]
+[[1. 1.]
+ [1. 1.]]
+transforms: [('batch', {'batch_dims': (0, None)})]
+( [1. 1.] 3. )
+"""
+
+
+def test_id_print_matches_classic_printout():
+    s = io.StringIO()
+
+    def p(*a, **k):
+        hcb.id_print(*a, output_stream=s, **k)
+    p(np.float32(3.0), zeta=1, alpha="a")
+    p({"b": [np.int32(1), np.int32(2)], "a": np.arange(3, dtype=np.float32)})
+    p(tuple(np.arange(8, dtype=np.float32) + k for k in range(4)))
+    p(np.arange(20, dtype=np.int32), threshold=5)
+    p(((np.float32(1), np.float32(2)), [np.int32(3)]))
+    p(np.ones((2, 3), np.float32))
+    jax.vmap(lambda x: hcb.id_print((x, x * x), what="x,x^2", output_stream=s))(
+        np.array([2.0, 3.0], np.float32))
+    jax.vmap(jax.vmap(lambda x: hcb.id_print(x, output_stream=s)))(
+        np.ones((2, 2), np.float32))
+    jax.vmap(lambda x, y: hcb.id_print((x, y), output_stream=s), in_axes=(0, None))(
+        np.ones(2, np.float32), np.float32(3))
+    hcb.barrier_wait()
+    assert s.getvalue() == CLASSIC_PRINTOUT
+
+
 # -- call -----------------------------------------------------------------------
 def test_call_eager():
     out = hcb.call(lambda x: np.sin(x), np.arange(3, dtype=np.float32),
