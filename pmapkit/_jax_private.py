@@ -201,3 +201,10 @@ def effectful_runner(compiled):
     callbacks) — what ``Compiled.__call__`` ends in, minus argument checks.
     It takes every input (pruned ones are skipped by position)."""
     return compiled._executable.unsafe_call
+
+
+def lowering_rule(primitive):
+    """``(rule, inline)`` of the common (all-platform) lowering of ``primitive``."""
+    from jax.interpreters import mlir as _mlir
+    entry = _mlir._lowerings[primitive]
+    return entry.rule, entry.inline

@@ -363,3 +363,25 @@ def test_seed_call_example_without_barrier():
     res1.block_until_ready()
     res2.block_until_ready()
     assert accumulator == [1.0, 2.0, 1.0, 2.0]
+
+
+def test_vmap_while_with_tap_in_batched_condition(rec):
+    # JAX 0.10 runs the body on finished lanes when the condition has an
+    # ordered effect; pmapkit's while lowering keeps finished lanes fixed.
+    def count_to(n):
+        return jax.lax.while_loop(lambda c: hcb.id_tap(rec, c) < n, lambda c: c + 1, 0)
+    n = jnp.array([1, 3], jnp.int32)
+    np.testing.assert_array_equal(jax.vmap(count_to)(n), [1, 3])
+    np.testing.assert_array_equal(jax.jit(jax.vmap(count_to))(n), [1, 3])
+    calls = rec.take()
+    values = [floats(a) for a, _, _ in calls]
+    assert values == [[0, 0], [1, 1], [1, 2], [1, 3]] * 2
+    assert all(t == (batch(0),) for _, t, _ in calls)
+
+
+def test_nested_vmap_while_with_tap_in_condition(rec):
+    def count_to(n):
+        return jax.lax.while_loop(lambda c: hcb.id_tap(rec, c) < n, lambda c: c + 2.0, 0.0)
+    n = jnp.array([[1.0, 3.0], [5.0, 0.0]])
+    np.testing.assert_array_equal(jax.vmap(jax.vmap(count_to))(n), [[2.0, 4.0], [6.0, 0.0]])
+    assert len(rec.take()) == 4  # conditions at 0, 2, 4, 6 (lanes done stay put)
