@@ -23,6 +23,7 @@ from collections.abc import Callable
 FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit._bench_fidelity",
     "pmapkit._bench_nested",
+    "pmapkit._bench_host_callback",
 )
 
 

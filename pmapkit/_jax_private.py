@@ -168,3 +168,81 @@ def trace_context_names():
         return tuple(_config.trace_context_names())
     except (AttributeError, NotImplementedError):
         return None
+
+
+# --- host_callback ---------------------------------------------------------------
+# Names pmapkit.host_callback needs: the effect registries its ordered effect
+# joins, eager evaluation of one equation, the sharding annotations a host
+# callback op carries, PartitionId (which device of a manual SPMD region is
+# calling back) and JAX's per-thread runtime tokens (barrier_wait).
+from jax._src import dispatch as _hcb_dispatch
+from jax._src import effects as _hcb_effects
+from jax._src import sharding_impls as _hcb_sharding_impls
+from jax._src.lib.mlir.dialects import hlo as _hcb_hlo
+
+Effect = _hcb_effects.Effect
+ordered_effects = _hcb_effects.ordered_effects
+shardable_ordered_effects = _hcb_effects.shardable_ordered_effects
+lowerable_effects = _hcb_effects.lowerable_effects
+control_flow_allowed_effects = _hcb_effects.control_flow_allowed_effects
+custom_derivatives_allowed_effects = _hcb_effects.custom_derivatives_allowed_effects
+remat_allowed_effects = _hcb_effects.remat_allowed_effects
+partial_eval_kept_effects = _hcb_effects.partial_eval_kept_effects
+apply_primitive = _hcb_dispatch.apply_primitive
+prim_requires_devices_during_lowering = _hcb_dispatch.prim_requires_devices_during_lowering
+SdyArray = _hcb_sharding_impls.SdyArray
+SdyArrayList = _hcb_sharding_impls.SdyArrayList
+SdyDim = _hcb_sharding_impls.SdyDim
+use_shardy_partitioner = _config.use_shardy_partitioner
+dce_rules = _pe.dce_rules
+DropVar = _core.DropVar
+abstract_token = _core.abstract_token
+
+
+def partition_id_op():
+    """An ``stablehlo.partition_id`` op (a ``ui32[]`` value)."""
+    return _hcb_hlo.partition_id()
+
+
+def watch_runtime_tokens(hook):
+    """Call ``hook(device, token)`` whenever any thread records the runtime
+    token of a computation it dispatched with effects or host callbacks.
+
+    JAX keeps those tokens per thread (``jax.effects_barrier`` waits for the
+    calling thread's only); the classic ``barrier_wait`` waited for every
+    thread, so pmapkit mirrors each token into a process-wide table. The hook
+    is installed once on JAX's token-set class and runs after JAX's own code.
+    """
+    cls = type(_hcb_dispatch.runtime_tokens)
+    original = cls.set_output_runtime_token
+    if getattr(original, "_pmapkit_hooks", None) is not None:
+        original._pmapkit_hooks.append(hook)
+        return
+
+    def set_output_runtime_token(self, device, token):
+        original(self, device, token)
+        for h in set_output_runtime_token._pmapkit_hooks:
+            h(device, token)
+
+    set_output_runtime_token._pmapkit_hooks = [hook]
+    cls.set_output_runtime_token = set_output_runtime_token
+
+
+def clear_runtime_tokens():
+    """Forget the calling thread's runtime tokens (all already waited for)."""
+    _hcb_dispatch.runtime_tokens.clear()
+
+
+def effectful_runner(compiled):
+    """The callable that runs a ``jax.stages.Compiled`` on already-placed
+    global arrays, threading JAX's effect tokens (ordered effects, host
+    callbacks) — what ``Compiled.__call__`` ends in, minus argument checks.
+    It takes every input (pruned ones are skipped by position)."""
+    return compiled._executable.unsafe_call
+
+
+def lowering_rule(primitive):
+    """``(rule, inline)`` of the common (all-platform) lowering of ``primitive``."""
+    from jax.interpreters import mlir as _mlir
+    entry = _mlir._lowerings[primitive]
+    return entry.rule, entry.inline

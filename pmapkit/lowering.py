@@ -217,9 +217,49 @@ class CompiledProgram:
         return results.consume_with_handlers(self.out_handlers)
 
     def fastpath(self, out_treedef):
-        if self.has_effects or jp.process_count() > 1:
+        if jp.process_count() > 1:
             return None
-        return FastpathData(self, out_treedef)
+        data = FastpathData(self, out_treedef)
+        if self.has_effects:
+            # Effects (host callbacks) need JAX's token threading around each
+            # run; the hit path still skips tracing, signing and compiling.
+            data.executable = _TokenedExecutable(self)
+        return data
+
+
+class _TokenedExecutable:
+    """Stands in for the LoadedExecutable on the hit path of a program with
+    effects: runs it through JAX's runner, which threads the effect tokens
+    (callbacks in order; ``jax.effects_barrier``/``barrier_wait`` see it)."""
+
+    __slots__ = ("_run", "_n", "_kept")
+
+    def __init__(self, program):
+        self._run = jp.effectful_runner(program.compiled)
+        self._n = len(program.in_avals)
+        self._kept = program.kept
+
+    def execute_sharded(self, arrays):
+        if self._kept is not None:
+            # The runner takes every input and skips pruned ones by position.
+            full = [None] * self._n
+            for j, i in enumerate(self._kept):
+                full[i] = arrays[j]
+            arrays = full
+        return _Outputs(self._run(*arrays))
+
+
+class _Outputs:
+    """Outputs the runner already wrapped (with the program's own handlers)."""
+
+    __slots__ = ("_outs",)
+
+    def __init__(self, outs):
+        self._outs = outs
+
+    def consume_with_handlers(self, handlers):
+        del handlers
+        return self._outs
 
 
 def find_donated_alias(flat, donated):

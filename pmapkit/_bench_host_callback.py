@@ -1,0 +1,118 @@
+"""Feature benchmark cases of pmapkit.host_callback.
+
+- ``host_callback_id_tap_taps_per_s``: a jitted ``fori_loop`` of 1,000 taps;
+  taps per second of ``id_tap`` vs ``jax.debug.callback(ordered=True)`` (both
+  ordered, both doing nothing on the host).
+- ``host_callback_id_tap_pmap_cached_call_us``: a cached ``pmapkit.pmap``
+  call on every device whose body taps once, vs the same body without the
+  tap (µs per call, wall time, including waiting for the taps); for
+  reference also ``jax.pmap`` with one (unordered) ``jax.debug.callback``.
+"""
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pmapkit import host_callback as hcb
+from pmapkit._bench_features import feature_case
+from pmapkit.pmap import pmap
+
+LOOP_TAPS = 1000
+
+
+def _best_rate(run, items, settings):
+    """Items per second of ``run()``: the best of ``rounds`` measurements,
+    each repeating ``run`` for about ``target_s`` seconds."""
+    run()  # compile and warm up
+    best = 0.0
+    for _ in range(settings["rounds"]):
+        reps, start = 0, time.perf_counter()
+        while True:
+            run()
+            reps += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= settings["target_s"]:
+                break
+        best = max(best, reps * items / elapsed)
+    return best
+
+
+def _tap_loop(tap):
+    return jax.jit(lambda x: jax.lax.fori_loop(0, LOOP_TAPS, lambda i, c: tap(c + 1.0), x))
+
+
+@feature_case("host_callback_id_tap_taps_per_s", baseline="jax.debug.callback",
+              higher_is_better=True)
+def taps_per_second(settings):
+    count = [0]
+
+    def on_tap(arg, transforms):
+        count[0] += 1
+
+    def on_debug(arg):
+        count[0] += 1
+
+    def debug_tap(c):
+        jax.debug.callback(on_debug, c, ordered=True)
+        return c
+
+    ours = _tap_loop(lambda c: hcb.id_tap(on_tap, c))
+    theirs = _tap_loop(debug_tap)
+    x = jnp.float32(0)
+
+    def run_ours():
+        ours(x).block_until_ready()
+        hcb.barrier_wait()
+
+    def run_theirs():
+        theirs(x).block_until_ready()
+        jax.effects_barrier()
+    rates = {"pmapkit": 0.0, "jax.debug.callback": 0.0}
+    for _ in range(2):  # interleaved, so both see the same machine load
+        rates["pmapkit"] = max(rates["pmapkit"], _best_rate(run_ours, LOOP_TAPS, settings))
+        rates["jax.debug.callback"] = max(rates["jax.debug.callback"],
+                                          _best_rate(run_theirs, LOOP_TAPS, settings))
+    return [{"impl": impl, "value": rate, "unit": "taps/s", "taps_per_call": LOOP_TAPS}
+            for impl, rate in rates.items()]
+
+
+@feature_case("host_callback_id_tap_pmap_cached_call_us", baseline="pmapkit_no_tap",
+              higher_is_better=False)
+def pmap_cached_call(settings):
+    devices = jax.local_devices()
+
+    def on_tap(arg, transforms):
+        pass
+    with_tap = pmap(lambda x: hcb.id_tap(on_tap, x) + 1.0)
+    without = pmap(lambda x: x + 1.0)
+
+    def debug_body(x):
+        jax.debug.callback(lambda a: None, x)
+        return x + 1.0
+    reference = jax.pmap(debug_body)
+    x = jax.device_put(np.zeros(len(devices), np.float32))
+    x = without(x)  # placed as the programs want it
+
+    def run_with():
+        with_tap(x).block_until_ready()
+
+    def run_without():
+        without(x).block_until_ready()
+
+    def run_reference():
+        reference(x).block_until_ready()
+    us = {"pmapkit": float("inf"), "pmapkit_no_tap": float("inf"),
+          "jax.pmap+debug.callback": float("inf")}
+    for _ in range(2):
+        us["jax.pmap+debug.callback"] = min(us["jax.pmap+debug.callback"],
+                                            1e6 / _best_rate(run_reference, 1, settings))
+        us["pmapkit"] = min(us["pmapkit"], 1e6 / _best_rate(run_with, 1, settings))
+        us["pmapkit_no_tap"] = min(us["pmapkit_no_tap"],
+                                   1e6 / _best_rate(run_without, 1, settings))
+    hcb.barrier_wait()
+    jax.effects_barrier()
+    return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
+            for impl, v in us.items()]

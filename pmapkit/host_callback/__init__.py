@@ -1,0 +1,154 @@
+"""``pmapkit.host_callback``: the classic ``jax.experimental.host_callback``.
+
+``id_tap``/``id_print`` call a Python function on the host with runtime
+values and return their argument unchanged; ``call`` returns what the host
+function computed, of a declared shape; ``barrier_wait`` waits for every
+callback issued so far and raises ``CallbackException`` if one failed. They
+work eagerly, under ``jax.jit``, ``vmap`` (the tap sees the batched value and
+a ``("batch", {"batch_dims": ...})`` transform), ``jvp``/``grad`` (the tap
+fires once, on primal values), ``checkpoint`` (it fires again when
+rematerialized), control flow, ``pmapkit.pmap`` (once per device, with that
+device's slice) and ``pmapkit.pjit`` (once, with the whole operand).
+
+Code written for the classic module runs with only the import changed::
+
+    from pmapkit import host_callback as hcb
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from pmapkit import _jax_private as jp
+from pmapkit.host_callback import _printing, _runtime, _while_fix  # noqa: F401
+from pmapkit.host_callback._primitive import outside_call_p
+from pmapkit.host_callback._runtime import CallbackException
+from pmapkit.rules import host_callback as _rules  # noqa: F401  (registers the rules)
+
+__all__ = ["CallbackException", "TapFunctionException", "barrier_wait", "call",
+           "id_print", "id_tap", "stop_outfeed_receiver"]
+
+TapFunctionException = CallbackException  # the classic module's older name
+
+
+def id_tap(tap_func, arg, *, result=None, tap_with_device=False, device_index=0,
+           **kwargs):
+    """Identity on ``arg`` (or return ``result``) that calls
+    ``tap_func(arg, transforms)`` on the host with the runtime value of
+    ``arg`` (``device=`` the originating device too, with
+    ``tap_with_device=True``). ``transforms`` lists the vmap batching applied,
+    as ``("batch", {"batch_dims": ...})``. ``device_index`` picks the device
+    that taps in a whole-mesh (jit/pjit) program; under pmap every device taps.
+    """
+    if kwargs:
+        raise TypeError(
+            "Support for **kwargs in ``id_tap`` has been removed. Instead, "
+            "pre-apply keyword arguments, either by using a closure or by passing "
+            "``functools.partial(tap_func, **kwargs)``.")
+    return _outside_call(tap_func, arg, identity=True, with_device=tap_with_device,
+                         device_index=device_index, result=result, api="id_tap")
+
+
+def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
+             output_stream=None, threshold=None, **kwargs):
+    """``id_tap`` with a tap that prints: the keyword arguments (sorted, with
+    ``transforms`` and ``device`` when present), then ``arg`` (arrays through
+    ``numpy.array2string(threshold=threshold)``), to ``output_stream.write``
+    or ``print``."""
+    printer = _printing.Printer(output_stream, threshold, kwargs)
+    return _outside_call(printer, arg, identity=True, with_device=tap_with_device,
+                         device_index=device_index, result=result, api="id_print")
+
+
+def call(callback_func, arg, *, result_shape=None, call_with_device=False,
+         device_index=0):
+    """Call ``callback_func(arg)`` on the host and return its result, which
+    must match ``result_shape``: a pytree of ``ShapeDtypeStruct``s, arrays or
+    scalars (``None``/``()`` for no result). Under pmap each device calls with
+    its slice and gets its own result back."""
+    return _outside_call(callback_func, arg, identity=False,
+                         with_device=call_with_device, device_index=device_index,
+                         result_shape=result_shape, api="call")
+
+
+def barrier_wait(logging_name=None):
+    """Block until every callback issued so far, on every local device and
+    from every thread, has run. Raises ``CallbackException`` (chained to it)
+    if a callback function raised since the previous ``barrier_wait``."""
+    _runtime.logger.debug("barrier_wait[%s]: waiting", logging_name or "")
+    _runtime.wait_for_callbacks()
+    last = _runtime.exceptions.take()
+    if last is not None:
+        exc, formatted = last
+        raise CallbackException(
+            "There were exceptions during callback processing. "
+            f"Last one was: {formatted}") from exc
+
+
+def stop_outfeed_receiver():
+    """Kept for compatibility: there is no outfeed receiver to stop. Waits
+    for the callbacks issued so far, like the classic function did."""
+    _runtime.wait_for_callbacks()
+
+
+def _flat_leaves(tree, what, api):
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    for k, leaf in enumerate(leaves):
+        try:
+            jp.shaped_abstractify(leaf)
+        except TypeError:
+            path = jax.tree_util.tree_flatten_with_path(tree)[0][k][0]
+            where = jax.tree_util.keystr(path) or "(the whole value)"
+            raise TypeError(
+                f"host_callback.{api}: {what} leaf {where} is {leaf!r} of type "
+                f"{type(leaf).__name__}, which is not a JAX type; pass arrays "
+                "or numeric scalars.") from None
+    return leaves, treedef
+
+
+def _result_avals(result_shape):
+    leaves, treedef = jax.tree_util.tree_flatten(result_shape)
+    avals = []
+    for leaf in leaves:
+        try:
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf)
+            avals.append(jp.ShapedArray(tuple(np.shape(leaf)),
+                                        jax.dtypes.canonicalize_dtype(dtype)))
+        except Exception:
+            raise ValueError(
+                "host_callback.call: result_shape should be a pytree of values "
+                "with structure matching the expected result of the callback "
+                "function; each leaf a numeric scalar or something with 'shape' "
+                f"and 'dtype' attributes. Got {result_shape!r}.") from None
+    return treedef, tuple(avals)
+
+
+def _outside_call(func, arg, *, identity, with_device, device_index, api,
+                  result=None, result_shape=None):
+    if not callable(func):
+        raise TypeError(f"host_callback.{api} expects a callable as its first "
+                        f"argument, got {func!r}.")
+    if type(device_index) is not int or device_index < 0:
+        raise TypeError(f"host_callback.{api}: device_index must be a "
+                        f"non-negative int, got {device_index!r}.")
+    flat_args, arg_treedef = _flat_leaves(arg, "arg", api)
+    flat_result, result_tree = ([], None)
+    if identity and result is not None:
+        flat_result, result_tree = _flat_leaves(result, "result", api)
+    if identity:
+        result_treedef, flat_results_aval = None, ()
+    else:
+        result_treedef, flat_results_aval = _result_avals(result_shape)
+    outs = outside_call_p.bind(
+        *flat_args, *flat_result,
+        callback=_runtime.CallbackWrapper(func, identity, with_device),
+        arg_treedef=arg_treedef, num_args=len(flat_args), identity=identity,
+        result_treedef=result_treedef, flat_results_aval=flat_results_aval,
+        transforms=(), device_index=device_index)
+    if not identity:
+        return jax.tree_util.tree_unflatten(result_treedef, outs)
+    if result_tree is not None:
+        return jax.tree_util.tree_unflatten(result_tree, outs[len(flat_args):])
+    return jax.tree_util.tree_unflatten(arg_treedef, outs)
+
+

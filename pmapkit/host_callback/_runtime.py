@@ -1,0 +1,198 @@
+"""The host side of pmapkit's host callbacks.
+
+What runs when a device computation calls back: rebuilding the user's
+argument, calling the user's function, checking what a ``call`` returned,
+and — when the user's function raises — logging the exception and keeping it
+for the next ``barrier_wait``. Also the process-wide record of the runtime
+tokens that ``barrier_wait`` waits for.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+
+import jax
+import numpy as np
+
+from pmapkit import _jax_private as jp
+
+logger = logging.getLogger("pmapkit.host_callback")
+
+
+class CallbackException(Exception):
+    """Raised by ``barrier_wait`` when a callback function raised since the
+    previous ``barrier_wait``; chained to (``from``) the last such exception,
+    whose formatted traceback the message includes."""
+
+
+class _ExceptionRecord:
+    """The last exception raised by a callback function, not yet reported."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.last = None  # (exception, formatted traceback)
+
+    def record(self, exc, formatted):
+        with self.lock:
+            self.last = (exc, formatted)
+
+    def take(self):
+        with self.lock:
+            last, self.last = self.last, None
+        return last
+
+
+exceptions = _ExceptionRecord()
+
+
+class CallbackWrapper:
+    """The user's function as a primitive parameter.
+
+    Equal for the same function and calling convention, so equal programs
+    share compilations (jit caches key on primitive parameters).
+    """
+
+    __slots__ = ("func", "identity", "with_device", "__weakref__")
+
+    def __init__(self, func, identity, with_device):
+        self.func = func
+        self.identity = identity
+        self.with_device = with_device
+
+    def __hash__(self):
+        return hash((self.func, self.identity, self.with_device))
+
+    def __eq__(self, other):
+        return (type(other) is CallbackWrapper and self.func == other.func
+                and self.identity == other.identity
+                and self.with_device == other.with_device)
+
+    def __repr__(self):
+        return getattr(self.func, "__qualname__", None) or repr(self.func)
+
+    def __call__(self, arg, device, transforms):
+        extra = {"device": device} if self.with_device else {}
+        if self.identity:
+            return self.func(arg, transforms, **extra)
+        return self.func(arg, **extra)
+
+
+def unpack_transforms(transforms):
+    """``(name, params dict)`` per transformation, as tap functions see them.
+
+    Primitive parameters keep them as hashable tuples; ``("batch", dims)``
+    becomes ``("batch", {"batch_dims": dims})``.
+    """
+    out = []
+    for name, *rest in transforms:
+        if name == "batch":
+            out.append((name, {"batch_dims": rest[0]}))
+        else:
+            out.append((name, {}))
+    return tuple(out)
+
+
+def _host_copy(x):
+    # The buffers handed to a host callback belong to the runtime and may be
+    # reused once the callback returns; the user's function may keep its
+    # argument, so it gets arrays of its own.
+    return np.array(x, copy=True)
+
+
+def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
+           device, flat):
+    """Call the user's function on the host; returns its flat result, checked
+    against ``result_avals`` (empty for a tap).
+
+    A tap's exception is logged and kept for ``barrier_wait``; a ``call``'s
+    is kept too and then re-raised, so the device computation fails instead
+    of running on with no value."""
+    try:
+        arg = jax.tree_util.tree_unflatten(arg_treedef, [_host_copy(x) for x in flat])
+        result = wrapper(arg, device, unpack_transforms(transforms))
+        if wrapper.identity:
+            return ()
+        return check_results(wrapper, result, result_treedef, result_avals)
+    except Exception as exc:
+        formatted = traceback.format_exc()
+        logger.error("pmapkit host_callback: the callback %r raised an "
+                     "exception (it will be raised by the next barrier_wait):\n%s",
+                     wrapper, formatted)
+        exceptions.record(exc, formatted)
+        if not wrapper.identity:
+            raise
+        return ()
+
+
+def check_results(wrapper, result, result_treedef, result_avals):
+    """The flat numpy results of a ``call``, checked against ``result_shape``."""
+    leaves, treedef = jax.tree_util.tree_flatten(result)
+    expected = jax.tree_util.tree_unflatten(
+        result_treedef, [a.str_short() for a in result_avals])
+    if treedef != result_treedef:
+        raise TypeError(
+            f"host_callback.call: the callback {wrapper!r} returned a result "
+            f"with pytree structure {treedef}, but result_shape declared "
+            f"{result_treedef} (expected {expected}).")
+    arrays = []
+    for leaf in leaves:
+        a = np.asarray(leaf)
+        arrays.append(a.astype(jax.dtypes.canonicalize_dtype(a.dtype), copy=False))
+    got = [jp.ShapedArray(a.shape, a.dtype) for a in arrays]
+    if any(g.shape != e.shape or g.dtype != e.dtype
+           for g, e in zip(got, result_avals)):
+        got_tree = jax.tree_util.tree_unflatten(treedef, [g.str_short() for g in got])
+        raise TypeError(
+            f"host_callback.call: the callback {wrapper!r} returned {got_tree}, "
+            f"but result_shape declared {expected}: expected shapes and dtypes "
+            "must match exactly.")
+    return tuple(arrays)
+
+
+# -- barrier_wait ----------------------------------------------------------------
+class _RuntimeTokens:
+    """The latest runtime token per (thread, device) of computations with
+    effects or host callbacks. Each thread dispatches in order per device, so
+    its latest token per device covers all its earlier ones."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.latest = {}
+
+    def note(self, device, token):
+        key = (threading.get_ident(), device)
+        with self.lock:
+            self.latest[key] = token
+
+    def wait_all(self):
+        with self.lock:
+            pending = list(self.latest.items())
+        for _, token in pending:
+            try:
+                token.block_until_ready()
+            except Exception:  # noqa: BLE001
+                # That computation failed; its error went to its caller.
+                logger.debug("barrier_wait: a computation had failed", exc_info=True)
+        with self.lock:
+            for key, token in pending:
+                # Forget a token only if no newer one replaced it meanwhile.
+                if self.latest.get(key) is token:
+                    del self.latest[key]
+
+
+runtime_tokens = _RuntimeTokens()
+jp.watch_runtime_tokens(runtime_tokens.note)
+
+
+def wait_for_callbacks():
+    """Block until every computation with callbacks dispatched so far, by any
+    thread of this process, has finished (its callbacks included)."""
+    runtime_tokens.wait_all()
+    try:
+        jax.effects_barrier()  # this thread's tokens, as JAX keeps them
+    except Exception:  # noqa: BLE001
+        # A failed computation (e.g. a ``call`` whose callback raised) leaves
+        # its error in this thread's tokens, which would re-raise it at every
+        # later barrier. Everything has finished by now: forget them.
+        jp.clear_runtime_tokens()

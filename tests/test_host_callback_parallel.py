@@ -1,0 +1,415 @@
+"""pmapkit.host_callback with pmapkit.pmap (one tap per device, with its
+slice and device), pmapkit.pjit (one tap, with the gathered operand), the
+cached-call path (no re-trace, no re-compile) and barrier_wait across
+threads."""
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import pmapkit
+from pmapkit import host_callback as hcb
+
+from _hcb_helpers import Recorder, drained, floats, rec  # noqa: F401  (fixtures)
+
+N = 8
+
+
+def by_device(calls):
+    """{device id: [tapped values in order]}."""
+    out = {}
+    for arg, _, device in calls:
+        out.setdefault(device.id, []).append(floats(arg))
+    return out
+
+
+class CompileCounter:
+    """Counts XLA backend compilations (JAX's public monitoring events)."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self):
+        self.count = 0
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event, duration, **kwargs):
+        if event == self.EVENT:
+            self.count += 1
+
+
+_compiles = CompileCounter()
+
+
+# -- pmap ------------------------------------------------------------------------
+def test_pmap_one_tap_per_device_with_its_slice(rec):
+    f = pmapkit.pmap(lambda x: hcb.id_tap(rec, x * 2, tap_with_device=True) + 1)
+    x = jnp.arange(float(N))
+    np.testing.assert_allclose(f(x), 2 * np.arange(N) + 1)
+    seen = by_device(rec.take())
+    assert seen == {d.id: [2.0 * i] for i, d in enumerate(jax.devices()[:N])}
+
+
+def test_pmap_per_device_program_order(rec):
+    def body(x):
+        for k in range(4):
+            x = hcb.id_tap(rec, x + 1.0, tap_with_device=True)
+        return x
+    pmapkit.pmap(body)(jnp.zeros(4))
+    seen = by_device(rec.take())
+    assert sorted(seen) == [d.id for d in jax.devices()[:4]]
+    assert all(v == [1.0, 2.0, 3.0, 4.0] for v in seen.values())
+
+
+def test_pmap_devices_argument_order(rec):
+    devices = jax.devices()[:4][::-1]
+    pmapkit.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True),
+                 devices=devices)(jnp.arange(4.0))
+    seen = by_device(rec.take())
+    assert seen == {d.id: [float(i)] for i, d in enumerate(devices)}
+
+
+def test_pmap_broadcast_operand(rec):
+    pmapkit.pmap(lambda x, y: hcb.id_tap(rec, (x, y), tap_with_device=True),
+                 in_axes=(0, None))(jnp.arange(2.0), jnp.ones(3))
+    seen = by_device(rec.take())
+    assert seen == {0: [(0.0, [1.0, 1.0, 1.0])], 1: [(1.0, [1.0, 1.0, 1.0])]}
+
+
+def test_pmap_same_taps_as_jax_pmap_debug_callback():
+    ours, theirs, lock = Recorder(), {}, threading.Lock()
+
+    def record_theirs(v, i):
+        with lock:
+            theirs.setdefault(int(i), []).append(np.asarray(v).tolist())
+
+    def body(tap, x):
+        y = tap(x * 3.0)
+        return tap(jnp.sin(y))
+
+    def theirs_tap(v):
+        jax.debug.callback(record_theirs, v, jax.lax.axis_index("i"))
+        return v
+    x = jnp.arange(12.0).reshape(4, 3)
+    a = pmapkit.pmap(lambda x: body(
+        lambda v: hcb.id_tap(ours, v, tap_with_device=True), x))(x)
+    b = jax.pmap(lambda x: body(theirs_tap, x), axis_name="i")(x)
+    jax.effects_barrier()
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    seen = by_device(ours.take())
+    assert {k: v for k, v in seen.items()} == {
+        jax.devices()[i].id: v for i, v in theirs.items()}
+
+
+def test_pmap_cached_call_does_not_retrace_or_recompile(rec):
+    traces = []
+
+    def body(x):
+        traces.append(1)
+        return hcb.id_tap(rec, x * 2) + 1
+    f = pmapkit.pmap(body)
+    x = jnp.arange(float(N))
+    f(x)
+    before = _compiles.count
+    for _ in range(5):
+        out = f(x)
+    np.testing.assert_allclose(out, 2 * np.arange(N) + 1)
+    assert len(traces) == 1 and f._cache_size == 1
+    assert _compiles.count == before
+    assert len(rec.take()) == 6 * N
+
+
+def test_pmap_cached_call_feeds_outputs_back(rec):
+    f = pmapkit.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True) + 1)
+    x = jnp.zeros(4)
+    for _ in range(3):
+        x = f(x)
+    np.testing.assert_allclose(x, [3.0] * 4)
+    assert all(v == [0.0, 1.0, 2.0] for v in by_device(rec.take()).values())
+
+
+def test_pmap_call_returns_each_device_its_slice():
+    f = pmapkit.pmap(lambda x: hcb.call(lambda a, device: a + device.id, x,
+                                        result_shape=x, call_with_device=True))
+    out = f(jnp.zeros((N, 2)))
+    ids = [d.id for d in jax.devices()[:N]]
+    np.testing.assert_allclose(out, np.repeat(np.array(ids, np.float32)[:, None], 2, 1))
+
+
+def test_pmap_seed_host_sin_example(capsys):
+    def host_sin(x, *, device):
+        print(f"Invoking host_sin with {x.shape} on {device}")
+        return np.sin(x)
+    out = pmapkit.pmap(lambda x: hcb.call(host_sin, x, result_shape=x,
+                                          call_with_device=True))(
+        np.ones((2, 4), dtype=np.float32))
+    np.testing.assert_allclose(out, np.sin(np.ones((2, 4))), rtol=1e-6)
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert lines == [f"Invoking host_sin with (4,) on {d}" for d in jax.devices()[:2]]
+
+
+def test_pmap_id_print_with_device():
+    import io
+    stream = io.StringIO()
+    pmapkit.pmap(lambda x: hcb.id_print(x * x, what="x^2", tap_with_device=True,
+                                        output_stream=stream),
+                 devices=jax.local_devices()[:2])(np.array([3.0, 4.0], np.float32))
+    hcb.barrier_wait()
+    lines = stream.getvalue().splitlines()
+    # Each printout (keywords line, value line) is written under one lock.
+    chunks = sorted([lines[0:2], lines[2:4]])
+    assert len(lines) == 4
+    assert chunks == [[f"device: {jax.devices()[0]} what: x^2", "9."],
+                      [f"device: {jax.devices()[1]} what: x^2", "16."]]
+
+
+def test_pmap_with_vmap_inside(rec):
+    f = pmapkit.pmap(lambda x: jax.vmap(lambda r: hcb.id_tap(rec, r, tap_with_device=True))(x))
+    f(jnp.ones((2, 3)))
+    calls = rec.take()
+    assert len(calls) == 2
+    assert all(t == (("batch", {"batch_dims": (0,)}),) and a.shape == (3,)
+               for a, t, _ in calls)
+
+
+def test_vmap_of_pmap(rec):
+    f = jax.vmap(pmapkit.pmap(lambda x: hcb.id_tap(rec, x * 2, tap_with_device=True)))
+    out = f(jnp.ones((3, 2)))
+    np.testing.assert_allclose(out, np.full((3, 2), 2.0))
+    calls = rec.take()
+    assert sorted(d.id for _, _, d in calls) == [d.id for d in jax.devices()[:2]]
+    assert all(floats(a) == [2.0, 2.0, 2.0] for a, _, _ in calls)
+
+
+def test_grad_of_pmap_taps_primals_per_device(rec):
+    x = jnp.arange(4.0)
+    g = jax.grad(lambda x: pmapkit.pmap(
+        lambda v: hcb.id_tap(rec, v * 2, tap_with_device=True) * v)(x).sum())(x)
+    np.testing.assert_allclose(g, 4 * np.arange(4.0))
+    seen = by_device(rec.take())
+    assert seen == {d.id: [2.0 * i] for i, d in enumerate(jax.devices()[:4])}
+
+
+def test_pmap_inside_jit(rec):
+    f = jax.jit(lambda x: pmapkit.pmap(lambda v: hcb.id_tap(rec, v, tap_with_device=True))(x) * 2)
+    np.testing.assert_allclose(f(jnp.arange(4.0)), 2 * np.arange(4.0))
+    assert by_device(rec.take()) == {d.id: [float(i)]
+                                    for i, d in enumerate(jax.devices()[:4])}
+
+
+def test_pmap_scan_with_taps(rec):
+    def body(x):
+        return jax.lax.scan(lambda c, a: (hcb.id_tap(rec, c + a, tap_with_device=True), None),
+                            x, jnp.arange(3.0))[0]
+    pmapkit.pmap(body)(jnp.array([0.0, 10.0]))
+    assert by_device(rec.take()) == {0: [0.0, 1.0, 3.0], 1: [10.0, 11.0, 13.0]}
+
+
+def test_pmap_tap_exception_does_not_hang():
+    def bad(arg, transforms, device):
+        if device.id == 1:
+            raise ValueError("device 1 failed")
+    out = pmapkit.pmap(lambda x: hcb.id_tap(bad, x, tap_with_device=True) + 1)(
+        jnp.zeros(4))
+    np.testing.assert_allclose(out, np.ones(4))
+    with pytest.raises(hcb.CallbackException, match="device 1 failed"):
+        hcb.barrier_wait()
+
+
+# -- pjit -------------------------------------------------------------------------
+@pytest.fixture
+def mesh4():
+    devices = np.array(jax.devices()[:4])
+    with pmapkit.Mesh(devices, ("d",)):
+        yield jax.sharding.Mesh(devices, ("d",))
+
+
+def test_pjit_taps_once_with_gathered_operand(rec, mesh4):
+    f = pmapkit.pjit(lambda x: hcb.id_tap(rec, x * 2, tap_with_device=True) + 1,
+                     in_axis_resources=P("d"), out_axis_resources=P("d"))
+    out = f(jnp.arange(8.0))
+    assert out.sharding == jax.sharding.NamedSharding(mesh4, P("d"))
+    np.testing.assert_allclose(out, 2 * np.arange(8.0) + 1)
+    (arg, _, device), = rec.take()
+    assert floats(arg) == [2.0 * i for i in range(8)] and device == jax.devices()[0]
+
+
+def test_pjit_device_index(rec, mesh4):
+    f = pmapkit.pjit(lambda x: hcb.id_tap(rec, x, tap_with_device=True, device_index=2),
+                     in_axis_resources=P("d"), out_axis_resources=P("d"))
+    f(jnp.arange(8.0))
+    (arg, _, device), = rec.take()
+    assert device == jax.devices()[2] and arg.shape == (8,)
+
+
+def test_pjit_call_returns_whole_result(mesh4):
+    f = pmapkit.pjit(lambda x: hcb.call(lambda a: a * 10, x, result_shape=x),
+                     in_axis_resources=P("d"), out_axis_resources=P("d"))
+    out = f(jnp.arange(8.0))
+    np.testing.assert_allclose(out, 10 * np.arange(8.0))
+    assert out.sharding.spec == P("d")
+
+
+def test_pjit_cached_call_does_not_retrace(rec, mesh4):
+    traces = []
+
+    def body(x):
+        traces.append(1)
+        return hcb.id_tap(rec, x) * 2
+    f = pmapkit.pjit(body, in_axis_resources=P("d"), out_axis_resources=P("d"))
+    x = jnp.arange(8.0)
+    f(x)
+    before = _compiles.count
+    for _ in range(3):
+        f(x)
+    assert len(traces) == 1 and _compiles.count == before
+    assert len(rec.take()) == 4
+
+
+def test_grad_of_pjit(rec, mesh4):
+    f = pmapkit.pjit(lambda x: (hcb.id_tap(rec, x) * x).sum(),
+                     in_axis_resources=P("d"), out_axis_resources=None)
+    np.testing.assert_allclose(jax.grad(f)(jnp.arange(8.0)), 2 * np.arange(8.0))
+    (arg, _, _), = rec.take()
+    assert floats(arg) == [float(i) for i in range(8)]
+
+
+def test_pjit_same_as_jax_jit_debug_callback(mesh4):
+    ours, theirs = Recorder(), []
+    sharding = jax.sharding.NamedSharding(mesh4, P("d"))
+
+    def theirs_tap(v):
+        jax.debug.callback(lambda a: theirs.append(np.asarray(a).tolist()), v)
+        return v
+    x = jnp.arange(8.0)
+    a = pmapkit.pjit(lambda x: hcb.id_tap(ours, x + 1) * 2,
+                     in_axis_resources=P("d"), out_axis_resources=P("d"))(x)
+    b = jax.jit(lambda x: theirs_tap(x + 1) * 2, in_shardings=sharding,
+                out_shardings=sharding)(x)
+    jax.effects_barrier()
+    np.testing.assert_allclose(a, b)
+    assert ours.values() == theirs
+
+
+# -- threads ----------------------------------------------------------------------
+def test_barrier_wait_covers_four_threads():
+    import time
+    seen, lock = [], threading.Lock()
+
+    def slow(arg, transforms):
+        time.sleep(0.01)
+        with lock:
+            seen.append(float(np.asarray(arg).ravel()[0]))
+    f = jax.jit(lambda x: hcb.id_tap(slow, x))
+    g = pmapkit.pmap(lambda x: hcb.id_tap(slow, x))
+    f(0.0), g(jnp.zeros(4))  # compile outside the threads
+    hcb.barrier_wait()
+    seen.clear()
+
+    def work(k):
+        for _ in range(3):
+            f(float(k))
+            g(jnp.full((4,), float(k)))
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    hcb.barrier_wait()
+    assert len(seen) == 4 * 3 * (1 + 4)
+    assert sorted(set(seen)) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_barrier_wait_from_other_threads_concurrently(rec):
+    f = jax.jit(lambda x: hcb.id_tap(rec, x))
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(5):
+                f(float(k * 10 + i))
+            hcb.barrier_wait(f"thread{k}")
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(rec.values()) == sorted(float(k * 10 + i) for k in range(4)
+                                          for i in range(5))
+
+
+def test_pmap_call_wrong_shape_fails_cleanly_and_barrier_recovers():
+    f = pmapkit.pmap(lambda x: hcb.call(lambda a: np.ones(5, np.float32), x,
+                                        result_shape=x))
+    with pytest.raises(Exception, match=r"returned float32\[5\], but result_shape "
+                                        r"declared float32\[2\]"):
+        jax.block_until_ready(f(jnp.zeros((4, 2))))
+    with pytest.raises(hcb.CallbackException):
+        hcb.barrier_wait()
+    # The failed computation's error is not raised again by later barriers.
+    hcb.barrier_wait()
+    jax.effects_barrier()
+
+
+@pytest.mark.parametrize("where", ["inner", "outer"])
+def test_nested_pmap_tap_is_a_clear_error(where):
+    def tap(a, t):
+        pass
+    inner = (lambda y: hcb.id_tap(tap, y)) if where == "inner" else (lambda y: y + 1)
+
+    def outer(x):
+        if where == "outer":
+            x = hcb.id_tap(tap, x)
+        return pmapkit.pmap(inner, axis_name="j")(x)
+    g = pmapkit.pmap(outer, axis_name="i")
+    with pytest.raises(NotImplementedError, match="pmapkit host_callback: callbacks inside"
+                       if where == "inner" else "only some mesh axes are manual"):
+        g(jnp.arange(8.0).reshape(2, 4))
+
+
+def test_jax_pmap_taps_per_device_too(rec):
+    jax.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True))(jnp.arange(4.0))
+    assert by_device(rec.take()) == {d.id: [float(i)]
+                                    for i, d in enumerate(jax.devices()[:4])}
+
+
+def test_pmap_cached_call_with_unused_argument(rec):
+    traces = []
+
+    def body(x, unused):
+        traces.append(1)
+        return hcb.id_tap(rec, x * 2) + 1
+    f = pmapkit.pmap(body)
+    x, y = jnp.arange(4.0), jnp.ones(4)
+    for _ in range(3):
+        out = f(x, y)
+    np.testing.assert_allclose(out, 2 * np.arange(4.0) + 1)
+    assert len(traces) == 1 and len(rec.take()) == 12
+
+
+def test_pmap_cached_call_with_donation(rec):
+    g = pmapkit.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True) * 2,
+                     donate_argnums=0)
+    x = jnp.ones(4)
+    for _ in range(3):
+        x = g(x)
+    np.testing.assert_allclose(x, np.full(4, 8.0))
+    assert all(v == [1.0, 2.0, 4.0] for v in by_device(rec.take()).values())
+
+
+@pytest.mark.parametrize("where", ["inside", "around"])
+def test_checkpoint_and_pmap_fire_again_per_device(rec, where):
+    def body(v):
+        return jnp.sin(hcb.id_tap(rec, v, tap_with_device=True))
+    f = (pmapkit.pmap(jax.checkpoint(body)) if where == "inside"
+         else jax.checkpoint(pmapkit.pmap(body)))
+    x = jnp.arange(2.0) + 1
+    g = jax.grad(lambda x: f(x).sum())(x)
+    np.testing.assert_allclose(g, np.cos([1.0, 2.0]), rtol=1e-6)
+    # forward pass, then rematerialization in the backward pass
+    assert by_device(rec.take()) == {0: [1.0, 1.0], 1: [2.0, 2.0]}
