@@ -75,7 +75,9 @@ def _flat_call(exported):
         return primal(*flat)
 
     def fwd(*flat):
-        return primal(*flat), flat
+        # Through flat_call, not primal: under an outer grad (2nd order) the
+        # primal must stay differentiable by this same rule.
+        return flat_call(*flat), flat
 
     def bwd(residuals, cts):
         vjp = exported.vjp()
