@@ -102,7 +102,7 @@ class GoldenCase:
 
 def _mlp(x, params):
     for w, b in params:
-        x = jnp.tanh(x @ w + b)
+        x = jnp.tanh(x @ w + b[None, :])
     return x
 
 

@@ -16,6 +16,8 @@ target may be serialized; the artifact may run on another platform).
 """
 from __future__ import annotations
 
+import re
+
 import jax
 from jax import export as jax_export
 
@@ -101,12 +103,13 @@ def export(fun, *, lowering_platform=None, strict_checks=True, platforms=None):
                     *args_specs, **kwargs_specs)
         except ValueError as exc:
             if _CUSTOM_CALL_ERROR in str(exc):
+                targets = sorted(set(re.findall(r"custom_call @([\w.$\-]+)", str(exc))))
                 raise ValueError(
                     f"export of '{fun_name}' with strict_checks=True: the lowered "
-                    "module contains custom calls whose targets are not on "
-                    "jax.export's list of stable targets, so the artifact could "
-                    "break with any jaxlib upgrade. Pass strict_checks=False to "
-                    f"export it anyway. Details: {exc}") from exc
+                    f"module calls custom-call targets {targets}, which are not "
+                    "on jax.export's list of stable targets, so the artifact "
+                    "could break with any jaxlib upgrade. Pass "
+                    "strict_checks=False to export it anyway.") from exc
             raise
         return Exported(jexp)
 
