@@ -65,7 +65,6 @@ def producer_versions(calling_convention_version):
 
 def pack(payload, *, calling_convention_version, summary):
     """The container bytes around ``payload`` (jax.export's serialization)."""
-    payload = bytes(payload)
     header = {
         "producer": producer_versions(calling_convention_version),
         "payload": {"format": _PAYLOAD_FORMAT, "length": len(payload),
@@ -191,7 +190,8 @@ def parse_payload(unpacked):
     """jax.export's Exported from a checked payload; a payload that still
     fails to parse (a crafted blob) is a DeserializationError too."""
     try:
-        exported = jax_export.deserialize(bytearray(unpacked.payload))
+        # flatbuffers reads any buffer; a memoryview avoids copying the payload.
+        exported = jax_export.deserialize(unpacked.payload)
     except Exception as exc:  # noqa: BLE001 — any parse failure means a bad blob
         _fail(f"the payload passed its checksum but is not a valid jax.export "
               f"artifact ({type(exc).__name__}: {exc}).")
