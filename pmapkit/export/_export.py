@@ -16,6 +16,7 @@ target may be serialized; the artifact may run on another platform).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import jax
@@ -154,6 +155,5 @@ def _with_trees(jexp, in_tree, out_tree, fun_name):
     # jax.export.Exported is a frozen dataclass: a copy with the user's
     # pytree structures (the flat program's leaves are the user's leaves in
     # order) and name. Its VJP is built from the flat jaxpr, unaffected.
-    import dataclasses
     return dataclasses.replace(jexp, in_tree=in_tree, out_tree=out_tree,
                                fun_name=fun_name)
