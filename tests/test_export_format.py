@@ -76,7 +76,9 @@ def test_layout_and_header(blob):
 
 
 def test_deserialize_accepts_bytes_like(blob):
-    for data in (blob, bytearray(blob), memoryview(blob)):
+    strided = np.frombuffer(bytes(blob) * 2, np.uint8).reshape(2, -1).T[:, 0]
+    assert not memoryview(strided).c_contiguous
+    for data in (blob, bytearray(blob), memoryview(blob), memoryview(strided)):
         assert pe.deserialize(data).in_avals[0].shape == (2, 3)
 
 
@@ -230,7 +232,11 @@ _REASONS = ("empty blob", "bad magic", "truncated", "unexpected bytes",
             "payload checksum")
 
 
-def test_fuzz_every_corruption_raises_deserialization_error(blob):
+def test_fuzz_every_corruption_raises_deserialization_error(blob, monkeypatch):
+    parsed = []
+    real = _container.jax_export.deserialize
+    monkeypatch.setattr(_container.jax_export, "deserialize",
+                        lambda data: parsed.append(1) or real(data))
     rng = np.random.default_rng(FUZZ_SEED)
     cases = _corruptions(bytes(blob), rng)
     assert len(cases) >= 1000
@@ -244,6 +250,7 @@ def test_fuzz_every_corruption_raises_deserialization_error(blob):
     print(f"\nexport fuzz: {len(cases)} corrupted blobs, all rejected; by kind "
           f"{counts}; by reason {reasons}")
     assert sum(counts.values()) == len(cases)
+    assert not parsed   # no corrupted payload ever reached jax.export's parser
 
 
 # -- a fresh process ------------------------------------------------------------

@@ -210,3 +210,8 @@ def test_donation_round_trip(kind):
     x2 = place(x_host)
     jax.block_until_ready(jax.jit(loaded.call)(x2, place(y)))
     assert not x2.is_deleted()
+
+
+def test_pjit_export_needs_a_mesh():
+    with pytest.raises(RuntimeError, match="pjit requires a non-empty mesh"):
+        pe.export(_pjit_fun())(sds((8, 4)), sds((4, 8)))

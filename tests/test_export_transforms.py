@@ -189,3 +189,10 @@ def test_non_array_argument_is_a_type_error():
     exported = pe.export(_loss_fn)(sds((4, 3)), sds((3, 2)))
     with pytest.raises(TypeError, match=r"args\[0\] of type str is not a valid JAX type"):
         exported.call("text", values((3, 2)))
+
+
+def test_dimension_variable_must_be_positive():
+    exported = pe.export(lambda x: x * 2)(pe.poly_spec((None,), jnp.float32, "b"))
+    with pytest.raises(ValueError, match=r"args\[0\]\.shape\[0\] = 0 binds dimension "
+                                         r"variable 'b', which must be >= 1"):
+        exported.call(np.zeros((0,), np.float32))

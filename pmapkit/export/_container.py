@@ -98,7 +98,10 @@ def unpack(data) -> Unpacked:
         raise TypeError(
             "pmapkit.export.deserialize: 'data' must be bytes, bytearray or "
             f"memoryview (a serialized artifact), got {type(data).__name__}.")
-    view = memoryview(data).cast("B")
+    view = memoryview(data)
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())
+    view = view.cast("B")
     size = len(view)
     if size == 0:
         _fail("empty blob (0 bytes); expected a pmapkit export artifact.")
