@@ -24,6 +24,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit._bench_fidelity",
     "pmapkit._bench_nested",
     "pmapkit._bench_host_callback",
+    "pmapkit._bench_export",
 )
 
 

@@ -246,3 +246,17 @@ def lowering_rule(primitive):
     from jax.interpreters import mlir as _mlir
     entry = _mlir._lowerings[primitive]
     return entry.rule, entry.inline
+
+
+# --- export ---------------------------------------------------------------------
+# The StableHLO versions a serialized export artifact is written against
+# (recorded in pmapkit's export container next to the producer versions).
+from jax._src.lib.mlir.dialects import hlo as _hlo  # noqa: E402
+
+
+def stablehlo_versions():
+    """``(current, target)``: the StableHLO version of this jaxlib and the one
+    jax.export serializes modules for (its 4-week compatibility window)."""
+    target = _hlo.get_version_from_compatibility_requirement(
+        _hlo.StablehloCompatibilityRequirement.WEEK_4)
+    return str(_hlo.get_current_version()), str(target)

@@ -1,0 +1,212 @@
+"""pmapkit's checked container around a ``jax.export`` payload.
+
+jax.export's flatbuffer has no integrity check and says nothing about who
+wrote it: most single-byte corruptions still parse and fail later, or compute
+something else. The container makes every blob self-describing and
+self-checking. Layout (integers little-endian)::
+
+    offset 0   MAGIC (16 bytes)
+    16         container format version      u16
+    18         header length H               u32
+    22         header: UTF-8 JSON, H bytes   (producer versions, payload
+                                              length and SHA-256, summary)
+    22+H       SHA-256 of bytes [0, 22+H)    32 bytes  (guards the header)
+    54+H       payload: jax.export bytes     (length and SHA-256 in header)
+
+Reading checks, in order: non-empty, magic, version, lengths (truncation or
+trailing bytes), header digest, header fields, payload digest, calling
+convention supported by this jax; only then is the payload parsed. Any
+failure is a ``DeserializationError`` that says which check failed. There is
+no fallback to parsing unchecked bytes and no pickle.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import jax
+import jaxlib
+from jax import export as jax_export
+
+from pmapkit import _jax_private as jp
+
+MAGIC = b"\x89PMAPKIT-EXP\r\n\x1a\n"
+#: The container version this pmapkit writes, and the range it reads.
+CONTAINER_VERSION = 1
+SUPPORTED_CONTAINER_VERSIONS = (1, 1)
+
+_PREAMBLE = struct.Struct("<HI")          # version, header length
+_PREAMBLE_END = len(MAGIC) + _PREAMBLE.size
+_DIGEST_SIZE = 32
+# A header is a few hundred bytes; a bound keeps a corrupted length from
+# being taken for a huge header.
+_MAX_HEADER = 1 << 20
+_PAYLOAD_FORMAT = "jax.export"
+
+
+class DeserializationError(ValueError):
+    """A blob is not a valid pmapkit export artifact (what is wrong is in the
+    message); raised before any part of it is used."""
+
+
+def _pmapkit_version():
+    import pmapkit
+    return pmapkit.__version__
+
+
+def producer_versions(calling_convention_version):
+    current, target = jp.stablehlo_versions()
+    return {"pmapkit": _pmapkit_version(), "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
+            "calling_convention_version": int(calling_convention_version),
+            "stablehlo": current, "stablehlo_target": target}
+
+
+def pack(payload, *, calling_convention_version, summary):
+    """The container bytes around ``payload`` (jax.export's serialization)."""
+    header = {
+        "producer": producer_versions(calling_convention_version),
+        "payload": {"format": _PAYLOAD_FORMAT, "length": len(payload),
+                    "sha256": hashlib.sha256(payload).hexdigest()},
+        "exported": summary,
+    }
+    header_bytes = json.dumps(header, sort_keys=True,
+                              separators=(",", ":")).encode("utf-8")
+    head = MAGIC + _PREAMBLE.pack(CONTAINER_VERSION, len(header_bytes)) + header_bytes
+    return b"".join((head, hashlib.sha256(head).digest(), payload))
+
+
+class Unpacked:
+    """A checked container: its parsed header and the payload bytes."""
+
+    __slots__ = ("header", "payload", "container_version")
+
+    def __init__(self, header, payload, container_version):
+        self.header = header
+        self.payload = payload
+        self.container_version = container_version
+
+
+def _fail(message):
+    raise DeserializationError(f"pmapkit.export.deserialize: {message}")
+
+
+def unpack(data) -> Unpacked:
+    """Check every layer of a blob; return its header and payload."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            "pmapkit.export.deserialize: 'data' must be bytes, bytearray or "
+            f"memoryview (a serialized artifact), got {type(data).__name__}.")
+    view = memoryview(data)
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())
+    view = view.cast("B")
+    size = len(view)
+    if size == 0:
+        _fail("empty blob (0 bytes); expected a pmapkit export artifact.")
+    head_len = min(size, len(MAGIC))
+    if bytes(view[:head_len]) != MAGIC[:head_len]:
+        _fail(f"bad magic: the blob starts with {bytes(view[:8])!r}..., not "
+              f"with pmapkit's export header {MAGIC[:8]!r}.... It is not a "
+              "pmapkit export artifact (a raw jax.export payload loads, "
+              "unchecked, with pmapkit.export.from_jax("
+              "jax.export.deserialize(blob))).")
+    if size < _PREAMBLE_END:
+        _fail(f"truncated at byte {size}: the preamble alone needs "
+              f"{_PREAMBLE_END} bytes.")
+    version, header_len = _PREAMBLE.unpack_from(view, len(MAGIC))
+    low, high = SUPPORTED_CONTAINER_VERSIONS
+    if not low <= version <= high:
+        _fail(f"unsupported container version {version} — supported "
+              f"{low}..{high} (this is pmapkit {_pmapkit_version()}).")
+    if header_len > _MAX_HEADER:
+        _fail(f"header length {header_len} is implausible (at most "
+              f"{_MAX_HEADER}); the blob is corrupted.")
+    header_end = _PREAMBLE_END + header_len
+    payload_start = header_end + _DIGEST_SIZE
+    if size < payload_start:
+        _fail(f"truncated at byte {size}: the header and its checksum end at "
+              f"byte {payload_start}.")
+    digest = hashlib.sha256(view[:header_end]).digest()
+    if digest != bytes(view[header_end:payload_start]):
+        _fail(f"header checksum mismatch: bytes 0..{header_end} do not match "
+              "their SHA-256; the header is corrupted.")
+    header = _parse_header(view[_PREAMBLE_END:header_end])
+    expected_len = header["payload"]["length"]
+    present = size - payload_start
+    if present < expected_len:
+        _fail(f"truncated at byte {size}: the payload declares {expected_len} "
+              f"bytes, only {present} are present.")
+    if present > expected_len:
+        _fail(f"{present - expected_len} unexpected bytes after the payload "
+              f"(it declares {expected_len} bytes, ending at byte "
+              f"{payload_start + expected_len}).")
+    payload = view[payload_start:]
+    actual = hashlib.sha256(payload).hexdigest()
+    if actual != header["payload"]["sha256"]:
+        _fail(f"payload checksum mismatch: SHA-256 {actual}, the header "
+              f"records {header['payload']['sha256']}; the payload is corrupted.")
+    _check_calling_convention(header["producer"])
+    return Unpacked(header, payload, version)
+
+
+def _parse_header(raw):
+    try:
+        header = json.loads(bytes(raw).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        _fail(f"malformed header (not JSON: {exc}).")
+    try:
+        producer, payload = header["producer"], header["payload"]
+        ok = (isinstance(producer["calling_convention_version"], int)
+              and isinstance(payload["length"], int) and payload["length"] >= 0
+              and isinstance(payload["sha256"], str)
+              and isinstance(header["exported"], dict)
+              and all(isinstance(producer[k], str)
+                      for k in ("pmapkit", "jax", "jaxlib")))
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
+        _fail("malformed header: missing or ill-typed fields (producer "
+              "versions, payload length/sha256, exported summary).")
+    if payload["format"] != _PAYLOAD_FORMAT:
+        _fail(f"unknown payload format {payload['format']!r}; this pmapkit "
+              f"reads {_PAYLOAD_FORMAT!r}.")
+    return header
+
+
+def _check_calling_convention(producer):
+    version = producer["calling_convention_version"]
+    low = jax_export.minimum_supported_calling_convention_version
+    high = jax_export.maximum_supported_calling_convention_version
+    if version > high:
+        _fail(f"the artifact uses calling convention version {version} "
+              f"(written by jax {producer['jax']}), newer than this jax "
+              f"{jax.__version__} supports ({low}..{high}); upgrade jax to load it.")
+    if version < low:
+        _fail(f"the artifact uses calling convention version {version} "
+              f"(written by jax {producer['jax']}), older than this jax "
+              f"{jax.__version__} supports ({low}..{high}).")
+
+
+def parse_payload(unpacked):
+    """jax.export's Exported from a checked payload; a payload that still
+    fails to parse (a crafted blob) is a DeserializationError too."""
+    try:
+        # flatbuffers reads any buffer; a memoryview avoids copying the payload.
+        exported = jax_export.deserialize(unpacked.payload)
+    except Exception as exc:  # noqa: BLE001 — any parse failure means a bad blob
+        _fail(f"the payload passed its checksum but is not a valid jax.export "
+              f"artifact ({type(exc).__name__}: {exc}).")
+    summary = unpacked.header["exported"]
+    recorded = unpacked.header["producer"]["calling_convention_version"]
+    if exported.calling_convention_version != recorded:
+        _fail(f"the header records calling convention version {recorded} but "
+              f"the payload has {exported.calling_convention_version}.")
+    for key, value in (("fun_name", exported.fun_name),
+                       ("nr_devices", exported.nr_devices),
+                       ("platforms", list(exported.platforms))):
+        if key in summary and summary[key] != value:
+            _fail(f"the header records {key}={summary[key]!r} but the payload "
+                  f"has {value!r}.")
+    return exported

@@ -1,0 +1,159 @@
+"""``export(fun, ...)(*arg_specs, **kwarg_specs) -> Exported``.
+
+Lowering and shape polymorphism are jax.export's (``jax.export.export`` on a
+``jax.jit``); what pmapkit adds is which jit to export:
+
+- a ``jax.jit`` function is exported as it is;
+- a plain function is wrapped in ``jax.jit``;
+- a ``pmapkit.pmap`` / ``pmapkit.pjit`` function is exported as the
+  N-device program it compiles to: its flat inputs and outputs carry the
+  program's shardings (the pmap's device mesh, or the pjit's shardings on the
+  mesh active at export time), so the artifact records them and runs on N
+  devices when called. Its pytree structure is put back on the result.
+
+``strict_checks=False`` turns jax.export's safety checks off (any custom-call
+target may be serialized; the artifact may run on another platform).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import jax
+from jax import export as jax_export
+
+from pmapkit import calls, lowering
+from pmapkit._compiled import dispatch as _dispatch_mod
+from pmapkit.export._exported import RELAXED_CHECKS, Exported
+
+KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+_PLATFORM_ALIASES = {"gpu": "cuda"}
+_CUSTOM_CALL_ERROR = "Cannot serialize code with custom calls"
+
+
+def default_lowering_platform() -> str:
+    """The platform an export lowers for by default (JAX's default backend):
+    one of 'cpu', 'cuda', 'rocm', 'tpu'."""
+    return jax_export.default_export_platform()
+
+
+def _platform_name(p, what):
+    if not isinstance(p, str):
+        raise TypeError(f"export: '{what}' must name platforms with str, got {p!r}.")
+    name = _PLATFORM_ALIASES.get(p.lower(), p.lower())
+    if name not in KNOWN_PLATFORMS:
+        raise ValueError(f"export: unknown platform {p!r} in '{what}'; expected "
+                         f"one of {list(KNOWN_PLATFORMS)}.")
+    return name
+
+
+def _platforms(lowering_platform, platforms):
+    if lowering_platform is not None and platforms is not None:
+        raise ValueError("export got both 'lowering_platform' and 'platforms'; "
+                         "they are two spellings of one option, give one.")
+    if lowering_platform is not None:
+        return (_platform_name(lowering_platform, "lowering_platform"),)
+    if platforms is None:
+        return None
+    if isinstance(platforms, str):
+        platforms = (platforms,)
+    names = tuple(_platform_name(p, "platforms") for p in platforms)
+    if not names:
+        raise ValueError("export: 'platforms' must name at least one platform.")
+    if len(set(names)) != len(names):
+        raise ValueError(f"export: 'platforms' lists a platform twice: {list(names)}.")
+    return names
+
+
+def export(fun, *, lowering_platform=None, strict_checks=True, platforms=None):
+    """Return a function taking argument specs and returning an ``Exported``.
+
+    Args:
+      fun: a plain function, a ``jax.jit`` function, or a ``pmapkit.pmap`` /
+        ``pmapkit.pjit`` function (a pjit one is exported on the pmapkit mesh
+        active when the returned function is called).
+      lowering_platform: one of 'cpu', 'cuda', 'rocm', 'tpu' (default: the
+        default backend).
+      strict_checks: keep the safety checks (only custom calls with stable
+        targets; the artifact runs only on its lowering platform(s)).
+      platforms: the modern spelling, a sequence of platforms (a module for
+        several platforms picks its branch at run time).
+
+    The returned function takes the arguments' specs: ``jax.ShapeDtypeStruct``s
+    (from ``poly_spec``/``poly_specs``/``jax.export.symbolic_shape`` for shape
+    polymorphism) or anything with ``.shape`` and ``.dtype``, in the pytree
+    structure of the call; static arguments are passed as values.
+    """
+    if not callable(fun):
+        raise TypeError(f"export: 'fun' must be callable, got {fun!r}.")
+    if not isinstance(strict_checks, bool):
+        raise TypeError(f"export: 'strict_checks' must be a bool, got {strict_checks!r}.")
+    chosen = _platforms(lowering_platform, platforms)
+    disabled = () if strict_checks else RELAXED_CHECKS
+    fun_name = getattr(fun, "__name__", None) or type(fun).__name__
+
+    def do_export(*args_specs, **kwargs_specs) -> Exported:
+        try:
+            if isinstance(fun, _dispatch_mod.DispatchFunction):
+                jexp = _export_pmapkit(fun, fun_name, chosen, disabled,
+                                       args_specs, kwargs_specs)
+            else:
+                jitted = fun if isinstance(fun, jax.stages.Wrapped) else jax.jit(fun)
+                jexp = jax_export.export(jitted, platforms=chosen,
+                                         disabled_checks=disabled)(
+                    *args_specs, **kwargs_specs)
+        except ValueError as exc:
+            if _CUSTOM_CALL_ERROR in str(exc):
+                targets = sorted(set(re.findall(r"custom_call @([\w.$\-]+)", str(exc))))
+                raise ValueError(
+                    f"export of '{fun_name}' with strict_checks=True: the lowered "
+                    f"module calls custom-call targets {targets}, which are not "
+                    "on jax.export's list of stable targets, so the artifact "
+                    "could break with any jaxlib upgrade. Pass "
+                    "strict_checks=False to export it anyway.") from exc
+            raise
+        return Exported(jexp)
+
+    do_export.__name__ = f"export_{fun_name}"
+    return do_export
+
+
+def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs):
+    """Export a pmapkit.pmap/pjit function as its N-device program.
+
+    ``fun.lower`` validates the specs and resolves the program (mesh, devices,
+    shardings, donation) exactly as a call would; the export is a jit over the
+    flat leaves with those shardings, calling ``fun`` itself.
+    """
+    lowered = fun.lower(*args_specs, **kwargs_specs)
+    prepared = lowered._prepared
+    in_shardings, out_shardings = lowering.program_shardings(
+        lowered._primitive, prepared.params, prepared.in_avals)
+    static = lowered._static
+    nargs = len(args_specs)
+    statics = [args_specs[i] for i in static]
+    dyn_args = tuple(a for i, a in enumerate(args_specs) if i not in set(static))
+    _, in_tree = jax.tree_util.tree_flatten((dyn_args, kwargs_specs))
+    out_tree = prepared.out_tree
+
+    def flat_program(*leaves):
+        dyn, kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
+        out = fun(*calls.merge_static(static, statics, nargs, dyn), **kwargs)
+        return tuple(out_tree.flatten_up_to(out))
+
+    flat_program.__name__ = fun_name
+    donate = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
+    jitted = jax.jit(flat_program, in_shardings=in_shardings,
+                     out_shardings=out_shardings, donate_argnums=donate)
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in prepared.in_avals]
+    jexp = jax_export.export(jitted, platforms=platforms,
+                             disabled_checks=disabled)(*structs)
+    return _with_trees(jexp, in_tree, out_tree, fun_name)
+
+
+def _with_trees(jexp, in_tree, out_tree, fun_name):
+    # jax.export.Exported is a frozen dataclass: a copy with the user's
+    # pytree structures (the flat program's leaves are the user's leaves in
+    # order) and name. Its VJP is built from the flat jaxpr, unaffected.
+    return dataclasses.replace(jexp, in_tree=in_tree, out_tree=out_tree,
+                               fun_name=fun_name)

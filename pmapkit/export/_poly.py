@@ -1,0 +1,106 @@
+"""Shape-polymorphic argument specs: the classic ``poly_spec``/``poly_specs``
+spellings over ``jax.export.symbolic_shape`` (JAX's shape polymorphism is
+used as is, not re-implemented).
+
+Every spec built here without an explicit ``scope`` shares one symbolic scope,
+so ``poly_spec(..., "b, 4")`` and ``poly_spec(..., "b")`` made by separate
+calls name the same ``b`` (jax.export refuses to mix scopes in one export).
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax import export as jax_export
+
+from pmapkit import _jax_private as jp
+
+_DEFAULT_SCOPE = jax_export.SymbolicScope()
+
+
+def default_scope():
+    """The symbolic scope shared by specs built without ``scope=``."""
+    return _DEFAULT_SCOPE
+
+
+def symbolic_shape(shape_spec, *, constraints=(), scope=None, like=None):
+    """``jax.export.symbolic_shape`` in pmapkit's shared scope by default.
+
+    With ``constraints`` (e.g. ``("b >= 4",)``) and no ``scope``, a new scope
+    holds them: constraints belong to a scope.
+    """
+    if scope is None and not constraints:
+        scope = _DEFAULT_SCOPE
+    return jax_export.symbolic_shape(shape_spec, constraints=constraints,
+                                     scope=scope, like=like)
+
+
+def _check_shape_arg(arg_shape):
+    if isinstance(arg_shape, (str, bytes)) or not hasattr(arg_shape, "__iter__"):
+        raise TypeError("poly_spec: 'arg_shape' must be a sequence of ints or "
+                        f"None, got {arg_shape!r}.")
+    shape = tuple(arg_shape)
+    for d in shape:
+        if d is not None and not isinstance(d, (int, np.integer)):
+            raise TypeError("poly_spec: 'arg_shape' entries must be ints or "
+                            f"None (unknown), got {d!r} in {arg_shape!r}.")
+    return shape
+
+
+def poly_spec(arg_shape, arg_dtype, polymorphic_shape, *, scope=None):
+    """A ``jax.ShapeDtypeStruct`` whose shape may hold dimension variables.
+
+    Args:
+      arg_shape: the shape, ``None`` where a dimension is only known from
+        ``polymorphic_shape``.
+      arg_dtype: the dtype.
+      polymorphic_shape: ``None`` (all dimensions constant, from
+        ``arg_shape``), or a spec string: comma-separated dimensions, each an
+        integer, ``_`` (take it from ``arg_shape``), a dimension variable
+        (``b``) or an expression (``2*b``); a trailing ``...`` stands for
+        ``_`` in every remaining dimension; parentheses are optional
+        (``"(b, 4)"`` or ``"b, 4"``).
+      scope: a ``jax.export.SymbolicScope``; pmapkit's shared one by default.
+    """
+    shape = _check_shape_arg(arg_shape)
+    if polymorphic_shape is None:
+        if any(d is None for d in shape):
+            raise ValueError(
+                f"poly_spec: 'arg_shape' {arg_shape!r} has unknown (None) "
+                "dimensions, so 'polymorphic_shape' must name them; got None.")
+        return jax.ShapeDtypeStruct(shape, arg_dtype)
+    if not isinstance(polymorphic_shape, str):
+        raise TypeError("poly_spec: 'polymorphic_shape' must be a str or None, "
+                        f"got {polymorphic_shape!r}.")
+    dims = symbolic_shape(polymorphic_shape, scope=scope, like=shape)
+    return jax.ShapeDtypeStruct(dims, arg_dtype)
+
+
+def poly_specs(args, polymorphic_shapes, *, scope=None):
+    """A pytree of ``jax.ShapeDtypeStruct`` matching ``args``.
+
+    ``args`` is a pytree of arrays (or anything with ``.shape`` and
+    ``.dtype``); ``polymorphic_shapes`` is ``None`` (all constant), one spec
+    string for every argument, or a pytree prefix of ``args`` with
+    ``str | None`` leaves (a list is accepted where ``args`` has a tuple).
+    """
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    for k, leaf in enumerate(leaves):
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            raise TypeError(
+                f"poly_specs: every leaf of 'args' needs .shape and .dtype; "
+                f"leaf {k} is {type(leaf).__name__}.")
+    shapes = polymorphic_shapes
+    if isinstance(args, tuple) and isinstance(shapes, list):
+        shapes = tuple(shapes)  # the classic spelling passed a list for args
+    try:
+        flat_shapes = jp.broadcast_prefix(shapes, args, is_leaf=lambda x: x is None)
+    except ValueError:
+        (error, *_) = jp.prefix_errors(shapes, args, is_leaf=lambda x: x is None)
+        raise error("pmapkit.export.poly_specs polymorphic_shapes") from None
+    for s in flat_shapes:
+        if s is not None and not isinstance(s, str):
+            raise TypeError("poly_specs: the leaves of 'polymorphic_shapes' "
+                            f"must be str or None, got {s!r}.")
+    specs = [poly_spec(leaf.shape, leaf.dtype, s, scope=scope)
+             for leaf, s in zip(leaves, flat_shapes)]
+    return jax.tree_util.tree_unflatten(tree, specs)

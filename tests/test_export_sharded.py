@@ -1,0 +1,217 @@
+"""Exporting pmapkit.pmap / pmapkit.pjit functions (N-device programs with
+their shardings recorded) and calling multi-device artifacts; donation."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export as jax_export
+from jax.sharding import NamedSharding
+
+import pmapkit
+from pmapkit import PartitionSpec as P
+from pmapkit import export as pe
+
+from _export_helpers import N, assert_tree_close, pmapkit_checks, sds, values
+
+
+def _normalize(x):
+    return x / jax.lax.psum(x, "i")
+
+
+def _pmap_export(fun=_normalize, specs=(sds((N, 3)),), **pmap_kwargs):
+    pmapped = pmapkit.pmap(fun, axis_name="i", **pmap_kwargs)
+    with pmapkit_checks():
+        return pmapped, pe.export(pmapped)(*specs)
+
+
+def test_pmap_export_records_the_device_mesh():
+    _, exported = _pmap_export()
+    assert exported.nr_devices == N
+    (s,) = exported.in_shardings
+    assert s.mesh.axis_names == ("i",) and s.mesh.axis_sizes == (N,)
+    assert s.spec == P("i", None)
+    assert exported.out_shardings[0].spec == P("i", None)
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_pmap_export_runs_on_n_devices_at_top_level(loaded):
+    pmapped, exported = _pmap_export()
+    if loaded:
+        exported = pe.deserialize(pe.serialize(exported))
+    x = values((N, 3)) + 2
+    with pmapkit_checks():
+        want = pmapped(x)
+        got = exported.call(x)
+    assert_tree_close(got, want, tol=1e-6)
+    assert len(got.sharding.device_set) == N
+    assert got.sharding.is_equivalent_to(want.sharding, 2)
+
+
+def test_pmap_export_matches_jax_pmap():
+    _, exported = _pmap_export()
+    x = values((N, 3)) + 2
+    got = pe.deserialize(pe.serialize(exported)).call(x)
+    assert_tree_close(got, jax.pmap(_normalize, axis_name="i")(x), tol=1e-6)
+
+
+def test_pmap_export_with_pytrees_kwargs_and_static():
+    def fun(tree, n, *, bias):
+        return {"y": tree["a"] * n + bias, "s": jax.lax.psum(tree["b"], "i")}
+
+    pmapped = pmapkit.pmap(fun, axis_name="i", static_broadcasted_argnums=1)
+    tree = {"a": values((N, 2)), "b": values((N,), np.int32)}
+    bias = values((N, 2), seed=3)
+    with pmapkit_checks():
+        exported = pe.export(pmapped)({"a": sds((N, 2)), "b": sds((N,), jnp.int32)}, 3,
+                                      bias=sds((N, 2)))
+        want = pmapped(tree, 3, bias=bias)
+    assert exported.in_tree == jax.tree_util.tree_structure((({"a": 0, "b": 0},), {"bias": 0}))
+    got = pe.deserialize(pe.serialize(exported)).call(tree, bias=bias)
+    assert_tree_close(got, want, tol=1e-6)
+
+
+def test_pmap_export_on_fewer_devices():
+    pmapped = pmapkit.pmap(lambda x: x * 2, axis_name="i")
+    with pmapkit_checks():
+        exported = pe.export(pmapped)(sds((2, 3)))
+    assert exported.nr_devices == 2
+    x = values((2, 3))
+    got = exported.call(x)
+    assert_tree_close(got, x * 2)
+    assert got.sharding.device_set == set(jax.devices()[:2])
+
+
+def test_single_device_export_still_one_device():
+    exported = pe.deserialize(pe.serialize(pe.export(lambda x: x + 1)(sds((N,)))))
+    assert exported.nr_devices == 1
+    out = exported.call(np.zeros(N, np.float32))
+    assert len(out.sharding.device_set) == 1
+
+
+def test_pmap_export_grad_through_vjp():
+    def loss_body(x):
+        return jnp.sum(_normalize(x) ** 2, axis=-1)
+
+    pmapped, exported = _pmap_export(loss_body, (sds((N, 3)),))
+    with pmapkit_checks():   # exporting the VJP traces the pmap again
+        loaded = pe.deserialize(pe.serialize(exported, vjp_order=1))
+    x = values((N, 3)) + 2
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+    x_sharded = jax.device_put(x, NamedSharding(mesh, P("i")))
+    got = jax.jit(jax.grad(lambda x: jnp.sum(loaded.call(x))))(x_sharded)
+    want = jax.grad(lambda x: jnp.sum(jax.pmap(loss_body, axis_name="i")(x)))(x)
+    assert_tree_close(got, want, tol=1e-4)
+
+
+def _pjit_fun():
+    return pmapkit.pjit(lambda x, w: jnp.tanh(x @ w),
+                        in_axis_resources=(P("x", None), None),
+                        out_axis_resources=P("x", "y"))
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2), (1, 8)])
+def test_pjit_export_records_shardings_and_runs(shape):
+    f = _pjit_fun()
+    mesh = pmapkit.Mesh(np.array(jax.devices()).reshape(shape), ("x", "y"))
+    x, w = values((8, 4)), values((4, 8), seed=1)
+    with mesh, pmapkit_checks():
+        exported = pe.export(f)(sds((8, 4)), sds((4, 8)))
+        want = f(x, w)
+    assert exported.nr_devices == N
+    assert [s.spec for s in exported.in_shardings] == [P("x", None), P()]
+    assert exported.out_shardings[0].spec == P("x", "y")
+    assert exported.out_shardings[0].mesh.axis_sizes == shape
+    loaded = pe.deserialize(pe.serialize(exported))
+    got = loaded.call(x, w)   # no mesh active: the first 8 devices
+    assert_tree_close(got, want, tol=1e-5)
+    assert got.sharding.spec == P("x", "y")
+    assert got.sharding.mesh.shape == dict(zip(("x", "y"), shape))
+
+
+def test_pjit_export_runs_on_the_active_mesh():
+    f = _pjit_fun()
+    exported_on = pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    with exported_on, pmapkit_checks():
+        exported = pe.export(f)(sds((8, 4)), sds((4, 8)))
+    reversed_mesh = pmapkit.Mesh(np.array(jax.devices()[::-1]).reshape(2, 4), ("x", "y"))
+    x, w = values((8, 4)), values((4, 8), seed=1)
+    with reversed_mesh:
+        got = exported.call(x, w)
+    assert got.sharding.mesh == reversed_mesh.jax_mesh
+    assert_tree_close(got, np.tanh(x @ w), tol=1e-5)
+    small = pmapkit.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+    with small, pytest.raises(ValueError, match="lowered for 8 devices but the active "
+                                                "pmapkit mesh has 4"):
+        exported.call(x, w)
+
+
+def test_multi_device_artifact_reshards_committed_inputs():
+    _, exported = _pmap_export()
+    x = jax.device_put(values((N, 3)) + 2, jax.devices()[3])   # committed elsewhere
+    got = exported.call(x)
+    assert_tree_close(got, np.asarray(x) / np.asarray(x).sum(0), tol=1e-6)
+    assert len(got.sharding.device_set) == N
+
+
+def test_pjit_export_matches_jax_jit_export():
+    mesh = pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    f = _pjit_fun()
+    jm = mesh.jax_mesh
+    jitted = jax.jit(lambda x, w: jnp.tanh(x @ w),
+                     in_shardings=(NamedSharding(jm, P("x", None)), NamedSharding(jm, P())),
+                     out_shardings=NamedSharding(jm, P("x", "y")))
+    with mesh, pmapkit_checks():
+        ours = pe.export(f)(sds((8, 4)), sds((4, 8)))
+    theirs = jax_export.export(jitted)(sds((8, 4)), sds((4, 8)))
+    assert ours.in_shardings_jax(jm) == theirs.in_shardings_jax(jm)
+    assert ours.out_shardings_jax(jm) == theirs.out_shardings_jax(jm)
+    x, w = values((8, 4)), values((4, 8), seed=1)
+    args = [jax.device_put(a, s) for a, s in zip((x, w), theirs.in_shardings_jax(jm))]
+    assert_tree_close(ours.call(x, w), jax.jit(theirs.call)(*args), tol=1e-6)
+
+
+def test_foreign_multi_device_artifact_without_shardings():
+    # A jax.jit of a pmapkit.pmap, exported by jax.export itself: 8 devices,
+    # no recorded shardings; it still runs at top level (replicated inputs).
+    pmapped = pmapkit.pmap(lambda x: x + jax.lax.axis_index("i").astype(jnp.float32),
+                           axis_name="i")
+    with pmapkit_checks():
+        jexp = jax_export.export(jax.jit(pmapped))(sds((N, 2)))
+    assert jexp.nr_devices == N and jexp.in_shardings_jax(None) == (None,)
+    loaded = pe.from_jax(jax_export.deserialize(jexp.serialize()))
+    got = loaded.call(np.zeros((N, 2), np.float32))
+    assert_tree_close(got, np.repeat(np.arange(N, dtype=np.float32)[:, None], 2, 1))
+
+
+@pytest.mark.parametrize("kind", ["jit", "pmap"])
+def test_donation_round_trip(kind):
+    body = lambda x, y: (x * 2 + y, y)  # noqa: E731
+    if kind == "jit":
+        fun = jax.jit(body, donate_argnums=0)
+        specs = (sds((8, 4)), sds((8, 4)))
+    else:
+        fun = pmapkit.pmap(body, axis_name="i", donate_argnums=0)
+        specs = (sds((N, 4)), sds((N, 4)))
+    with pmapkit_checks():
+        exported = pe.export(fun)(*specs)
+    assert "tf.aliasing_output" in exported.mlir_module()
+    loaded = pe.deserialize(pe.serialize(exported))
+    x_host, y = values((8, 4)), values((8, 4), seed=1)
+    place = jnp.asarray
+    if kind == "pmap":   # donate inputs already laid out as the program wants
+        mesh = jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+        sharding = exported.in_shardings_jax(mesh)[0]
+        place = lambda a: jax.device_put(a, sharding)  # noqa: E731
+    x = place(x_host)
+    got = loaded.call(x, y)
+    assert_tree_close(got, (x_host * 2 + y, y), tol=1e-6)
+    assert x.is_deleted()                      # donated at top level, as exported
+    # Inside a jit, the enclosing jit decides: no donation.
+    x2 = place(x_host)
+    jax.block_until_ready(jax.jit(loaded.call)(x2, place(y)))
+    assert not x2.is_deleted()
+
+
+def test_pjit_export_needs_a_mesh():
+    with pytest.raises(RuntimeError, match="pjit requires a non-empty mesh"):
+        pe.export(_pjit_fun())(sds((8, 4)), sds((4, 8)))
