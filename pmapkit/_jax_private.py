@@ -146,3 +146,4 @@ ifrt_programs = _colocated_jax.ifrt_programs
 JaxRuntimeError = _colocated_jax.JaxRuntimeError
 global_avals_to_results_handler = _pxla.global_avals_to_results_handler
 xla_backends = _xb.backends
+jax_util = _colocated_util  # tests set jax_util.test_event_listener
