@@ -147,3 +147,8 @@ JaxRuntimeError = _colocated_jax.JaxRuntimeError
 global_avals_to_results_handler = _pxla.global_avals_to_results_handler
 xla_backends = _xb.backends
 jax_util = _colocated_util  # tests set jax_util.test_event_listener
+
+
+def prng_impl_name(key_dtype):
+    """The PRNG implementation name ("threefry2x32", ...) of a key dtype."""
+    return key_dtype._impl.name

@@ -185,8 +185,7 @@ class _KeyBoundary:
 
 
 def _key_impls(specs):
-    return {i: str(jax.random.key_impl(jax.ShapeDtypeStruct(s.shape, s.dtype)))
-            for i, s in enumerate(specs) if _is_key(s)}
+    return {i: jp.prng_impl_name(s.dtype) for i, s in enumerate(specs) if _is_key(s)}
 
 
 def _compile_program(name, fun, in_specs, out_specs, devices):
