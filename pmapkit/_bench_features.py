@@ -20,7 +20,9 @@ import importlib
 from collections.abc import Callable
 
 #: Modules holding feature cases; one that fails to import is reported, not fatal.
-FEATURE_MODULES: tuple[str, ...] = ()
+FEATURE_MODULES: tuple[str, ...] = (
+    "pmapkit._bench_colocated",
+)
 
 
 @dataclasses.dataclass(frozen=True)
