@@ -260,3 +260,25 @@ def stablehlo_versions():
     target = _hlo.get_version_from_compatibility_requirement(
         _hlo.StablehloCompatibilityRequirement.WEEK_4)
     return str(_hlo.get_current_version()), str(target)
+
+
+# --- colocated_python ------------------------------------------------------------
+from jax._src import util as _colocated_util  # noqa: E402
+from jax._src.lib import _jax as _colocated_jax  # noqa: E402
+
+DeviceList = _xc.DeviceList
+# jax.clear_caches() calls cache_clear() on every object registered here.
+register_cache = _colocated_util.register_cache
+# Named events JAX's tests count ("colocated_python_func._get_specialized_func").
+test_event = _colocated_util.test_event
+# jaxlib's IFRT program API: colocated Python programs, their compile options.
+ifrt_programs = _colocated_jax.ifrt_programs
+JaxRuntimeError = _colocated_jax.JaxRuntimeError
+global_avals_to_results_handler = _pxla.global_avals_to_results_handler
+xla_backends = _xb.backends
+jax_util = _colocated_util  # tests set jax_util.test_event_listener
+
+
+def prng_impl_name(key_dtype):
+    """The PRNG implementation name ("threefry2x32", ...) of a key dtype."""
+    return key_dtype._impl.name
