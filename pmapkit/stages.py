@@ -89,6 +89,9 @@ class ProgramLowered(jax.stages.Lowered):
         self._flat_in_avals = prepared.in_avals
         self._arg_names = arg_names
         self._call_static = call_static
+        # What pmapkit.export rebuilds the program from.
+        self._prepared = prepared
+        self._static = call_static.positions
 
     def compile(self, compiler_options=None, *, device_assignment=None):
         program = lowering.compile_lowered(

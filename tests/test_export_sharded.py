@@ -29,7 +29,7 @@ def test_pmap_export_records_the_device_mesh():
     assert exported.nr_devices == N
     (s,) = exported.in_shardings
     assert s.mesh.axis_names == ("i",) and s.mesh.axis_sizes == (N,)
-    assert s.spec == P("i", None)
+    assert s.spec == P("i")   # as jax.pmap spells it
     assert exported.out_shardings[0].spec == P("i", None)
 
 
