@@ -71,11 +71,17 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     fn = calls.make_dispatch(
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
-        spec.signature)
+        spec.signature, _pjit_trace_context)
     # The compiled hit path signs leaves by aval only: options whose program
     # depends on more (input shardings, keyword statics) take pjit's own cache.
     fn._always_fallback = spec.own_cache
     return fn
+
+
+def _pjit_trace_context():
+    # jax.set_mesh's concrete mesh is not in JAX's trace context (only its
+    # abstract mesh, which meshes over other devices share); pjit reads it.
+    return (jp.trace_context(), jp.device_context.value)
 
 
 def _pick(classic, modern, classic_name, modern_name):
@@ -449,7 +455,7 @@ def _own_key(spec, args, kwargs):
                   else None)
         sig.append((aval, placed if spec.in_unspecified else None))
     key = (tree, tuple(sig), statics, static_kw, len(args), active_mesh(),
-           jp.trace_context())
+           _pjit_trace_context())
     try:
         hash(key)
     except TypeError:
