@@ -250,9 +250,9 @@ def _kept_sharding(x, mesh, describe, k, device_mode):
     """Where an argument goes when in_axis_resources is omitted: a committed
     array keeps its sharding, anything else is replicated over the mesh."""
     replicated = NamedSharding(mesh, PartitionSpec())
-    if isinstance(x, jp.Tracer):
-        return _CHOSEN  # inside an enclosing trace its jit decides
-    if device_mode or not (isinstance(x, jax.Array) and x.committed):
+    if device_mode or isinstance(x, jp.Tracer):
+        return replicated  # a traced value has no committed placement to keep
+    if not (isinstance(x, jax.Array) and x.committed):
         return replicated
     sharding = x.sharding
     mesh_devices = set(mesh.devices.flat)
