@@ -233,15 +233,12 @@ class ProgramCompiled:
         return jax.tree_util.tree_unflatten(self._prepared.out_tree, outs)
 
 
-def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature,
-                  trace_context=None):
+def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature):
     """The compiled-dispatch callable of one user function, with the classic
-    introspection attributes (functools.wraps metadata, __signature__).
-    ``trace_context`` replaces JAX's trace context as the cache selector."""
+    introspection attributes (functools.wraps metadata, __signature__)."""
     fn = _dispatch_mod.DispatchFunction(
         fun, cache_miss, static, lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
-        jp.tree_registry.flatten, trace_context or jp.trace_context,
-        jp.top_level_probe(),
+        jp.tree_registry.flatten, jp.trace_context, jp.top_level_probe(),
         lower, reduce_fn)
     # functools.wraps metadata, without update_wrapper's __dict__ merge: when
     # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its

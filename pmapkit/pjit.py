@@ -28,6 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
 from pmapkit._compiled import dispatch as _dispatch_mod
+from pmapkit.mesh import _mesh_state as mesh_state
 from pmapkit.mesh import active_mesh
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
 
@@ -71,7 +72,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     fn = calls.make_dispatch(
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
-        spec.signature, _pjit_trace_context)
+        spec.signature)
     # The compiled hit path signs leaves by aval only: options whose program
     # depends on more (input shardings, keyword statics) take pjit's own cache.
     fn._always_fallback = spec.own_cache
@@ -82,6 +83,15 @@ def _pjit_trace_context():
     # jax.set_mesh's concrete mesh is not in JAX's trace context (only its
     # abstract mesh, which meshes over other devices share); pjit reads it.
     return (jp.trace_context(), jp.device_context.value)
+
+
+def _mesh_in_trace_context():
+    """Whether JAX's trace context (the compiled hit path's cache selector)
+    tells the active mesh apart: it holds pmapkit's mesh state and JAX's
+    classic resource env, but only the abstract mesh of ``jax.set_mesh``."""
+    mesh = active_mesh()
+    return (mesh is None or mesh == mesh_state.value
+            or mesh == jp.thread_resources.env.physical_mesh)
 
 
 def _pick(classic, modern, classic_name, modern_name):
@@ -409,7 +419,7 @@ def _traced(flat):
 
 
 def _cache_miss(spec, *args, **kwargs):
-    if spec.own_cache or kwargs:
+    if spec.own_cache or kwargs or not _mesh_in_trace_context():
         return _own_cache_call(spec, args, kwargs), None
     prepared = _prepare(spec, args, kwargs)
     flat = prepared.flat_args
