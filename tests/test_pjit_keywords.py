@@ -7,6 +7,7 @@ import pickle
 import sys
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -295,7 +296,7 @@ def _primitive_names(jaxpr):
     names = []
     for eqn in jaxpr.eqns:
         names.append(eqn.primitive.name)
-        for sub in jax.core.jaxprs_in_params(eqn.params):
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             names += _primitive_names(sub)
     return names
 
