@@ -3,7 +3,8 @@
 Public surface (explicit re-exports only):
   pmap           the classic jax.pmap with a compiled per-call fast path
   pjit           the classic pjit (in/out_axis_resources, mesh at the call site)
-  Mesh, mesh     pmapkit's mesh context for pjit (``with Mesh(...):``)
+  Mesh, mesh     a jax.sharding.Mesh that is also pjit's ``with mesh:`` context
+  maps           ``Mesh``, ``mesh``, ``thread_resources`` of jax.experimental.maps
   with_sharding_constraint, PartitionSpec (jax's own class), NamedSharding
   ShardingSpec, NoSharding, Chunked, Unstacked, ShardedAxis, Replicated,
   parse_op_sharding   the classic sharding-spec types and conversions
@@ -13,6 +14,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit._compiled import COMPILED
 from pmapkit.mesh import Mesh, mesh
+from pmapkit import maps
 from pmapkit.pjit import pjit, with_sharding_constraint
 from pmapkit.pmap import pmap
 from pmapkit.sharding_specs import (
@@ -22,6 +24,6 @@ from pmapkit import rules as _rules  # noqa: F401  (registers transformation rul
 
 __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "PartitionSpec", "Replicated", "ShardedAxis", "ShardingSpec",
-           "Unstacked", "mesh", "parse_op_sharding", "pjit", "pmap",
+           "Unstacked", "maps", "mesh", "parse_op_sharding", "pjit", "pmap",
            "with_sharding_constraint"]
 __version__ = "0.1.0"

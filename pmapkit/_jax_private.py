@@ -282,3 +282,33 @@ jax_util = _colocated_util  # tests set jax_util.test_event_listener
 def prng_impl_name(key_dtype):
     """The PRNG implementation name ("threefry2x32", ...) of a key dtype."""
     return key_dtype._impl.name
+
+
+# --- mesh interop (pmapkit.Mesh is a jax Mesh; pjit reads JAX's mesh contexts) ---
+from jax._src import mesh as _mesh_lib  # noqa: E402
+
+#: JAX's classic resource environment (``with jax_mesh:`` sets it, deprecated).
+thread_resources = _mesh_lib.thread_resources
+#: The concrete mesh ``jax.set_mesh`` sets (not part of the trace context).
+get_concrete_mesh = _mesh_lib.get_concrete_mesh
+device_context = _config.device_context
+empty_concrete_mesh = _mesh_lib.empty_concrete_mesh
+
+
+def concrete_mesh_context(mesh):
+    """Set JAX's concrete (``jax.set_mesh``) mesh for a block, also under a
+    trace (where ``jax.set_mesh`` refuses)."""
+    from jax._src import sharding_impls as _sharding_impls
+    return _sharding_impls._internal_use_concrete_mesh(mesh)
+
+
+def staging_trace_active():
+    """Whether some trace in the current chain stages a jaxpr (a jit, scan,
+    make_jaxpr...), as opposed to only eager transformations (jvp,
+    linearize, vmap evaluated at top level)."""
+    trace = _core.trace_ctx.trace
+    while trace is not None:
+        if isinstance(trace, _pe.DynamicJaxprTrace):
+            return True
+        trace = getattr(trace, "parent_trace", None)
+    return False

@@ -10,6 +10,7 @@ compiles a top-level program of either; it keeps what the fast path needs.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 
 import jax
@@ -20,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
-from pmapkit.primitives import body_effects, pjit_p, pmap_p
+from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
 from pmapkit.analysis import (dims_spec, first_device_outputs, mapped_dims,
                               nested_in_dims, nested_out_dims, nested_pmap_axes)
 from pmapkit.specs import axis_spec
@@ -112,9 +113,11 @@ def _pjit_lowering(ctx, *args, jaxpr, in_shardings, out_shardings,
     del donated_invars, name
 
     def constrained(*xs):
-        xs = [jax.lax.with_sharding_constraint(x, s) for x, s in zip(xs, in_shardings)]
+        # A None sharding is left to the partitioner (pjit without in/out specs).
+        xs = [x if s is None else jax.lax.with_sharding_constraint(x, s)
+              for x, s in zip(xs, in_shardings)]
         outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
-        return tuple(jax.lax.with_sharding_constraint(o, s)
+        return tuple(o if s is None else jax.lax.with_sharding_constraint(o, s)
                      for o, s in zip(outs, out_shardings))
 
     return mlir.lower_fun(constrained, multiple_results=True)(ctx, *args)
@@ -163,6 +166,9 @@ class CompiledProgram:
         self.has_effects = bool(_PROGRAMS[primitive].effects(params))
         self.in_shardings, self.out_shardings = program_shardings(
             primitive, params, in_avals)
+        if None in self.in_shardings or None in self.out_shardings:
+            self.in_shardings, self.out_shardings = _chosen_shardings(
+                self.in_shardings, self.out_shardings, compiled)
         self.out_avals = tuple(primitive.abstract_eval(*in_avals, **params)[0])
         self.out_handlers = [
             jp.global_aval_to_result_handler(a, s, True)
@@ -299,6 +305,16 @@ def check_donated_aliases(flat, donated, describe=None, api="pmapkit"):
         "or do not donate it.")
 
 
+def _chosen_shardings(ins, outs, compiled):
+    """Fill the shardings left to the partitioner (None) from the compiled
+    program."""
+    chosen_in = compiled.input_shardings[0]
+    chosen_out = compiled.output_shardings
+    ins = tuple(intern_sharding(c) if s is None else s for s, c in zip(ins, chosen_in))
+    outs = tuple(intern_sharding(c) if s is None else s for s, c in zip(outs, chosen_out))
+    return ins, outs
+
+
 def _all_inputs(kept_arrays, kept, args, compiled):
     # jax's Compiled.__call__ wants every input, pruned or not, and logical
     # values: key arrays (not their physical buffers), float0 host arrays.
@@ -432,7 +448,65 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
     reads shardings off jit equations, not off foreign primitives), and it
     moves operands onto those devices. Transformations see through it.
     """
-    return list(_outer_jit(primitive, params, in_avals)(*args))
+    if not jp.get_concrete_mesh().empty and not jp.staging_trace_active():
+        # Eager transformations under jax.set_mesh (or `with pmapkit.Mesh`):
+        # values made there are committed, and JAX's own jit (its transpose
+        # included) refuses to move committed operands, so our primitive is
+        # bound directly; its rules and compiled impl place operands.
+        return primitive.bind(*args, **params)
+    in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
+    if _on_context_mesh(in_shardings + out_shardings):
+        # Under jax.set_mesh the enclosing jit takes its devices from the
+        # context mesh, and our lowering constrains operands and results
+        # itself; a jit with shardings would refuse (eagerly, in its
+        # transpose) the committed values JAX makes under that mesh.
+        return list(jax.jit(_program(primitive, params))(*args))
+    args = [_placed(x, s) for x, s in zip(args, in_shardings)]
+    with _outside_ambient_mesh():
+        return list(_outer_jit(primitive, params, in_avals)(*args))
+
+
+def _on_context_mesh(shardings):
+    context = jp.get_concrete_mesh()
+    if context.empty:
+        return False
+    devices = set(context.devices.flat)
+    return all(s is None or (isinstance(s, NamedSharding) and s.mesh == context)
+               for s in shardings) and bool(devices)
+
+
+def _outside_ambient_mesh():
+    """pmapkit's programs name their devices in their own shardings; the mesh
+    JAX holds in context (``jax.set_mesh``, entered by ``with pmapkit.Mesh``)
+    must not leak into building them (a pmap's shard_map checks it against its
+    own mesh)."""
+    if jp.trace_state_clean():
+        return jax.set_mesh(None)
+    return _no_mesh_under_trace()
+
+
+@contextlib.contextmanager
+def _no_mesh_under_trace():
+    # Also no concrete mesh: under it, JAX's eager transformations create
+    # committed values (e.g. tangent zeros) that jit then refuses to move.
+    with jp.concrete_mesh_context(jp.empty_concrete_mesh), no_mesh():
+        yield
+
+
+def _placed(x, sharding):
+    # jit refuses a committed concrete array placed otherwise (arrays made
+    # under jax.set_mesh are committed, and so are the primals of eager
+    # grad/jvp there); pjit and pmap move their operands.
+    if sharding is None:
+        return x
+    value = x
+    while isinstance(value, jp.Tracer):  # eager jvp/linearize: their primal
+        value = getattr(value, "primal", None)
+    if (isinstance(value, jp.ArrayImpl) and value.committed
+            and value.shape == tuple(x.shape)
+            and not value.sharding.is_equivalent_to(sharding, value.ndim)):
+        return jax.device_put(x, sharding)
+    return x
 
 
 _OUTER_JIT_CACHE_SIZE = 512
@@ -467,7 +541,8 @@ def lower_program(primitive, params, in_avals):
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
-    return jitted.lower(*structs)
+    with _outside_ambient_mesh():
+        return jitted.lower(*structs)
 
 
 def compile_lowered(primitive, params, in_avals, lowered, *,

@@ -1,28 +1,39 @@
-"""pmapkit's own mesh context: the classic ``with mesh:`` for pjit.
+"""pmapkit's mesh: a ``jax.sharding.Mesh`` that is also the classic
+``with mesh:`` context of pjit.
 
-JAX 0.10 deprecated its ``with mesh:`` resource environment and its jit only
-finds meshes set with ``jax.set_mesh``. Classic pjit code enters a mesh and
-calls pjit'd functions inside; pmapkit keeps that mesh in a thread-local
-stack of its own (nesting restores the outer mesh on exit) and pjit reads it
-at each call site.
+``pmapkit.Mesh`` subclasses ``jax.sharding.Mesh``, so every JAX API takes it
+(``NamedSharding``, ``jax.device_put``, ``jax.jit``, ``shard_map``). JAX
+interns its meshes and compares them by identity; a ``pmapkit.Mesh`` keeps
+the interned plain mesh of the same devices and axes and compares and hashes
+as that mesh, so shardings built on either are equal and JAX's caches treat
+them as one.
 
-``jax.sharding.Mesh`` objects are interned by JAX (constructing one returns a
-shared instance), so ``pmapkit.Mesh`` wraps one rather than subclassing it;
-``.jax_mesh`` is the wrapped mesh, usable with every JAX API.
+``with mesh:`` enters three things, restored in reverse on exit:
+  * pmapkit's thread-local mesh stack (``current_mesh()``, nesting restores the
+    outer mesh);
+  * a trace-context state holding the mesh, so every jit cache (JAX's and
+    pmapkit's) keys on it;
+  * JAX's current mesh (``jax.set_mesh``), so JAX's own
+    ``with_sharding_constraint(x, P(...))``, ``jax.jit(in_shardings=P(...))``
+    and ``shard_map`` inside see it. ``jax.set_mesh`` cannot be entered while
+    a JAX trace is active; there only pmapkit's context is set.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
 
+_JaxMesh = jax.sharding.Mesh
+
 
 class _MeshStack(threading.local):
-    """Per thread: the entered meshes, each with its config-state context."""
+    """Per thread: the entered meshes, each with the contexts it entered."""
 
     def __init__(self):
         self.entries = []
@@ -36,79 +47,130 @@ _stack = _MeshStack()
 _mesh_state = jp.make_trace_context_state(
     "pmapkit_active_mesh", "The mesh entered with `with pmapkit.Mesh(...)`.")
 
+# One pmapkit.Mesh per interned jax mesh (as JAX interns its own), so
+# ``Mesh(d, n) is Mesh(d, n)`` like ``jax.sharding.Mesh``.
+_interned = weakref.WeakValueDictionary()
+_intern_lock = threading.Lock()
 
-class Mesh:
-    """A device mesh usable as ``with mesh:`` for pmapkit.pjit.
+
+def plain_mesh(mesh):
+    """The interned ``jax.sharding.Mesh`` a mesh (pmapkit's or JAX's) stands
+    for."""
+    return getattr(mesh, "_plain_mesh", mesh)
+
+
+def _check_devices(devices, axis_names):
+    if isinstance(axis_names, str):
+        axis_names = (axis_names,)
+    try:
+        axis_names = tuple(axis_names)
+    except TypeError:
+        raise TypeError("Mesh axis_names must be a string or a sequence of "
+                        f"strings, got {axis_names!r}.") from None
+    for name in axis_names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"Mesh axis_names must be strings, got {name!r} in {axis_names}.")
+    if len(set(axis_names)) != len(axis_names):
+        raise ValueError(f"Mesh axis_names must be unique, got {axis_names}.")
+    devices = np.asarray(devices, dtype=object)
+    if devices.ndim != len(axis_names):
+        raise ValueError(
+            f"Mesh devices has {devices.ndim} dimensions (shape "
+            f"{devices.shape}) but {len(axis_names)} axis names "
+            f"{axis_names} were given; give one name per dimension.")
+    flat = list(devices.flat)
+    if len(set(flat)) != len(flat):
+        raise ValueError("Mesh devices must not repeat a device.")
+    return devices, axis_names
+
+
+class Mesh(_JaxMesh):
+    """A ``jax.sharding.Mesh`` that is also pjit's ``with mesh:`` context.
 
     Args:
-      devices: an ndarray (or nested sequence) of devices, one dim per axis.
+      devices: an ndarray (or nested sequence) of devices, one dim per axis;
+        or an existing ``jax.sharding.Mesh`` to adopt (``axis_names`` then
+        may be omitted and must otherwise equal the mesh's).
       axis_names: one name (str) per dimension of ``devices``.
+      axis_types: optional ``jax.sharding.AxisType`` per axis (default Auto,
+        the classic pjit semantics).
     """
 
-    def __init__(self, devices, axis_names):
-        if isinstance(devices, jax.sharding.Mesh):
-            self.jax_mesh = devices
-            return
-        if isinstance(axis_names, str):
-            axis_names = (axis_names,)
-        axis_names = tuple(axis_names)
-        for name in axis_names:
-            if not isinstance(name, str):
-                raise TypeError(
-                    f"Mesh axis_names must be strings, got {name!r} in {axis_names}.")
-        if len(set(axis_names)) != len(axis_names):
-            raise ValueError(f"Mesh axis_names must be unique, got {axis_names}.")
-        devices = np.asarray(devices, dtype=object)
-        if devices.ndim != len(axis_names):
-            raise ValueError(
-                f"Mesh devices has {devices.ndim} dimensions (shape "
-                f"{devices.shape}) but {len(axis_names)} axis names "
-                f"{axis_names} were given; give one name per dimension.")
-        flat = list(devices.flat)
-        if len(set(flat)) != len(flat):
-            raise ValueError("Mesh devices must not repeat a device.")
-        self.jax_mesh = jax.sharding.Mesh(devices, axis_names)
+    def __new__(cls, devices, axis_names=None, axis_types=None):
+        if isinstance(devices, _JaxMesh):
+            if axis_names is not None and tuple(
+                    (axis_names,) if isinstance(axis_names, str) else axis_names
+            ) != devices.axis_names:
+                raise ValueError(
+                    f"Mesh got a jax Mesh with axis names {devices.axis_names} "
+                    f"and axis_names={axis_names!r}; omit axis_names or give "
+                    "the mesh's own.")
+            if axis_types is not None and tuple(axis_types) != devices.axis_types:
+                raise ValueError("Mesh got a jax Mesh and different axis_types.")
+            plain = plain_mesh(devices)
+        else:
+            if axis_names is None:
+                raise TypeError("Mesh() missing required argument 'axis_names'.")
+            devices, axis_names = _check_devices(devices, axis_names)
+            plain = plain_mesh(_JaxMesh(devices, axis_names, axis_types))
+        with _intern_lock:
+            mesh = _interned.get(plain)
+            if mesh is None or type(mesh) is not cls:
+                mesh = object.__new__(cls)
+                # jax's Mesh is immutable (its __setattr__ raises).
+                for name in ("devices", "axis_names", "axis_types", "size"):
+                    object.__setattr__(mesh, name, getattr(plain, name))
+                object.__setattr__(mesh, "_plain_mesh", plain)
+                _interned[plain] = mesh
+        return mesh
 
-    # The read-only view classic code uses.
-    @property
-    def devices(self):
-        return self.jax_mesh.devices
-
-    @property
-    def axis_names(self):
-        return self.jax_mesh.axis_names
+    def __init__(self, devices, axis_names=None, axis_types=None):
+        del devices, axis_names, axis_types  # all done in __new__ (interned)
 
     @property
-    def shape(self):
-        return self.jax_mesh.shape
+    def jax_mesh(self):
+        """The mesh itself (it is a ``jax.sharding.Mesh``); kept for code
+        written when pmapkit's mesh wrapped one."""
+        return self
 
-    @property
-    def size(self):
-        return self.jax_mesh.size
+    # Equal to (and hashed as) the interned jax mesh of the same devices and
+    # axes: JAX compares meshes by identity, so this is what makes
+    # ``NamedSharding(pmapkit_mesh, s) == NamedSharding(jax_mesh, s)``.
+    def __eq__(self, other):
+        if isinstance(other, _JaxMesh):
+            return self._plain_mesh is plain_mesh(other)
+        return NotImplemented
 
-    @property
-    def empty(self):
-        return self.jax_mesh.empty
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash(self._plain_mesh)
 
     def __enter__(self):
-        state = _mesh_state(self.jax_mesh)
+        state = _mesh_state(self)
         state.__enter__()
-        _stack.entries.append((self, state))
+        jax_ctx = None
+        try:
+            if jp.trace_state_clean():
+                jax_ctx = jax.set_mesh(self)  # applied when constructed
+        except BaseException:
+            state.__exit__(None, None, None)
+            raise
+        _stack.entries.append((self, state, jax_ctx))
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        entered, state = _stack.entries.pop()
+        entered, state, jax_ctx = _stack.entries.pop()
         assert entered is self, "pmapkit.Mesh contexts must exit in LIFO order"
-        state.__exit__(exc_type, exc, tb)
+        try:
+            if jax_ctx is not None:
+                jax_ctx.__exit__(exc_type, exc, tb)
+        finally:
+            state.__exit__(exc_type, exc, tb)
         return False
-
-    def __eq__(self, other):
-        if isinstance(other, Mesh):
-            other = other.jax_mesh
-        return self.jax_mesh == other
-
-    def __hash__(self):
-        return hash(self.jax_mesh)
 
     def __repr__(self):
         axes = ", ".join(f"{n!r}: {s}" for n, s in self.shape.items())
@@ -123,6 +185,28 @@ def mesh(devices, axis_names):
 
 
 def current_mesh():
-    """The innermost mesh entered on this thread, or None."""
+    """The innermost pmapkit mesh entered on this thread, or None."""
     entries = _stack.entries
     return entries[-1][0] if entries else None
+
+
+def active_mesh():
+    """The mesh a call site runs under, or None: the innermost of
+    ``with pmapkit.Mesh``, ``jax.set_mesh`` and (deprecated) ``with jax_mesh:``.
+
+    ``with pmapkit.Mesh`` sets JAX's concrete mesh too, so JAX's concrete mesh
+    is the innermost of the first two whenever it is set; inside a JAX trace
+    (where ``set_mesh`` is refused) pmapkit's own stack is what is set.
+    """
+    entries = _stack.entries
+    if entries and entries[-1][2] is None:
+        return entries[-1][0]  # entered under a trace: innermost by definition
+    concrete = jp.get_concrete_mesh()
+    if not concrete.empty:
+        return concrete
+    if entries:
+        return entries[-1][0]
+    physical = jp.thread_resources.env.physical_mesh
+    if not physical.empty:
+        return physical
+    return None

@@ -2,32 +2,48 @@
 
 ``pjit(fun, in_axis_resources, out_axis_resources, static_argnums,
 donate_argnums)`` partitions ``fun`` over the mesh active *at the call site*
-(``with pmapkit.Mesh(...)``): arguments are placed as ``in_axis_resources``
-says (a pytree prefix of ``None | PartitionSpec``), results come back as
+(``with pmapkit.Mesh(...)``, ``jax.set_mesh`` or JAX's deprecated
+``with jax_mesh:``): arguments are placed as ``in_axis_resources`` says (a
+pytree prefix of ``None | PartitionSpec``), results come back as
 ``jax.Array``s with ``NamedSharding``s of that mesh. The modern spelling
 ``in_shardings=`` / ``out_shardings=`` (NamedSharding or PartitionSpec) is
 accepted too. ``with_sharding_constraint`` pins intermediate values.
+
+As in later classic releases both may be omitted: an omitted
+``in_axis_resources`` keeps a committed array's sharding (host values and
+uncommitted arrays are replicated), an omitted ``out_axis_resources`` takes
+the partitioner's choice. ``static_argnames``, ``device``/``backend`` (one
+device, no shardings, no mesh context), ``keep_unused`` and ``inline`` are
+the keywords those releases added.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
 from pmapkit import stages
 from pmapkit._compiled import dispatch as _dispatch_mod
-from pmapkit.mesh import current_mesh
+from pmapkit.mesh import _mesh_state as mesh_state
+from pmapkit.mesh import active_mesh
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
 
 _UNSET = object()
+# The pmapkit_pjit ``out_shardings`` entry of an output whose sharding the
+# partitioner chooses (``out_axis_resources`` omitted).
+_CHOSEN = None
+_DEVICE_AXIS = "_pmapkit_device"
 
 
 def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
-         static_argnums=(), donate_argnums=(), *, in_shardings=_UNSET,
-         out_shardings=_UNSET):
+         static_argnums=None, donate_argnums=None, *, in_shardings=_UNSET,
+         out_shardings=_UNSET, static_argnames=None, device=None, backend=None,
+         keep_unused=False, inline=False):
     """Compile ``fun`` and partition it over the mesh active at each call.
 
     Args:
@@ -35,38 +51,107 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         arrays (static arguments excepted).
       in_axis_resources: a pytree prefix of the positional arguments tuple
         with ``None`` (replicated) or ``PartitionSpec`` leaves; a single spec
-        applies to every argument.
-      out_axis_resources: the same for the outputs.
+        applies to every argument. Omitted: each argument keeps a committed
+        array's sharding; host values are replicated.
+      out_axis_resources: the same for the outputs. Omitted: the partitioner
+        chooses.
       static_argnums: positional arguments that are compile-time constants.
       donate_argnums: positional arguments whose buffers may be reused.
       in_shardings / out_shardings: the modern spelling of the two above;
         leaves may also be ``NamedSharding``s.
+      static_argnames: parameter names that are compile-time constants (by
+        keyword or, for positional parameters, by position).
+      device / backend: run on this one device (or the backend's first);
+        excludes shardings and a mesh context.
+      keep_unused: keep arguments the computation does not use.
+      inline: under an enclosing trace, inline ``fun`` instead of staging a
+        pjit equation.
     """
     spec = _PjitSpec(fun, in_axis_resources, out_axis_resources, static_argnums,
-                     donate_argnums, in_shardings, out_shardings)
+                     donate_argnums, in_shardings, out_shardings, static_argnames,
+                     device, backend, keep_unused, inline)
     fn = calls.make_dispatch(
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
         spec.signature)
-    fn._on_clear = spec.trace_cache.clear
+    fn._on_clear = spec.clear_caches
+    # The compiled hit path signs leaves by aval only: options whose program
+    # depends on more (input shardings, keyword statics) take pjit's own cache.
+    fn._always_fallback = spec.own_cache
     return fn
+
+
+def _pjit_trace_context():
+    # jax.set_mesh's concrete mesh is not in JAX's trace context (only its
+    # abstract mesh, which meshes over other devices share); pjit reads it.
+    return (jp.trace_context(), jp.device_context.value)
+
+
+def _mesh_in_trace_context():
+    """Whether JAX's trace context (the compiled hit path's cache selector)
+    tells the active mesh apart: it holds pmapkit's mesh state and JAX's
+    classic resource env, but only the abstract mesh of ``jax.set_mesh``."""
+    mesh = active_mesh()
+    return (mesh is None or mesh == mesh_state.value
+            or mesh == jp.thread_resources.env.physical_mesh)
 
 
 def _pick(classic, modern, classic_name, modern_name):
     if classic is not _UNSET and modern is not _UNSET:
         raise ValueError(f"pjit got both {classic_name} and {modern_name}; "
                          "they are two spellings of one option, give one.")
-    if classic is _UNSET and modern is _UNSET:
-        raise TypeError(f"pjit() missing required argument '{classic_name}' "
-                        f"(or its modern spelling '{modern_name}').")
     return (classic, classic_name) if classic is not _UNSET else (modern, modern_name)
+
+
+def _static_names(fun, signature, static_argnames, static):
+    """``(static positions, static names)`` with each completed from the
+    other through the signature, as classic jit did."""
+    if static_argnames is None:
+        names = ()
+    elif isinstance(static_argnames, str):
+        names = (static_argnames,)
+    else:
+        names = tuple(static_argnames)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError("pjit static_argnames must be a string or a "
+                            f"collection of strings, got {static_argnames!r}.")
+    if signature is None:
+        return static, frozenset(names)
+    params = list(signature.parameters.values())
+    positional = [p.name for p in params if p.kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    by_keyword = {p.name for p in params if p.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    unknown = [n for n in names if n not in by_keyword and not takes_kwargs]
+    if unknown:
+        raise ValueError(
+            f"pjit'd function {getattr(fun, '__name__', fun)} has invalid "
+            f"argnames {unknown} in static_argnames; it takes no such "
+            "keyword parameters.")
+    positions = set(static) | {positional.index(n) for n in names
+                               if n in positional and n in by_keyword}
+    names = set(names) | {positional[i] for i in static
+                          if i < len(positional) and positional[i] in by_keyword}
+    return tuple(sorted(positions)), frozenset(names)
+
+
+def _one_device(device, backend):
+    if device is not None:
+        if not isinstance(device, jax.Device):
+            raise TypeError(f"pjit device must be a jax.Device, got {device!r} "
+                            f"of type {type(device).__name__}.")
+        return device
+    return jax.local_devices(backend=backend)[0]
 
 
 class _PjitSpec:
     """The validated decoration-time options of one pjit'd function."""
 
     def __init__(self, fun, in_axis_resources, out_axis_resources,
-                 static_argnums, donate_argnums, in_shardings, out_shardings):
+                 static_argnums, donate_argnums, in_shardings, out_shardings,
+                 static_argnames, device, backend, keep_unused, inline):
         if not callable(fun):
             raise TypeError(f"pjit requires a callable 'fun', got {fun!r} of "
                             f"type {type(fun).__name__}.")
@@ -74,38 +159,97 @@ class _PjitSpec:
                                       "in_axis_resources", "in_shardings")
         out_tree, self.out_what = _pick(out_axis_resources, out_shardings,
                                         "out_axis_resources", "out_shardings")
+        if device is not None and backend is not None:
+            raise ValueError("can't specify both a device and a backend for "
+                             f"pjit, got device={device!r} and backend={backend!r}")
+        if device is not None or backend is not None:
+            for tree, what in ((in_tree, self.in_what), (out_tree, self.out_what)):
+                if tree is not _UNSET:
+                    raise ValueError("If backend or device is specified on pjit, "
+                                     f"then {what} should not be specified.")
+        self.device = (None if device is None and backend is None
+                       else _one_device(device, backend))
+        self.in_unspecified = in_tree is _UNSET
+        self.out_unspecified = out_tree is _UNSET
         self.user_in = in_tree
         self.user_out = out_tree
-        self.in_resources = specs.prepare_axis_resources(in_tree, self.in_what,
-                                                         tupled_args=True)
-        self.out_resources = specs.prepare_axis_resources(out_tree, self.out_what)
+        self.in_resources = (None if self.in_unspecified else
+                             specs.prepare_axis_resources(in_tree, self.in_what,
+                                                          tupled_args=True))
+        self.out_resources = (None if self.out_unspecified else
+                              specs.prepare_axis_resources(out_tree, self.out_what))
         self.fun = fun
-        self.static = calls.argnum_tuple(fun, static_argnums, "static_argnums", "pjit")
+        self.signature = calls.signature_of(fun)
+        static = calls.argnum_tuple(fun, static_argnums, "static_argnums", "pjit")
+        self.static, self.static_names = _static_names(
+            fun, self.signature, static_argnames, static)
+        self.static_argnames_given = static_argnames
         self.donate = calls.argnum_tuple(fun, donate_argnums, "donate_argnums", "pjit")
         overlap = set(self.static) & set(self.donate)
         if overlap:
             raise ValueError("pjit donate_argnums and static_argnums must not "
                              f"overlap, but both contain {sorted(overlap)}.")
+        self.keep_unused = bool(keep_unused)
+        self.inline = bool(inline)
         self.name = getattr(fun, "__name__", None) or type(fun).__name__
         self.trace_cache = calls.TraceCache()
-        self.signature = calls.signature_of(fun)
+        self.own_cache = bool(self.in_unspecified or static_argnames is not None or
+                              self.device is not None or self.keep_unused)
+        self.cache = {}
+
+    def clear_caches(self):
+        self.trace_cache.clear()
+        self.cache.clear()
 
     def pickle_state(self):
         return {"version": _dispatch_mod.PICKLE_VERSION, "fun": self.fun,
-                "in": self.user_in, "out": self.user_out,
+                "in": None if self.in_unspecified else self.user_in,
+                "out": None if self.out_unspecified else self.user_out,
+                "in_unspecified": self.in_unspecified,
+                "out_unspecified": self.out_unspecified,
                 "in_what": self.in_what, "out_what": self.out_what,
-                "static_argnums": self.static, "donate_argnums": self.donate}
+                "static_argnums": self.static, "donate_argnums": self.donate,
+                "static_argnames": self.static_argnames_given,
+                "device_id": None if self.device is None else self.device.id,
+                "keep_unused": self.keep_unused,
+                "inline": self.inline}
 
 
-def _active_mesh(spec):
-    current = current_mesh()
-    if current is not None:
-        return current.jax_mesh
-    # Without a mesh context, NamedSharding leaves still name their mesh.
+def _device_mesh(device):
+    return jax.sharding.Mesh(np.array([device], dtype=object), (_DEVICE_AXIS,))
+
+
+def _declared_mesh(spec):
     for tree in (spec.in_resources, spec.out_resources):
+        if tree is None:
+            continue
         for leaf in jax.tree_util.tree_leaves(tree, is_leaf=specs.is_spec_leaf):
             if isinstance(leaf, NamedSharding):
                 return leaf.mesh
+    return None
+
+
+def _active_mesh(spec, flat_args=()):
+    if spec.device is not None:
+        if active_mesh() is not None:
+            raise ValueError(
+                "pjit with device or backend runs on that one device; it "
+                "must not be called under a mesh context (with mesh: / "
+                "jax.set_mesh).")
+        return _device_mesh(spec.device)
+    current = active_mesh()
+    if current is not None:
+        return current
+    # Without a mesh context, NamedSharding leaves still name their mesh, and
+    # so do committed arguments where in_axis_resources is omitted.
+    declared = _declared_mesh(spec)
+    if declared is not None:
+        return declared
+    if spec.in_unspecified:
+        for x in flat_args:
+            if (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
+                    and x.committed and isinstance(x.sharding, NamedSharding)):
+                return x.sharding.mesh
     raise RuntimeError("pjit requires a non-empty mesh! Are you sure that it's "
                        "defined at the call site? (enter one with "
                        "`with pmapkit.Mesh(devices, axis_names):`)")
@@ -119,6 +263,32 @@ def _to_sharding(leaf, mesh):
     return NamedSharding(mesh, leaf.to_partition_spec())
 
 
+def _kept_sharding(x, mesh, describe, k, device_mode):
+    """Where an argument goes when in_axis_resources is omitted: a committed
+    array keeps its sharding, anything else is replicated over the mesh."""
+    replicated = NamedSharding(mesh, PartitionSpec())
+    if device_mode or isinstance(x, jp.Tracer):
+        return replicated  # a traced value has no committed placement to keep
+    if not (isinstance(x, jax.Array) and x.committed):
+        return replicated
+    sharding = x.sharding
+    mesh_devices = set(mesh.devices.flat)
+    if sharding.device_set != mesh_devices:
+        raise ValueError(
+            f"pjit: {describe(k)} is committed to devices "
+            f"{sorted(d.id for d in sharding.device_set)}, but the computation "
+            f"runs on the mesh's devices {sorted(d.id for d in mesh_devices)}; "
+            "move it with jax.device_put or give in_axis_resources.")
+    if isinstance(sharding, NamedSharding):
+        return sharding
+    if sharding.is_fully_replicated:
+        return replicated
+    raise ValueError(
+        f"pjit: {describe(k)} has a {type(sharding).__name__}; with "
+        "in_axis_resources omitted, committed arguments must have a "
+        "NamedSharding (or be replicated).")
+
+
 def _check_against(what, resources, avals, mesh, describe):
     for k, (leaf, aval) in enumerate(zip(resources, avals)):
         parsed = (specs.ParsedPartitionSpec.from_user_input(leaf.spec, what)
@@ -127,6 +297,35 @@ def _check_against(what, resources, avals, mesh, describe):
         if parsed is not None:
             parsed.check_shape(aval.shape, leaf_mesh, what,
                                describe(k) if describe else None)
+
+
+def _trace_context(mesh):
+    """Trace the body under the pjit's abstract mesh, so JAX's own
+    ``with_sharding_constraint(x, P(...))`` inside it finds the mesh; where
+    an enclosing trace holds another mesh size, trace with none."""
+    from pmapkit.pmap import _nested as in_pmap_body  # noqa: PLC0415 (cycle)
+    if mesh.axis_names == (_DEVICE_AXIS,) or in_pmap_body():
+        # One device, or a pmap body (its axes are manual there): no mesh.
+        return no_mesh()
+    try:
+        ctx = jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
+        ctx.__enter__()
+    except ValueError:
+        return no_mesh()
+    return _Entered(ctx)
+
+
+class _Entered:
+    """A context already entered: leaving it on ``__exit__``."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
 
 
 class _Prepared:
@@ -142,46 +341,80 @@ class _Prepared:
         return new
 
 
-def _prepare(spec, args, kwargs):
-    if kwargs:
+def _split_kwargs(spec, kwargs):
+    static_kw = {k: v for k, v in kwargs.items() if k in spec.static_names}
+    dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_names}
+    if dyn_kw and not spec.in_unspecified:
         raise NotImplementedError(
-            "pjit does not support keyword arguments (as classic pjit); pass "
-            f"{sorted(kwargs)} positionally.")
+            f"pjit does not support keyword arguments when {spec.in_what} is "
+            f"specified (as classic pjit); pass {sorted(dyn_kw)} positionally, "
+            f"omit {spec.in_what}, or name them in static_argnames.")
+    for name, value in static_kw.items():
+        try:
+            hash(value)
+        except TypeError:
+            raise ValueError(
+                "Non-hashable static arguments are not supported. Static "
+                f"argument '{name}' of type {type(value)} for function "
+                f"{spec.name} is non-hashable.") from None
+    return static_kw, dyn_kw
+
+
+def _prepare(spec, args, kwargs):
+    static_kw, dyn_kw = _split_kwargs(spec, kwargs)
     nargs = len(args)
-    needed = max(spec.static + spec.donate, default=-1)
+    static = tuple(i for i in spec.static if i < nargs)
+    needed = max(spec.donate, default=-1)
+    if static != spec.static and not spec.static_names:
+        needed = max(needed, *spec.static)
     if needed >= nargs:
         raise ValueError(
             f"pjit'd function {spec.name} has static_argnums={spec.static}, "
             f"donate_argnums={spec.donate} but was called with only {nargs} "
             "positional arguments.")
-    mesh = _active_mesh(spec)
-    statics, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
-    flat, in_tree = jax.tree_util.tree_flatten((dyn_args, {}))
-    describe = calls.LeafNames(spec.signature, dyn_positions, dyn_args, {})
-    in_res = spec.in_resources
-    if spec.static and isinstance(in_res, tuple) and len(in_res) == nargs:
-        in_res = tuple(in_res[i] for i in dyn_positions)
-    in_flat = specs.flatten_axis_resources(spec.in_what, in_res, dyn_args, True)
+    statics, dyn_positions, dyn_args = calls.split_static(static, args, spec.name)
+    flat, in_tree = jax.tree_util.tree_flatten((dyn_args, dyn_kw))
+    mesh = _active_mesh(spec, flat)
+    describe = calls.LeafNames(spec.signature, dyn_positions, dyn_args, dyn_kw)
     in_avals = calls.abstractify(flat, describe, "pjit", "static_argnums")
-    _check_against("pjit arguments", in_flat, in_avals, mesh, describe)
+    if spec.in_unspecified:
+        in_flat = None
+        in_shardings = [_kept_sharding(x, mesh, describe, k, spec.device is not None)
+                        for k, x in enumerate(flat)]
+    else:
+        in_res = spec.in_resources
+        if spec.static and isinstance(in_res, tuple) and len(in_res) == nargs:
+            in_res = tuple(in_res[i] for i in dyn_positions)
+        in_flat = specs.flatten_axis_resources(spec.in_what, in_res, dyn_args, True)
+        _check_against("pjit arguments", in_flat, in_avals, mesh, describe)
+        in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
 
     donated = []
     for pos, arg in zip(dyn_positions, dyn_args):
         n_leaves = len(jax.tree_util.tree_leaves(arg))
         donated += [pos in spec.donate and not jp.debug_nans.value] * n_leaves
+    donated += [False] * (len(flat) - len(donated))  # keyword leaves
 
-    with no_mesh():
+    fun = functools.partial(spec.fun, **static_kw) if static_kw else spec.fun
+    with _trace_context(mesh):
         jaxpr, consts, out_tree = calls.trace_user_fun(
-            "pjit", spec.fun, spec.static, statics, nargs, in_tree,
+            "pjit", fun, static, statics, nargs, in_tree,
             plain_avals(in_avals), describe)
-    out_shape_tree = jax.tree_util.tree_unflatten(out_tree, [object()] * out_tree.num_leaves)
-    out_flat = specs.flatten_axis_resources(spec.out_what, spec.out_resources,
-                                            out_shape_tree, False)
-    _check_against("pjit outputs", out_flat, [v.aval for v in jaxpr.outvars], mesh, None)
+    if spec.out_unspecified:
+        out_shardings = (_CHOSEN,) * len(jaxpr.outvars)
+    else:
+        out_shape_tree = jax.tree_util.tree_unflatten(
+            out_tree, [object()] * out_tree.num_leaves)
+        out_flat = specs.flatten_axis_resources(spec.out_what, spec.out_resources,
+                                                out_shape_tree, False)
+        _check_against("pjit outputs", out_flat,
+                       [v.aval for v in jaxpr.outvars], mesh, None)
+        out_shardings = tuple(_to_sharding(leaf, mesh) for leaf in out_flat)
+    if spec.device is not None:
+        out_shardings = (NamedSharding(mesh, PartitionSpec()),) * len(jaxpr.outvars)
 
-    with no_mesh():  # as traced: checks retype the body
+    with _trace_context(mesh):  # as traced: checks retype the body
         jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
-    in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
     if hoisted:
         flat = hoisted + list(flat)
         in_avals = [jp.get_aval(c) for c in hoisted] + in_avals
@@ -194,9 +427,12 @@ def _prepare(spec, args, kwargs):
     prepared.out_tree = out_tree
     prepared.params = dict(
         jaxpr=jaxpr, in_shardings=tuple(in_shardings),
-        out_shardings=tuple(_to_sharding(leaf, mesh) for leaf in out_flat),
-        donated_invars=tuple(donated), name=spec.name)
+        out_shardings=out_shardings, donated_invars=tuple(donated), name=spec.name)
     return prepared
+
+
+def _traced(flat):
+    return not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat)
 
 
 def _prepare_cached(spec, args, kwargs):
@@ -210,17 +446,119 @@ def _prepare_cached(spec, args, kwargs):
 
 
 def _cache_miss(spec, *args, **kwargs):
+    if spec.own_cache or kwargs or not _mesh_in_trace_context():
+        return _own_cache_call(spec, args, kwargs), None
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
-    if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
-        outs = lowering.bind_in_outer_trace(pjit_p, prepared.params,
-                                            prepared.in_avals, flat)
-        return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
+    if _traced(flat):
+        return _bind_traced(spec, prepared), None
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
     compiled = lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     return out, compiled.fastpath(prepared.out_tree)
+
+
+def _bind_traced(spec, prepared):
+    flat = prepared.flat_args
+    if spec.inline:
+        # Inlined: the body's equations join the enclosing trace directly.
+        jaxpr = prepared.params["jaxpr"]
+        outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *flat)
+    else:
+        outs = lowering.bind_in_outer_trace(pjit_p, prepared.params,
+                                            prepared.in_avals, flat)
+    return jax.tree_util.tree_unflatten(prepared.out_tree, outs)
+
+
+def _own_key(spec, args, kwargs):
+    """The cache key of a call on pjit's own cache, or None (not cacheable):
+    statics by value, dynamic leaves by aval and, where in_axis_resources is
+    omitted, by the sharding they keep."""
+    static_kw = tuple(sorted((k, type(v), v) for k, v in kwargs.items()
+                             if k in spec.static_names))
+    dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_names}
+    statics = tuple((i, type(args[i]), args[i]) for i in spec.static if i < len(args))
+    dyn = tuple(a for i, a in enumerate(args) if i not in spec.static)
+    flat, tree = jax.tree_util.tree_flatten((dyn, dyn_kw))
+    sig = []
+    for x in flat:
+        if isinstance(x, jp.Tracer):
+            return None
+        try:
+            aval = jp.shaped_abstractify(x)
+        except TypeError:
+            return None
+        placed = (x.sharding if isinstance(x, jax.Array) and x.committed
+                  else None)
+        sig.append((aval, placed if spec.in_unspecified else None))
+    key = (tree, tuple(sig), statics, static_kw, len(args), active_mesh(),
+           _pjit_trace_context())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _own_cache_call(spec, args, kwargs):
+    if jp.trace_state_clean():
+        key = _own_key(spec, args, kwargs)
+        hit = spec.cache.get(key) if key is not None else None
+        if hit is not None:
+            compiled, prepared = hit
+            static = set(spec.static)
+            dyn = tuple(a for i, a in enumerate(args) if i not in static)
+            flat = jax.tree_util.tree_leaves(
+                (dyn, {k: v for k, v in kwargs.items() if k not in spec.static_names}))
+            if spec.donate:
+                hoisted = prepared.flat_args[:len(prepared.flat_args) - len(flat)]
+                calls.check_donation_aliases(
+                    "pjit", spec, prepared.with_flat_args(list(hoisted) + flat),
+                    args, kwargs)
+            return _finish(spec, compiled, prepared.out_tree, flat)
+    else:
+        key = None
+    prepared = _prepare(spec, args, kwargs)
+    flat = prepared.flat_args
+    if _traced(flat):
+        return _bind_traced(spec, prepared)
+    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
+    compiled = _compile(spec, prepared)
+    if key is not None:
+        spec.cache[key] = (compiled, prepared)
+    return _finish(spec, compiled, prepared.out_tree, flat)
+
+
+def _compile(spec, prepared):
+    if not spec.keep_unused:
+        return lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
+    lowered = _lower_program(spec, prepared)
+    return lowering.CompiledProgram(pjit_p, prepared.params, prepared.in_avals,
+                                    lowered, lowered.compile())
+
+
+def _lower_program(spec, prepared):
+    """The top-level program's ``jax.stages.Lowered``; with keep_unused the
+    program keeps every argument."""
+    if not spec.keep_unused:
+        return lowering.lower_program(pjit_p, prepared.params, prepared.in_avals)
+    params, in_avals = prepared.params, prepared.in_avals
+    in_sh, out_sh = lowering.program_shardings(pjit_p, params, in_avals)
+    donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
+    jitted = jax.jit(lowering._program(pjit_p, params), in_shardings=in_sh,
+                     out_shardings=out_sh, donate_argnums=donate, keep_unused=True)
+    return jitted.lower(*[jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+                          for a in in_avals])
+
+
+def _finish(spec, compiled, out_tree, flat):
+    outs = compiled.run_flat(flat)
+    if spec.device is not None:
+        # As jit(device=...): results live on that one device.
+        single = jax.sharding.SingleDeviceSharding(spec.device)
+        outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
+    return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
 def _lower(spec, *args, **kwargs):
@@ -238,9 +576,19 @@ def _unpickle_pjit(state):
             f"Cannot unpickle a pmapkit.pjit function of pickle version "
             f"{state.get('version')!r}; this pmapkit reads version "
             f"{_dispatch_mod.PICKLE_VERSION}.")
-    options = {state["in_what"]: state["in"], state["out_what"]: state["out"]}
+    options = {}
+    if not state.get("in_unspecified", False):
+        options[state["in_what"]] = state["in"]
+    if not state.get("out_unspecified", False):
+        options[state["out_what"]] = state["out"]
+    device_id = state.get("device_id")
+    if device_id is not None:
+        options["device"] = next(d for d in jax.devices() if d.id == device_id)
     return pjit(state["fun"], static_argnums=state["static_argnums"],
-                donate_argnums=state["donate_argnums"], **options)
+                donate_argnums=state["donate_argnums"],
+                static_argnames=state.get("static_argnames"),
+                keep_unused=state.get("keep_unused", False),
+                inline=state.get("inline", False), **options)
 
 
 def with_sharding_constraint(x, axis_resources):
@@ -254,8 +602,7 @@ def with_sharding_constraint(x, axis_resources):
             "(or another traced function such as jax.jit).")
     prepared = specs.prepare_axis_resources(axis_resources, "axis_resources")
     resources = specs.flatten_axis_resources("axis_resources", prepared, x, False)
-    current = current_mesh()
-    mesh = current.jax_mesh if current is not None else None
+    mesh = active_mesh()
     if mesh is None and any(not isinstance(r, NamedSharding) for r in resources):
         raise RuntimeError(
             "with_sharding_constraint requires a non-empty mesh! Are you sure "

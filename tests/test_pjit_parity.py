@@ -279,9 +279,12 @@ def test_donate_argnums(api):
 def test_numpy_and_device_inputs_mixed(api):
     x, y = farange(8, 8), farange(8, 8, start=7)
     f = api.pjit(lambda a, b: a * b, (P("x"), P("y")), P("x", "y"))
+    # Made outside the mesh: under `with mesh:` (which sets jax.set_mesh)
+    # JAX commits new arrays to the mesh, and jax.jit would refuse to move it.
+    uncommitted = jnp.asarray(x)
     with api.mesh:
         r1 = f(x, y)                                      # both numpy
-        r2 = f(jnp.asarray(x), y)                         # uncommitted device array
+        r2 = f(uncommitted, y)                            # uncommitted device array
         r3 = f(x, jax.device_put(y, api.ns(P("y"))))      # already placed
     for r in (r1, r2, r3):
         check(api, r, x * y, P("x", "y"))

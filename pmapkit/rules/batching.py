@@ -56,6 +56,8 @@ jp.batching.fancy_primitive_batchers[pmap_p] = _pmap_batch
 
 
 def _with_leading_dim(sharding, entry):
+    if sharding is None:  # left to the partitioner
+        return None
     return NamedSharding(sharding.mesh, PartitionSpec(entry, *sharding.spec))
 
 
