@@ -30,7 +30,7 @@ def test_pmap_export_records_the_device_mesh():
     (s,) = exported.in_shardings
     assert s.mesh.axis_names == ("i",) and s.mesh.axis_sizes == (N,)
     assert s.spec == P("i")   # as jax.pmap spells it
-    assert exported.out_shardings[0].spec == P("i", None)
+    assert exported.out_shardings[0].spec == P("i")
 
 
 @pytest.mark.parametrize("loaded", [False, True])

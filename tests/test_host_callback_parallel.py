@@ -287,7 +287,8 @@ def test_pjit_same_as_jax_jit_debug_callback(mesh4):
     a = pmapkit.pjit(lambda x: hcb.id_tap(ours, x + 1) * 2,
                      in_axis_resources=P("d"), out_axis_resources=P("d"))(x)
     b = jax.jit(lambda x: theirs_tap(x + 1) * 2, in_shardings=sharding,
-                out_shardings=sharding)(x)
+                out_shardings=sharding)(jax.device_put(x, sharding))
+    # (placed first: under the mesh, which is JAX's too, x is committed)
     jax.effects_barrier()
     np.testing.assert_allclose(a, b)
     assert ours.values() == theirs
