@@ -448,19 +448,25 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
     reads shardings off jit equations, not off foreign primitives), and it
     moves operands onto those devices. Transformations see through it.
     """
-    if not jp.get_concrete_mesh().empty and not jp.staging_trace_active():
-        # Eager transformations under jax.set_mesh (or `with pmapkit.Mesh`):
-        # values made there are committed, and JAX's own jit (its transpose
-        # included) refuses to move committed operands, so our primitive is
-        # bound directly; its rules and compiled impl place operands.
-        return primitive.bind(*args, **params)
     in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
     if _on_context_mesh(in_shardings + out_shardings):
         # Under jax.set_mesh the enclosing jit takes its devices from the
         # context mesh, and our lowering constrains operands and results
         # itself; a jit with shardings would refuse (eagerly, in its
-        # transpose) the committed values JAX makes under that mesh.
-        return list(jax.jit(_program(primitive, params))(*args))
+        # transpose) the committed values JAX makes under that mesh. The
+        # jit is cached per equation (eager grad/jvp under `with mesh` would
+        # otherwise trace and compile it, and its transpose, on every call),
+        # and committed operands placed elsewhere are moved first (jit
+        # refuses them; pjit moves its operands).
+        args = [_placed(x, s) for x, s in zip(args, in_shardings)]
+        return list(_outer_jit(primitive, params, in_avals, named=False)(*args))
+    if not jp.get_concrete_mesh().empty and not jp.staging_trace_active():
+        # Eager transformations under jax.set_mesh (or `with pmapkit.Mesh`)
+        # of a program off that mesh (a pmap): values made there are
+        # committed to the context mesh, and JAX's own jit (its transpose
+        # included) refuses to move committed operands, so our primitive is
+        # bound directly; its rules and compiled impl place operands.
+        return primitive.bind(*args, **params)
     args = [_placed(x, s) for x, s in zip(args, in_shardings)]
     with _outside_ambient_mesh():
         return list(_outer_jit(primitive, params, in_avals)(*args))
@@ -513,19 +519,24 @@ _OUTER_JIT_CACHE_SIZE = 512
 _outer_jits: collections.OrderedDict = collections.OrderedDict()
 
 
-def _outer_jit(primitive, params, in_avals):
+def _outer_jit(primitive, params, in_avals, named=True):
     """One ``jax.jit`` per equation: a fresh one per call would be traced and
     compiled afresh each time (jit caches per function object), and so would
-    everything JAX derives from its jaxpr under grad/vmap/jvp."""
-    key = (primitive, _params_key(params, in_avals))
+    everything JAX derives from its jaxpr under grad/vmap/jvp. ``named``: the
+    jit names the program's shardings; without, it takes its devices from
+    the context mesh (see ``bind_in_outer_trace``)."""
+    key = (primitive, _params_key(params, in_avals), named)
     with _compile_lock:
         hit = _outer_jits.get(key)
         if hit is not None:
             _outer_jits.move_to_end(key)
             return hit
-    in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
-    jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
-                     out_shardings=out_shardings)
+    if named:
+        in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
+        jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
+                         out_shardings=out_shardings)
+    else:
+        jitted = jax.jit(_program(primitive, params))
     with _compile_lock:
         jitted = _outer_jits.setdefault(key, jitted)
         while len(_outer_jits) > _OUTER_JIT_CACHE_SIZE:
