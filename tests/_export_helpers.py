@@ -13,16 +13,11 @@ N = 8  # devices (tests/conftest.py)
 
 
 def pmapkit_checks():
-    """The context for tracing pmapkit.pmap/pjit under an export.
-
-    The suite runs with jax_enable_checks; checking a jaxpr that holds one of
-    pmapkit's primitives needs pmapkit's typecheck rules (a separate change,
-    ``pmapkit/rules/typecheck.py``). Until they are in this build, such
-    traces run with the checks off; everything else keeps them on.
-    """
-    if importlib.util.find_spec("pmapkit.rules.typecheck") is not None:
-        return contextlib.nullcontext()
-    return jax.enable_checks(False)
+    """The context for tracing pmapkit.pmap/pjit under an export: JAX's
+    checks stay on (the suite's setting); pmapkit's typecheck rules must be
+    registered for them to pass, which this asserts."""
+    assert importlib.util.find_spec("pmapkit.rules.typecheck") is not None
+    return contextlib.nullcontext()
 
 
 def sds(shape, dtype=jnp.float32):
