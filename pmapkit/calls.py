@@ -135,6 +135,22 @@ def close_jaxpr(jaxpr, consts):
     return jp.ClosedJaxpr(jaxpr, consts), []
 
 
+class Prepared:
+    """A validated pmap/pjit call: flat global args, the equation params,
+    the input avals and the output tree."""
+
+    __slots__ = ("flat_args", "params", "out_tree", "in_avals")
+
+    def with_flat_args(self, flat_args):
+        """The same traced call for another call's arguments."""
+        new = Prepared()
+        new.flat_args = flat_args
+        new.params = self.params
+        new.out_tree = self.out_tree
+        new.in_avals = self.in_avals
+        return new
+
+
 class LeafNames:
     """Names flat argument leaves for error messages, computed only on demand.
 

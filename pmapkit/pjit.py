@@ -328,19 +328,6 @@ class _Entered:
         return self._ctx.__exit__(*exc)
 
 
-class _Prepared:
-    __slots__ = ("flat_args", "params", "out_tree", "in_avals")
-
-    def with_flat_args(self, flat_args):
-        """The same traced call for another call's arguments."""
-        new = _Prepared()
-        new.flat_args = flat_args
-        new.params = self.params
-        new.out_tree = self.out_tree
-        new.in_avals = self.in_avals
-        return new
-
-
 def _split_kwargs(spec, kwargs):
     static_kw = {k: v for k, v in kwargs.items() if k in spec.static_names}
     dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_names}
@@ -421,7 +408,7 @@ def _prepare(spec, args, kwargs):
         in_shardings = [NamedSharding(mesh, PartitionSpec())] * len(hoisted) + in_shardings
         donated = [False] * len(hoisted) + donated
 
-    prepared = _Prepared()
+    prepared = calls.Prepared()
     prepared.flat_args = flat
     prepared.in_avals = tuple(in_avals)
     prepared.out_tree = out_tree

@@ -145,20 +145,6 @@ _body_stack = _BodyStack()
 def _nested():
     return bool(_body_stack.axes)
 
-class _Prepared:
-    """A validated call: flat global args, the equation params, output tree."""
-
-    __slots__ = ("flat_args", "params", "out_tree", "in_avals")
-
-    def with_flat_args(self, flat_args):
-        """The same traced call for another call's arguments."""
-        new = _Prepared()
-        new.flat_args = flat_args
-        new.params = self.params
-        new.out_tree = self.out_tree
-        new.in_avals = self.in_avals
-        return new
-
 
 def _prepare(spec, args, kwargs):
     """Validate one call and trace the per-device body (once per miss)."""
@@ -233,7 +219,7 @@ def _prepare(spec, args, kwargs):
         in_axes_flat = (None,) * len(hoisted) + in_axes_flat
         donated = [False] * len(hoisted) + donated
 
-    prepared = _Prepared()
+    prepared = calls.Prepared()
     prepared.flat_args = flat
     prepared.in_avals = tuple(in_avals)
     prepared.out_tree = out_tree
