@@ -21,6 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
+from pmapkit import process_local
 from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
 from pmapkit.analysis import (dims_spec, first_device_outputs, mapped_dims,
                               nested_in_dims, nested_out_dims, nested_pmap_axes)
@@ -187,9 +188,60 @@ class CompiledProgram:
         self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
         self.donated = tuple(
             i for i, d in enumerate(params["donated_invars"]) if d) or None
+        self.spans_processes = process_local.spans_processes(
+            self.in_shardings + self.out_shardings)
+        if self.spans_processes:
+            self._process_local_views(kept_idx)
+
+    def _process_local_views(self, kept_idx):
+        """A program over several processes' devices takes each process's
+        local data: the hit path compares inputs to the local shardings, puts
+        host values straight into global arrays, and the executable stands
+        behind a ``ProcessLocalExecutable`` (see ``process_local``)."""
+        self.physical_in_avals = tuple(
+            jp.physical_aval(a) if is_extended(a) else a for a in self.in_avals)
+        self.local_in_shardings = tuple(
+            process_local.local_sharding(s) for s in self.physical_in_shardings)
+        self.kept_in_shardings = tuple(self.local_in_shardings[i] for i in kept_idx)
+        self.host_specs = tuple(
+            _process_local_host_spec(a, s) if not is_float0(a) else h
+            for a, s, h in zip(self.physical_in_avals, self.physical_in_shardings,
+                               self.host_specs))
+        self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
+        self.kept_physical = tuple(
+            (self.physical_in_avals[i], self.physical_in_shardings[i]) for i in kept_idx)
+
+    def _process_local_fallback(self, x, i):
+        """An input of a program spanning processes, as the global array of
+        its physical buffers: a global array as it is (moved if placed
+        otherwise), a local one re-wrapped, anything else put from the host."""
+        aval = self.physical_in_avals[i]
+        sharding = self.physical_in_shardings[i]
+        if is_float0(self.in_avals[i]):
+            return self.host_specs[i].put(np.asarray(x))
+        if isinstance(x, jp.PRNGKeyArray):
+            x = x._base_array
+        if isinstance(x, jp.ArrayImpl):
+            if x.is_deleted():
+                jp.raise_if_deleted(x)
+            if not x.is_fully_addressable:
+                if x.shape != aval.shape:
+                    raise ValueError(
+                        f"pmapkit: a global array of shape {x.shape} was passed "
+                        f"where the program takes shape {aval.shape}.")
+                if x.sharding.is_equivalent_to(sharding, x.ndim):
+                    return x._rewrap_with_aval_and_sharding(aval, sharding)
+                return jax.device_put(x, sharding)
+            local = self.local_in_shardings[i]
+            if (x.sharding.is_equivalent_to(local, x.ndim)
+                    and x.aval.dtype == aval.dtype):
+                return x._rewrap_with_aval_and_sharding(aval, sharding)
+        return self.host_specs[i].put(np.asarray(x))
 
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
+        if self.spans_processes:
+            return self._process_local_fallback(x, i)
         sharding = self.in_shardings[i]
         aval = self.in_avals[i]
         if isinstance(x, jp.PRNGKeyArray):
@@ -211,25 +263,32 @@ class CompiledProgram:
         return jax.device_put(x, sharding)
 
     def run_flat(self, args):
-        """Run with flat global arguments (Python path); returns flat outputs."""
+        """Run with flat arguments (Python path); returns flat outputs."""
         if self.donated is not None:
             check_donated_aliases(args, self.donated)
         entry = _dispatch_mod.CacheEntry()
-        entry.populate(FastpathData(self, None), LEAF_TYPES)
+        data = self.fastpath(None)
+        entry.populate(data, LEAF_TYPES)
         arrays = entry.shard(list(args))
+        if self.spans_processes:
+            results = data.executable.execute_sharded(arrays)
+            return results.consume_with_handlers(data.out_handlers)
         if self.has_effects:
             return list(self.compiled(*_all_inputs(arrays, self.kept, args, self)))
         results = self.executable.execute_sharded(arrays)
         return results.consume_with_handlers(self.out_handlers)
 
     def fastpath(self, out_treedef):
-        if jp.process_count() > 1:
-            return None
         data = FastpathData(self, out_treedef)
         if self.has_effects:
             # Effects (host callbacks) need JAX's token threading around each
             # run; the hit path still skips tracing, signing and compiling.
             data.executable = _TokenedExecutable(self)
+        if self.spans_processes:
+            avals, shardings = zip(*self.kept_physical) if self.kept_physical else ((), ())
+            data.executable = process_local.ProcessLocalExecutable(
+                data.executable, avals, shardings,
+                local_outputs=_PROGRAMS[self.primitive].local_outputs)
         return data
 
 
@@ -346,6 +405,21 @@ def _host_spec(aval, sharding):
         jp.batched_device_put)
 
 
+def _process_local_host_spec(aval, sharding):
+    """Puts this process's host data for an input of a program spanning
+    processes: sliced as the local array it is, sent as the global array
+    (``aval``, ``sharding``) of which those slices are the local shards."""
+    local = process_local.local_sharding(sharding)
+    local_shape = process_local.local_shape(aval.shape, sharding)
+    devices = list(local.mesh.devices.flat) if isinstance(local, NamedSharding) else \
+        list(local._device_assignment)
+    index_map = local.devices_indices_map(local_shape)
+    indices = [index_map[d] for d in devices]
+    return _shard_arg_mod.HostSpec(
+        aval, np.dtype(aval.dtype), indices, devices, sharding,
+        jp.batched_device_put)
+
+
 class Float0HostSpec:
     """Puts a float0 host value (zero-sized elements, e.g. the tangent of an
     integer) as what programs take for it: booleans, all False."""
@@ -378,16 +452,18 @@ class ProgramKind:
     """How to place one of our primitives as a top-level program: its global
     in/out shardings, and the effects that keep it off the fast path."""
 
-    def __init__(self, shardings, effects):
+    def __init__(self, shardings, effects, local_outputs):
         self.shardings = shardings
         self.effects = effects
+        # Across processes: results as this process's part (pmap) or global.
+        self.local_outputs = local_outputs
 
 
 _PROGRAMS = {}
 
 
-def register_program(primitive, shardings, effects):
-    _PROGRAMS[primitive] = ProgramKind(shardings, effects)
+def register_program(primitive, shardings, effects, local_outputs=False):
+    _PROGRAMS[primitive] = ProgramKind(shardings, effects, local_outputs)
 
 
 def program_shardings(primitive, params, in_avals):
@@ -424,7 +500,8 @@ def _pmap_shardings(params, in_avals):
 
 
 register_program(pmap_p, _pmap_shardings,
-                 lambda params: body_effects(params["jaxpr"], params["axis_name"]))
+                 lambda params: body_effects(params["jaxpr"], params["axis_name"]),
+                 local_outputs=True)
 
 
 register_program(pjit_p,

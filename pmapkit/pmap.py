@@ -181,7 +181,8 @@ def _prepare(spec, args, kwargs):
         axes.append(ax)
     in_axes_flat = tuple(axes)
     size = _mapped_size(in_avals, in_axes_flat, describe)
-    if spec.axis_size is not None and spec.axis_size != size:
+    if (spec.axis_size is not None and spec.axis_size != size
+            and jp.process_count(spec.backend) == 1):
         raise ValueError(f"Specified axis_size {spec.axis_size} doesn't match "
                          f"received axis_size {size}.")
     if _nested() and spec.devices is not None:
@@ -199,18 +200,31 @@ def _prepare(spec, args, kwargs):
     else:
         donated = [False] * len(flat)
 
+    global_size = size
+    across = not _nested() and _across_processes(spec, flat)
+    if across:
+        # Each process passes its local slice; the program spans every
+        # process's devices and its mapped axis is the global one.
+        global_size = _global_axis_size(spec, size)
     local_avals = [a if ax is None else remove_axis(a, ax)
                    for a, ax in zip(in_avals, in_axes_flat)]
     axis_name = _call_axis_name(spec)
     jaxpr, consts, out_tree = _trace_body(spec, axis_name, statics, nargs,
                                           dyn_positions, in_tree, local_avals,
-                                          size, describe)
+                                          global_size, describe)
     out_axes_flat = _out_axes_flat(spec, out_tree, jaxpr)
     if _nested():
         devices = None  # lowered on the mesh of the enclosing pmap
     else:
         inner = nested_pmap_axes(jaxpr, pmap_p)
-        devices = _resolve_devices(spec, size, inner)
+        if across:
+            devices = _global_devices(spec, size, global_size, inner)
+            in_avals = [a if ax is None else
+                        a.update(shape=a.shape[:ax] + (global_size,) + a.shape[ax + 1:])
+                        for a, ax in zip(in_avals, in_axes_flat)]
+        else:
+            devices = _resolve_devices(spec, size, inner)
+    size = global_size
     with per_device_context(spec.axis_name, size):  # checks retype the body
         jaxpr, hoisted = calls.close_jaxpr(jaxpr, consts)
     if hoisted:
@@ -317,9 +331,73 @@ def _resolve_devices(spec, size, inner=()):
     return tuple(available[:needed])
 
 
+def _across_processes(spec, flat):
+    """A top-level, eager call in a multi-process run spans every process
+    (classic multi-host pmap). Under an outer trace (jit, grad) a pmap runs
+    on this process's devices, as jax.pmap does."""
+    if jp.process_count(spec.backend) == 1:
+        return False
+    return jp.trace_state_clean() and not any(isinstance(x, jp.Tracer) for x in flat)
+
+
+def _global_axis_size(spec, local_size):
+    """The classic rule: ``axis_size`` if given, else the number of
+    ``devices`` if given, else the local size times the process count."""
+    if spec.axis_size is not None:
+        return spec.axis_size
+    if spec.devices is not None:
+        return len(spec.devices)
+    return local_size * jp.process_count(spec.backend)
+
+
+def _global_devices(spec, local_size, global_size, inner):
+    """The devices of a pmap spanning processes, and the check that this
+    process owns as many of them as its data has slices."""
+    needed = global_size
+    for _, inner_size in inner:
+        needed *= inner_size
+    if spec.devices is not None:
+        if inner:
+            raise ValueError(
+                "pmapkit: nested pmaps cannot run across processes when the "
+                "outer pmap is given 'devices' (as in classic pmap); leave "
+                "'devices' unset to map over every process's devices.")
+        devices = spec.devices
+    else:
+        by_process = {}
+        for d in jax.devices(spec.backend):
+            by_process.setdefault(d.process_index, []).append(d)
+        # Process-major: each process holds a contiguous run of the axis.
+        devices = tuple(d for p in sorted(by_process) for d in by_process[p])
+        if needed > len(devices):
+            raise ValueError(
+                f"pmapped function {spec.name} requires {needed} devices "
+                f"across {len(by_process)} processes, but only {len(devices)} "
+                "XLA devices are available.")
+        devices = devices[:needed]
+    me = jax.process_index(spec.backend)
+    local = [d for d in devices if d.process_index == me]
+    if local_size * (needed // global_size) != len(local):
+        shown = ", ".join(map(str, local))
+        if not inner:
+            raise ValueError(
+                "Leading axis size of input to pmapped function must equal the "
+                "number of local devices passed to pmap. Got axis_size="
+                f"{local_size}, num_local_devices={len(local)}.\n"
+                f"(Local devices available to pmap: {shown})")
+        raise ValueError(
+            f"pmapped function requires {local_size * (needed // global_size)} "
+            "local devices to run due to nested pmapped or other parallel "
+            f"functions, but only {len(local)} are available.\n"
+            f"(outer axis size: {local_size}, local devices available to "
+            f"pmap: {shown})")
+    return tuple(devices)
+
+
 def _prepare_cached(spec, args, kwargs):
     # The enclosing pmap bodies' axes and debug_nans (donation) shape the trace.
-    extra = (tuple(_body_stack.axes), jp.debug_nans.value)
+    extra = (tuple(_body_stack.axes), jp.debug_nans.value,
+             jp.process_count(spec.backend) > 1 and jp.trace_state_clean())
     return calls.prepare_cached(
         spec.trace_cache, lambda a, k: _prepare(spec, a, k), spec.static,
         args, kwargs, extra)

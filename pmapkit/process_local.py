@@ -1,0 +1,187 @@
+"""This process's view of a program that spans several processes.
+
+Under ``jax.distributed`` a compiled program takes and returns *global*
+arrays: one logical array over the devices of every process, of which each
+process holds (addresses) the shards on its own devices. Classic pmap and
+pjit let each process pass its *local* data instead: the dimensions
+partitioned over mesh axes that cross processes are given at this process's
+size. This module converts between the two without copying: a local array
+and the global array it is part of are the same per-device buffers under two
+descriptions (shape and sharding), so conversion is a re-wrap.
+
+The local description of a ``NamedSharding`` is the same partition spec over
+the *local mesh*: the block of the mesh holding this process's devices, in
+mesh order (so local and global arrays list their buffers in one order).
+"""
+from __future__ import annotations
+
+import threading
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+
+from pmapkit import _jax_private as jp
+
+__all__ = ["spans_processes", "local_mesh", "local_sharding", "local_shape",
+           "global_shape", "to_local", "to_global", "ProcessLocalExecutable"]
+
+
+def spans_processes(shardings) -> bool:
+    """True when some sharding names a device of another process."""
+    me = jax.process_index()
+    for s in shardings:
+        if s is not None and any(d.process_index != me for d in s.device_set):
+            return True
+    return False
+
+
+_lock = threading.Lock()
+_local_meshes: dict = {}
+_local_shardings: dict = {}
+
+
+def local_mesh(mesh: Mesh) -> Mesh:
+    """The block of ``mesh`` made of this process's devices.
+
+    Raises ``ValueError`` when they do not form a block (e.g. a 2-D mesh whose
+    rows interleave processes): such a process's data is not an array.
+    """
+    with _lock:
+        hit = _local_meshes.get(mesh)
+    if hit is not None:
+        return hit
+    me = jax.process_index()
+    devices = mesh.devices
+    is_local = np.vectorize(lambda d: d.process_index == me, otypes=[bool])(devices)
+    if not is_local.any():
+        raise ValueError(
+            f"process {me} owns none of the devices of the mesh "
+            f"{dict(mesh.shape)} ({[d.id for d in devices.flat]}).")
+    index = tuple(
+        np.flatnonzero(is_local.any(axis=tuple(a for a in range(devices.ndim) if a != k)))
+        for k in range(devices.ndim))
+    block = devices[np.ix_(*index)]
+    if block.size != int(is_local.sum()):
+        raise ValueError(
+            f"the devices of process {me} do not form a block of the mesh "
+            f"{dict(mesh.shape)}; order the mesh's devices so that each "
+            "process's devices are contiguous along the mesh axes (e.g. "
+            "jax.experimental.mesh_utils.create_device_mesh).")
+    result = Mesh(block, mesh.axis_names, axis_types=mesh.axis_types)
+    with _lock:
+        return _local_meshes.setdefault(mesh, result)
+
+
+def local_sharding(sharding):
+    """The sharding of this process's part of an array placed with
+    ``sharding``: the same spec over the local mesh (interned per sharding,
+    so the hit path's identity check matches the outputs it made)."""
+    with _lock:
+        hit = _local_shardings.get(sharding)
+    if hit is not None:
+        return hit
+    if isinstance(sharding, NamedSharding):
+        result = NamedSharding(local_mesh(sharding.mesh), sharding.spec,
+                               memory_kind=sharding.memory_kind)
+    elif sharding.is_fully_addressable:
+        result = sharding
+    else:
+        raise TypeError(
+            "pmapkit: only NamedSharding programs can take process-local data "
+            f"across processes, got {sharding}.")
+    from pmapkit.lowering import intern_sharding  # lowering imports this module
+    result = intern_sharding(result)
+    with _lock:
+        return _local_shardings.setdefault(sharding, result)
+
+
+def _dim_factors(sharding, ndim):
+    """Per dimension: global size / local size under ``sharding``."""
+    if not isinstance(sharding, NamedSharding):
+        return (1,) * ndim
+    global_sizes = sharding.mesh.shape
+    local_sizes = local_mesh(sharding.mesh).shape
+    factors = []
+    spec = tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))
+    for entry in spec[:ndim]:
+        names = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+        g = l = 1
+        for name in names:
+            g *= global_sizes[name]
+            l *= local_sizes[name]
+        factors.append(g // l)
+    return tuple(factors)
+
+
+def local_shape(shape, sharding) -> tuple:
+    factors = _dim_factors(sharding, len(shape))
+    out = []
+    for n, f in zip(shape, factors):
+        if n % f:
+            raise ValueError(
+                f"a dimension of global size {n} split over {f} processes "
+                f"({sharding}) does not divide evenly.")
+        out.append(n // f)
+    return tuple(out)
+
+
+def global_shape(shape, sharding) -> tuple:
+    return tuple(n * f for n, f in zip(shape, _dim_factors(sharding, len(shape))))
+
+
+def to_local(x):
+    """This process's part of the global array ``x`` (no copy). A key array
+    keeps its key type; anything fully addressable is returned as it is."""
+    if isinstance(x, jp.PRNGKeyArray):
+        if x._base_array.is_fully_addressable:
+            return x
+        return jp.PRNGKeyArray(x.dtype._impl, to_local(x._base_array))
+    if not isinstance(x, jp.ArrayImpl) or x.is_fully_addressable:
+        return x
+    sharding = local_sharding(x.sharding)
+    aval = x.aval.update(shape=local_shape(x.shape, x.sharding))
+    return x._rewrap_with_aval_and_sharding(aval, sharding)
+
+
+def to_global(x, aval, sharding):
+    """The global array (``aval``, ``sharding``) whose local part is the
+    array ``x`` (placed with ``local_sharding(sharding)``; no copy)."""
+    if x.sharding is sharding:
+        return x
+    return x._rewrap_with_aval_and_sharding(aval, sharding)
+
+
+class ProcessLocalExecutable:
+    """Stands in for a program's executable on the dispatch hit path when the
+    program spans processes: takes the per-process arrays the hit path made
+    (local shardings), runs the program on their global views, and returns
+    this process's view of the results when ``local_outputs`` (pmap) or the
+    global results (pjit)."""
+
+    __slots__ = ("_inner", "_avals", "_shardings", "_local_outputs")
+
+    def __init__(self, inner, global_avals, global_shardings, local_outputs):
+        self._inner = inner
+        self._avals = tuple(global_avals)
+        self._shardings = tuple(global_shardings)
+        self._local_outputs = local_outputs
+
+    def execute_sharded(self, arrays):
+        arrays = [to_global(x, a, s)
+                  for x, a, s in zip(arrays, self._avals, self._shardings)]
+        return _LocalResults(self._inner.execute_sharded(arrays), self._local_outputs)
+
+
+class _LocalResults:
+    __slots__ = ("_results", "_local")
+
+    def __init__(self, results, local):
+        self._results = results
+        self._local = local
+
+    def consume_with_handlers(self, handlers):
+        outs = self._results.consume_with_handlers(handlers)
+        if self._local:
+            return [to_local(o) for o in outs]
+        return outs
