@@ -7,6 +7,10 @@ gradient, ``lax.pmean`` averages them over the device axis, every device
 applies the same update. The same step runs under ``pmapkit.pmap`` and
 ``jax.pmap`` and the demo checks that both agree at every step.
 
+Under ``pmapkit launch -n N`` it joins the run first, and each process feeds
+its block of the same global batch (one shard per device of the run): the
+losses are those of one process driving all the devices.
+
 """
 import os
 
@@ -15,6 +19,9 @@ NUM_DEVICES = 8
 
 def configure_devices():
     # Must run before jax creates its CPU client (importing jax does not).
+    from pmapkit import distributed
+    if distributed.launched():
+        return  # the launcher gave each process its devices
     flag = f"--xla_force_host_platform_device_count={NUM_DEVICES}"
     if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
@@ -28,10 +35,14 @@ def train(pmap_impl, steps=20, lr=0.1):
     import numpy as np
 
     n = jax.local_device_count()
+    total = jax.device_count()   # all processes' devices: one shard each
     rng = np.random.default_rng(0)
     true_w = np.array([2.0, -3.0, 0.5, 1.0], np.float32)
-    x = rng.normal(size=(n, 32, 4)).astype(np.float32)
-    y = x @ true_w + 0.7 + 0.01 * rng.normal(size=(n, 32)).astype(np.float32)
+    x = rng.normal(size=(total, 32, 4)).astype(np.float32)
+    y = x @ true_w + 0.7 + 0.01 * rng.normal(size=(total, 32)).astype(np.float32)
+    # This process's block (all of it on one process).
+    mine = slice(jax.process_index() * n, (jax.process_index() + 1) * n)
+    x, y = x[mine], y[mine]
 
     def loss_fn(params, xb, yb):
         w, b = params
@@ -60,10 +71,15 @@ def demo():
     import numpy as np
 
     import pmapkit
+    from pmapkit import distributed
+    if distributed.launched() and not distributed.is_initialized():
+        distributed.initialize()
 
     print(f"pmapkit {pmapkit.__version__} (compiled dispatch core: {pmapkit.COMPILED}), "
           f"jax {jax.__version__}, {jax.local_device_count()} devices: "
-          f"{jax.devices()[0].platform}")
+          f"{jax.devices()[0].platform}"
+          + (f" (process {jax.process_index()} of {jax.process_count()}, "
+             f"{jax.device_count()} devices in all)" if jax.process_count() > 1 else ""))
     ours, our_params, p_step = train(pmapkit.pmap)
     theirs, their_params, _ = train(jax.pmap)
     print(f"{'step':>4}  {'pmapkit loss':>14}  {'jax.pmap loss':>14}")

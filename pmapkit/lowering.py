@@ -74,6 +74,11 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     # device's value (classic pmap): it leaves the manual region stacked and
     # is sliced there, in the partitioned program, which broadcasts it.
     first_of = first_device_outputs(jaxpr, axis_name, in_axes, out_axes)
+    if devices is not None and process_local.spans_devices(devices):
+        # Across processes each process reads its own first device's value
+        # (its local view of the result), as jax.pmap does: every device
+        # keeps its own value, none is broadcast from another process.
+        first_of = (False,) * len(first_of)
     stack_axes = tuple(0 if first else ax for ax, first in zip(out_axes, first_of))
     in_specs = tuple(axis_spec(axis_name, ax) for ax in in_axes)
     out_specs = tuple(axis_spec(axis_name, ax) for ax in stack_axes)

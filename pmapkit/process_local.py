@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from pmapkit import _jax_private as jp
 
-__all__ = ["spans_processes", "local_mesh", "local_sharding", "local_shape",
+__all__ = ["spans_processes", "spans_devices", "local_mesh", "local_sharding", "local_shape",
            "global_shape", "to_local", "to_global", "ProcessLocalExecutable"]
 
 
@@ -34,6 +34,12 @@ def spans_processes(shardings) -> bool:
         if s is not None and any(d.process_index != me for d in s.device_set):
             return True
     return False
+
+
+def spans_devices(devices) -> bool:
+    """True when ``devices`` include a device of another process."""
+    me = jax.process_index()
+    return any(d.process_index != me for d in devices)
 
 
 _lock = threading.Lock()
