@@ -26,6 +26,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit._bench_host_callback",
     "pmapkit._bench_export",
     "pmapkit._bench_colocated",
+    "pmapkit._bench_multiprocess",
 )
 
 
