@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent("""
     out_dir = sys.argv[2]
     me, local, total = jax.process_index(), jax.local_device_count(), jax.device_count()
     block = mpc.global_input(total)[me * local:(me + 1) * local]
-    results, facts = {}, {"local": local, "total": total}
+    results, facts = {}, {"local": local, "total": total, "compiled": pmapkit.COMPILED}
 
     pmap_module = importlib.import_module("pmapkit.pmap")
     misses = [0]
@@ -72,6 +72,17 @@ SCRIPT = textwrap.dedent("""
     if local % 2 == 0:
         results["nested"] = np.asarray(mpc.nested(pmapkit.pmap)(block.reshape(local // 2, 2, *block.shape[1:])))
 
+    # Typed PRNG keys and donated buffers across processes.
+    keys = jax.random.split(jax.random.key(me), local)
+    draw = lambda k: jax.random.normal(k, (2,))
+    facts["keys_equal_jax_pmap"] = bool(np.array_equal(
+        np.asarray(pmapkit.pmap(draw)(keys)), np.asarray(jax.pmap(draw)(keys))))
+    donating = pmapkit.pmap(lambda v: v + 1, donate_argnums=0)
+    first = donating(block)
+    second = donating(first)
+    facts["donated_input_deleted"] = first.is_deleted()
+    results["donated"] = np.asarray(second)
+
     # devices= naming only process 0's devices: the classic error elsewhere.
     try:
         pmapkit.pmap(lambda v: v + 1, devices=jax.devices()[:local])(block)
@@ -86,8 +97,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def launch(tmp_path, processes, devices, *command):
-    env = dict(os.environ, **CHECKS_ENV)
+def launch(tmp_path, processes, devices, *command, **extra_env):
+    env = dict(os.environ, **CHECKS_ENV, **extra_env)
     env.pop("XLA_FLAGS", None)   # the launcher sets each process's devices
     proc = subprocess.run(
         [sys.executable, "-m", "pmapkit", "launch", "-n", str(processes),
@@ -113,20 +124,25 @@ def single_process_results():
     for _ in range(3):
         y = step(y)
     results["fed_back"] = np.asarray(y)
+    results["donated"] = x + 2
     return results
 
 
-@pytest.fixture(scope="module", params=[(2, 4), (4, 2)], ids=["2x4", "4x2"])
+@pytest.fixture(scope="module", params=[(2, 4, False), (4, 2, False), (2, 4, True)],
+                ids=["2x4", "4x2", "2x4-purepython"])
 def run(request, tmp_path_factory):
-    processes, devices = request.param
+    processes, devices, pure_python = request.param
     out = tmp_path_factory.mktemp(f"mp{processes}x{devices}")
     (out / "script.py").write_text(SCRIPT)
-    proc = launch(out, processes, devices, "script.py", HERE, str(out))
+    extra = {"PMAPKIT_PUREPYTHON": "1"} if pure_python else {}
+    proc = launch(out, processes, devices, "script.py", HERE, str(out), **extra)
     ranks = []
     for r in range(processes):
         with open(out / f"rank{r}.json") as f:
             facts = json.load(f)
         ranks.append((dict(np.load(out / f"rank{r}.npz")), facts))
+    for _, facts in ranks:   # the core under test is the one asked for
+        assert facts["compiled"] == (pmapkit.COMPILED and not pure_python)
     return processes, devices, ranks, proc.stdout
 
 
@@ -161,6 +177,13 @@ def test_results_fed_back_take_the_hit_path(run):
     for _, facts in ranks:
         assert facts["misses_when_fed_back"] == 0
         assert facts["cache_size"] == 1
+
+
+def test_keys_and_donation_across_processes(run):
+    _, _, ranks, _ = run
+    for _, facts in ranks:
+        assert facts["keys_equal_jax_pmap"]
+        assert facts["donated_input_deleted"]
 
 
 def test_devices_of_another_process_give_the_classic_error(run):
