@@ -76,8 +76,11 @@ with local_mesh:
         lambda v: hcb.id_tap(tap, v * 3, tap_with_device=True, device_index=1),
         in_shardings=pmapkit.PartitionSpec("l"),
         out_shardings=pmapkit.PartitionSpec("l"))(np.arange(L, dtype=np.float32))
+eager_printed = io.StringIO()
+hcb.id_print(jnp.arange(3) + me, what="eager", output_stream=eager_printed)
 hcb.barrier_wait("local")
 report["local_taps"] = sorted(taps)
+report["eager_printed"] = eager_printed.getvalue()
 report["local_pjit_out"] = np.asarray(pjit_out).tolist()
 
 # A whole-mesh jit over every process's devices: the tap runs on the process

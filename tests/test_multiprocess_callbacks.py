@@ -55,6 +55,7 @@ def _check_rank(rep, rank, nproc, per_process):
                                  [locals_[1], rank,
                                   (np.arange(per_process) * 3.0).tolist()]]
     _close(rep["local_pjit_out"], np.arange(per_process) * 3.0)
+    assert rep["eager_printed"] == f"what: eager\n{np.arange(3) + rank}\n"
 
     # A whole-mesh program taps on the process owning mesh position 5 only.
     want = [[gids[5], rank, glob.tolist()]] if owner[5] == rank else []
