@@ -17,6 +17,7 @@ Arguments passed explicitly always win over the environment.
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
 
@@ -57,6 +58,26 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None,
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id,
                                local_device_ids=local_device_ids, **kwargs)
+    if launched():
+        _exit_at_once_on_uncaught_exceptions()
+
+
+def _exit_at_once_on_uncaught_exceptions():
+    """Under the launcher, an uncaught exception ends this process right after
+    its traceback is printed. A normal exit would run JAX's shutdown, which
+    waits at a barrier for the other processes — which may be waiting for this
+    one in a collective — so the failure would only surface at the timeout."""
+    previous = sys.excepthook
+
+    def excepthook(exc_type, exc, tb):
+        try:
+            previous(exc_type, exc, tb)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+
+    sys.excepthook = excepthook
 
 
 is_initialized = jax.distributed.is_initialized

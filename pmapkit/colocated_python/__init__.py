@@ -10,6 +10,15 @@ devices that hold their jax.Array arguments (the API of
 Where the backend compiles colocated Python programs (jaxlib's IFRT program
 API) the function runs there; on PjRt backends (CPU, GPU) it runs in-process,
 on the calling thread, with the same specs, errors and caching.
+
+Multi-process runs (``jax.distributed``, ``pmapkit launch``): on PjRt
+backends each process runs a colocated function itself, for its addressable
+devices — it only sees this process's devices and arrays (an array spanning
+processes arrives as the global ``jax.Array``, whose addressable shards are
+this process's; every process must then make the same call, as with jit).
+Objects of a colocated class live in the process that made them. Specializing
+for devices that all belong to other processes raises ``ValueError``: run the
+call from the process owning them.
 """
 from pmapkit.colocated_python.devices import colocated_cpu_devices
 from pmapkit.colocated_python.function import colocated_python

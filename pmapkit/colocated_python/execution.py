@@ -41,7 +41,24 @@ def make_executor(name, fun, in_specs, devices):
     """The executor for one input specialization of ``fun`` on ``devices``."""
     if _client_runs_colocated_programs(devices):
         return IfrtExecutor(name, fun, in_specs, devices)
+    _check_some_local(name, devices)
     return InProcessExecutor(name, fun, in_specs, devices)
+
+
+def _check_some_local(name, devices):
+    """In a multi-process run the in-process executor runs ``fun`` in every
+    process that calls it, with what that process holds: it must hold some of
+    the devices (another process's devices are not reachable from here)."""
+    me = devices[0].client.process_index()
+    if any(d.process_index == me for d in devices):
+        return
+    raise ValueError(
+        f"colocated_python function {name} is specialized for devices "
+        f"{list(devices)} of process(es) "
+        f"{sorted({d.process_index for d in devices})}, but this is process "
+        f"{me}: in a multi-process run a colocated function runs in each "
+        "process for that process's own devices; call it for this process's "
+        "devices (jax.local_devices()) or from the process that owns them.")
 
 
 # -- checks shared by both executors ----------------------------------------------

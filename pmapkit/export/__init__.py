@@ -11,6 +11,13 @@ Classic names: ``export(fun, *, lowering_platform=None, strict_checks=True)``,
 container version, producer versions, payload length and SHA-256);
 ``deserialize`` checks all of it first and raises ``DeserializationError``
 saying what is wrong with an empty, foreign, truncated or corrupted blob.
+
+Multi-process runs: an artifact serialized in one process deserializes and
+runs in every process of a run with the devices it was lowered for. A
+``pmapkit.pmap`` exported there spans every process's devices (specs give
+this process's slice, as a call would); a multi-device artifact takes global
+values (a global ``jax.Array``, or the whole host value, the same on every
+process) and returns global arrays.
 """
 from pmapkit.export._call import call_exported
 from pmapkit.export._container import (

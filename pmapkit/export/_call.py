@@ -187,7 +187,8 @@ def check_args(exported, args, kwargs):
                     raise ValueError(
                         f"exported function '{name}': {names(k)} has shape "
                         f"{tuple(got.shape)} but was exported with shape "
-                        f"{tuple(want.shape)} (dimension {d}: expected {w}, got {g}).")
+                        f"{tuple(want.shape)} (dimension {d}: expected {w}, got {g})."
+                        + _global_shape_hint(exported))
             elif _is_plain_var(w):
                 var = str(w)
                 if var in bound and bound[var][0] != g:
@@ -272,13 +273,36 @@ class _TopLevel:
         return self.fn(*flat)
 
 
+def _global_shape_hint(exported):
+    if exported.nr_devices > 1 and jax.process_count() > 1:
+        return (" In a multi-process run a multi-device artifact takes global "
+                "shapes: pass a global jax.Array, or the whole value (the same "
+                "on every process), not this process's slice.")
+    return ""
+
+
 def _placed(x, sharding):
     # jit refuses committed arrays on other devices; move them (as pmapkit's
     # own calls do for inputs sharded otherwise).
-    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
-        if not x.sharding.is_equivalent_to(sharding, x.ndim):
+    if isinstance(x, jp.Tracer):
+        return x
+    if isinstance(x, jax.Array):
+        if x.sharding.is_equivalent_to(sharding, x.ndim):
+            return x
+        if sharding.is_fully_addressable or not x.is_fully_addressable:
             return jax.device_put(x, sharding)
-    return x
+    elif sharding.is_fully_addressable:
+        return x
+    # A multi-process artifact given a host value (or an array of this
+    # process only): it is the whole global value, the same on every process
+    # (jit refuses such inputs); each process places the parts it holds.
+    return _global_from_host(x, sharding)
+
+
+def _global_from_host(x, sharding):
+    value = np.asarray(x)
+    value = value.astype(jax.dtypes.canonicalize_dtype(value.dtype), copy=False)
+    return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
 
 
 def _identifier(name):

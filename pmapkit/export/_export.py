@@ -22,7 +22,7 @@ import re
 import jax
 from jax import export as jax_export
 
-from pmapkit import calls, lowering
+from pmapkit import calls, lowering, process_local
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.export._exported import RELAXED_CHECKS, Exported
 
@@ -136,10 +136,20 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
     _, in_tree = jax.tree_util.tree_flatten((dyn_args, kwargs_specs))
     out_tree = prepared.out_tree
 
-    def flat_program(*leaves):
-        dyn, kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
-        out = fun(*calls.merge_static(static, statics, nargs, dyn), **kwargs)
-        return tuple(out_tree.flatten_up_to(out))
+    if process_local.spans_processes(in_shardings + out_shardings):
+        # A program spanning processes: under the export's jit the leaves are
+        # global values, but calling ``fun`` there would read them as this
+        # process's slices (a traced pmap runs on local devices). Bind the
+        # program that ``lower`` resolved (global axis, every process's
+        # devices) instead.
+        def flat_program(*leaves):
+            return tuple(lowering.bind_in_outer_trace(
+                lowered._primitive, prepared.params, prepared.in_avals, list(leaves)))
+    else:
+        def flat_program(*leaves):
+            dyn, kwargs = jax.tree_util.tree_unflatten(in_tree, leaves)
+            out = fun(*calls.merge_static(static, statics, nargs, dyn), **kwargs)
+            return tuple(out_tree.flatten_up_to(out))
 
     flat_program.__name__ = fun_name
     donate = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)

@@ -10,6 +10,12 @@ fires once, on primal values), ``checkpoint`` (it fires again when
 rematerialized), control flow, ``pmapkit.pmap`` (once per device, with that
 device's slice) and ``pmapkit.pjit`` (once, with the whole operand).
 
+In a multi-process run a callback runs in the process owning the device that
+issues it: under a pmap spanning processes, once per local device with its
+slice; in a whole-mesh program, in the process owning ``device_index``.
+``barrier_wait`` waits for this process's callbacks only (no cross-process
+barrier; use ``multihost_utils.sync_global_devices`` for that).
+
 Code written for the classic module runs with only the import changed::
 
     from pmapkit import host_callback as hcb
