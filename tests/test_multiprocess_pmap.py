@@ -237,7 +237,8 @@ def test_a_process_failing_mid_run_stops_the_run_with_its_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pmapkit", "launch", "-n", "2", "--timeout", "90", "fail.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
-    assert proc.returncode != 0
+    # Rank 1's own failure ends the run, not the launcher's timeout (124).
+    assert proc.returncode not in (0, 124), proc.stdout[-3000:]
     out = proc.stdout + proc.stderr
     assert "[1] RuntimeError: rank one gives up" in out
     assert "Traceback" in out
