@@ -196,10 +196,13 @@ class _PjitSpec:
         self.own_cache = bool(self.in_unspecified or static_argnames is not None or
                               self.device is not None or self.keep_unused)
         self.cache = {}
+        # On a mesh over several processes: traced calls by global avals.
+        self.global_traces = {}
 
     def clear_caches(self):
         self.trace_cache.clear()
         self.cache.clear()
+        self.global_traces.clear()
 
     def pickle_state(self):
         return {"version": _dispatch_mod.PICKLE_VERSION, "fun": self.fun,
@@ -381,14 +384,25 @@ def _prepare(spec, args, kwargs):
             _check_against("pjit arguments", in_flat, in_avals, mesh, describe)
         in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
     if across:
-        in_avals = pjit_across.global_avals(flat, in_avals, in_flat, in_shardings,
-                                            describe)
+        local_avals = in_avals
+        in_avals = pjit_across.agreed_global_avals(
+            mesh, lambda: pjit_across.global_avals(flat, local_avals, in_flat,
+                                                   in_shardings, describe))
 
     donated = []
     for pos, arg in zip(dyn_positions, dyn_args):
         n_leaves = len(jax.tree_util.tree_leaves(arg))
         donated += [pos in spec.donate and not jp.debug_nans.value] * n_leaves
     donated += [False] * (len(flat) - len(donated))  # keyword leaves
+
+    if across:
+        # Local data and global arrays of one global shape are one program:
+        # the trace (and so the compiled program) is shared by global avals.
+        global_key = _global_trace_key(in_tree, in_avals, in_shardings, static,
+                                       statics, nargs, static_kw, donated, mesh)
+        hit = spec.global_traces.get(global_key) if global_key is not None else None
+        if hit is not None:
+            return hit.with_flat_args(flat)
 
     fun = functools.partial(spec.fun, **static_kw) if static_kw else spec.fun
     with _trace_context(mesh):
@@ -423,7 +437,22 @@ def _prepare(spec, args, kwargs):
     prepared.params = dict(
         jaxpr=jaxpr, in_shardings=tuple(in_shardings),
         out_shardings=out_shardings, donated_invars=tuple(donated), name=spec.name)
+    if across and global_key is not None and not hoisted:
+        spec.global_traces[global_key] = prepared
     return prepared
+
+
+def _global_trace_key(in_tree, in_avals, in_shardings, static, statics, nargs,
+                      static_kw, donated, mesh):
+    key = (in_tree, tuple(in_avals), tuple(in_shardings), tuple(static),
+           tuple((type(v), v) for v in statics), nargs,
+           tuple(sorted((k, type(v), v) for k, v in static_kw.items())),
+           tuple(donated), mesh, jp.trace_context(), jp.debug_nans.value)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _traced(flat):

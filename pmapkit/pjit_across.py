@@ -9,7 +9,11 @@ traced on the global shapes; outputs are global arrays.
 """
 from __future__ import annotations
 
+import zlib
+
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
 from pmapkit import _jax_private as jp
@@ -58,12 +62,15 @@ def global_avals(flat, in_avals, resources, shardings, describe):
         if is_global(x):
             if parsed is not None:
                 _check_global(parsed, aval.shape, mesh, describe(k))
-            out.append(aval)
-            continue
-        if parsed is not None:
-            parsed.check_shape(aval.shape, process_local.local_mesh(mesh),
-                               "pjit arguments", describe(k))
-        out.append(aval.update(shape=process_local.global_shape(aval.shape, sharding)))
+            shape = aval.shape
+        else:
+            if parsed is not None:
+                parsed.check_shape(aval.shape, process_local.local_mesh(mesh),
+                                   "pjit arguments", describe(k))
+            shape = process_local.global_shape(aval.shape, sharding)
+        # Plain avals: a global array's carries its mesh, host data's none;
+        # both are one program.
+        out.append(jp.ShapedArray(shape, aval.dtype, weak_type=aval.weak_type))
     return out
 
 
@@ -78,3 +85,47 @@ def _check_global(parsed, shape, mesh, where):
             "that the size of its dimension", "that the global size of its dimension")
             + "; a global (not fully addressable) array is passed at its "
             "global shape") from None
+
+
+def agreed_global_avals(mesh, compute):
+    """``compute()`` (this process's global avals) once every process of the
+    run has computed its own and they agree.
+
+    Processes exchange whether their arguments passed the checks and a
+    fingerprint of the global shapes (one small all-gather, on a trace
+    miss only): a process passing shapes that do not fit together with the
+    others' gets a ValueError on every process instead of a hang or a wrong
+    program. Skipped where the mesh leaves out some process (those do not
+    take part in the call).
+    """
+    error, avals, text = None, None, ""
+    try:
+        avals = compute()
+        text = repr([(tuple(a.shape), str(a.dtype)) for a in avals])
+    except ValueError as exc:
+        error = exc
+    owners = {d.process_index for d in mesh.devices.flat}
+    if owners != set(range(jp.process_count())):
+        if error is not None:
+            raise error
+        return avals
+    mine = np.array([error is None, zlib.crc32(text.encode())], np.uint32)
+    with jax.set_mesh(None):
+        everyone = np.asarray(multihost_utils.process_allgather(mine))
+    if error is not None:
+        raise error
+    failed = [p for p in range(len(everyone)) if not everyone[p, 0]]
+    if failed:
+        raise ValueError(
+            f"pjit: process(es) {failed} rejected their arguments to this call "
+            "(see their error); every process of a multi-process pjit must "
+            "pass arguments that fit the mesh.")
+    differ = [p for p in range(len(everyone)) if everyone[p, 1] != mine[1]]
+    if differ:
+        raise ValueError(
+            f"pjit: the processes passed arguments of inconsistent shapes: on "
+            f"process {jax.process_index()} they make the global shapes "
+            f"{text}, on process(es) {differ} others. Every process must pass "
+            "its local part of the same global arrays (equal local sizes, one "
+            "dtype), in the same order.")
+    return avals
