@@ -69,6 +69,7 @@ def same_shards(x, y):
                for s in x.addressable_shards)
 
 ga, gb = global_inputs()
+expected = [np.asarray(o) for o in body(ga, gb)]  # on this process's device
 saved = {}
 with mesh:
     for k, (ins, outs) in enumerate(CASES):
@@ -100,6 +101,20 @@ with mesh:
         # Global arrays are taken as they are (global shape).
         direct = f(gA, gB)
         assert all(same_shards(d, e) for d, e in zip(direct, ref))
+
+    def check(results):
+        for r, e in zip(results, expected):
+            assert r.shape == (8, 8) and not r.is_fully_addressable
+            assert all(np.allclose(np.asarray(s.data), e[s.index], rtol=1e-5)
+                       for s in r.addressable_shards)
+
+    # out_axis_resources omitted: the partitioner's choice, still global.
+    la, lb = local(ga, P("x")), local(gb, P("x"))
+    check(pmapkit.pjit(body, in_axis_resources=P("x", "y"))(la, lb))
+    # in_axis_resources omitted: global arrays keep their sharding.
+    sh = NamedSharding(mesh, P("x", "y"))
+    check(pmapkit.pjit(body)(jax.make_array_from_process_local_data(sh, la, (8, 8)),
+                             jax.make_array_from_process_local_data(sh, lb, (8, 8))))
 
     # Feeding a result back: no new compile; the global array signs apart
     # from the local data of its shape, once.
