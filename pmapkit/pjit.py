@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering, specs
+from pmapkit import calls, lowering, pjit_across, specs
 from pmapkit import stages
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.mesh import _mesh_state as mesh_state
@@ -196,10 +196,13 @@ class _PjitSpec:
         self.own_cache = bool(self.in_unspecified or static_argnames is not None or
                               self.device is not None or self.keep_unused)
         self.cache = {}
+        # On a mesh over several processes: traced calls by global avals.
+        self.global_traces = {}
 
     def clear_caches(self):
         self.trace_cache.clear()
         self.cache.clear()
+        self.global_traces.clear()
 
     def pickle_state(self):
         return {"version": _dispatch_mod.PICKLE_VERSION, "fun": self.fun,
@@ -364,6 +367,10 @@ def _prepare(spec, args, kwargs):
     mesh = _active_mesh(spec, flat)
     describe = calls.LeafNames(spec.signature, dyn_positions, dyn_args, dyn_kw)
     in_avals = calls.abstractify(flat, describe, "pjit", "static_argnums")
+    # A top-level call on a mesh over several processes takes each process's
+    # local view (classic positional semantics); under a trace, values are
+    # already global.
+    across = pjit_across.spans_processes(mesh) and not _traced(flat)
     if spec.in_unspecified:
         in_flat = None
         in_shardings = [_kept_sharding(x, mesh, describe, k, spec.device is not None)
@@ -373,14 +380,29 @@ def _prepare(spec, args, kwargs):
         if spec.static and isinstance(in_res, tuple) and len(in_res) == nargs:
             in_res = tuple(in_res[i] for i in dyn_positions)
         in_flat = specs.flatten_axis_resources(spec.in_what, in_res, dyn_args, True)
-        _check_against("pjit arguments", in_flat, in_avals, mesh, describe)
+        if not across:
+            _check_against("pjit arguments", in_flat, in_avals, mesh, describe)
         in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
+    if across:
+        local_avals = in_avals
+        in_avals = pjit_across.agreed_global_avals(
+            mesh, lambda: pjit_across.global_avals(flat, local_avals, in_flat,
+                                                   in_shardings, describe))
 
     donated = []
     for pos, arg in zip(dyn_positions, dyn_args):
         n_leaves = len(jax.tree_util.tree_leaves(arg))
         donated += [pos in spec.donate and not jp.debug_nans.value] * n_leaves
     donated += [False] * (len(flat) - len(donated))  # keyword leaves
+
+    if across:
+        # Local data and global arrays of one global shape are one program:
+        # the trace (and so the compiled program) is shared by global avals.
+        global_key = _global_trace_key(in_tree, in_avals, in_shardings, static,
+                                       statics, nargs, static_kw, donated, mesh)
+        hit = spec.global_traces.get(global_key) if global_key is not None else None
+        if hit is not None:
+            return hit.with_flat_args(flat)
 
     fun = functools.partial(spec.fun, **static_kw) if static_kw else spec.fun
     with _trace_context(mesh):
@@ -415,7 +437,22 @@ def _prepare(spec, args, kwargs):
     prepared.params = dict(
         jaxpr=jaxpr, in_shardings=tuple(in_shardings),
         out_shardings=out_shardings, donated_invars=tuple(donated), name=spec.name)
+    if across and global_key is not None and not hoisted:
+        spec.global_traces[global_key] = prepared
     return prepared
+
+
+def _global_trace_key(in_tree, in_avals, in_shardings, static, statics, nargs,
+                      static_kw, donated, mesh):
+    key = (in_tree, tuple(in_avals), tuple(in_shardings), tuple(static),
+           tuple((type(v), v) for v in statics), nargs,
+           tuple(sorted((k, type(v), v) for k, v in static_kw.items())),
+           tuple(donated), mesh, jp.trace_context(), jp.debug_nans.value)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _traced(flat):
@@ -427,9 +464,13 @@ def _prepare_cached(spec, args, kwargs):
         mesh = _active_mesh(spec)
     except RuntimeError:
         return _prepare(spec, args, kwargs)  # raises the no-mesh error
+    extra = (mesh, jp.debug_nans.value)
+    if pjit_across.spans_processes(mesh):
+        # A global array and a local one of one shape trace differently.
+        extra += (pjit_across.global_flags(jax.tree_util.tree_leaves((args, kwargs))),)
     return calls.prepare_cached(
         spec.trace_cache, lambda a, k: _prepare(spec, a, k), spec.static,
-        args, kwargs, (mesh, jp.debug_nans.value))
+        args, kwargs, extra)
 
 
 def _cache_miss(spec, *args, **kwargs):
@@ -443,6 +484,10 @@ def _cache_miss(spec, *args, **kwargs):
     compiled = lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
+    if compiled.spans_processes and any(pjit_across.global_flags(flat)):
+        # The hit path signs leaves by aval alone: an entry made for global
+        # arrays would take a local value of the same shape as global.
+        return out, None
     return out, compiled.fastpath(prepared.out_tree)
 
 
@@ -478,7 +523,8 @@ def _own_key(spec, args, kwargs):
             return None
         placed = (x.sharding if isinstance(x, jax.Array) and x.committed
                   else None)
-        sig.append((aval, placed if spec.in_unspecified else None))
+        sig.append((aval, placed if spec.in_unspecified else None,
+                    pjit_across.is_global(x)))
     key = (tree, tuple(sig), statics, static_kw, len(args), active_mesh(),
            _pjit_trace_context())
     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering
+from pmapkit import calls, lowering, process_local
 
 
 def lower_prepared(primitive, api, spec, prepared, args, kwargs):
@@ -149,8 +149,21 @@ class ProgramExecutable(jp.StagesExecutable):
     def call(self, *args_flat):
         program = self._program
         avals = [jp.shaped_abstractify(x) for x in args_flat]
+        if program.spans_processes:
+            # Across processes local arguments are given at their local size.
+            avals = [_global_view(x, a, s)
+                     for x, a, s in zip(args_flat, avals, program.in_shardings)]
         jp.check_arg_avals_for_call(program.in_avals, avals, self._debug_info)
         return program.run_flat(list(args_flat))
 
     def create_cpp_call(self, params):
         return None  # calls go through ``call`` (pmapkit's program)
+
+
+def _global_view(x, aval, sharding):
+    """The aval a program spanning processes sees for argument ``x``: a
+    global array's own, a local value's at its global size."""
+    base = x._base_array if isinstance(x, jp.PRNGKeyArray) else x
+    if isinstance(base, jax.Array) and not base.is_fully_addressable:
+        return aval
+    return aval.update(shape=process_local.global_shape(aval.shape, sharding))
