@@ -72,6 +72,17 @@ SCRIPT = textwrap.dedent("""
     if local % 2 == 0:
         results["nested"] = np.asarray(mpc.nested(pmapkit.pmap)(block.reshape(local // 2, 2, *block.shape[1:])))
 
+    # Ahead of time, static arguments and an explicit (global) axis_size.
+    summed = pmapkit.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")
+    compiled = summed.lower(block).compile()
+    facts["compiled_is_jax_stages"] = isinstance(compiled, jax.stages.Compiled)
+    results["aot_psum"] = np.asarray(compiled(block))
+    results["static_scale"] = np.asarray(
+        pmapkit.pmap(lambda v, k: v * k, static_broadcasted_argnums=1)(block, 3))
+    results["global_axis_size"] = np.asarray(
+        pmapkit.pmap(lambda v: jax.lax.psum(1, "i") + 0 * v[0, 0].astype(np.int32),
+                     axis_name="i", axis_size=total)(block))
+
     # Typed PRNG keys and donated buffers across processes.
     keys = jax.random.split(jax.random.key(me), local)
     draw = lambda k: jax.random.normal(k, (2,))
@@ -125,6 +136,9 @@ def single_process_results():
         y = step(y)
     results["fed_back"] = np.asarray(y)
     results["donated"] = x + 2
+    results["aot_psum"] = results["psum/0"]
+    results["static_scale"] = x * 3
+    results["global_axis_size"] = np.full((TOTAL,), TOTAL, np.int32)
     return results
 
 
@@ -183,6 +197,7 @@ def test_keys_and_donation_across_processes(run):
     _, _, ranks, _ = run
     for _, facts in ranks:
         assert facts["keys_equal_jax_pmap"]
+        assert facts["compiled_is_jax_stages"]
         assert facts["donated_input_deleted"]
 
 
