@@ -362,7 +362,12 @@ def _global_devices(spec, local_size, global_size, inner):
                 "pmapkit: nested pmaps cannot run across processes when the "
                 "outer pmap is given 'devices' (as in classic pmap); leave "
                 "'devices' unset to map over every process's devices.")
-        devices = spec.devices
+        if needed > len(spec.devices):
+            raise ValueError(
+                f"pmapped function {spec.name} maps an axis of size {needed}, "
+                f"but its 'devices' argument lists only {len(spec.devices)}: "
+                f"{list(spec.devices)}.")
+        devices = spec.devices[:needed]
     else:
         by_process = {}
         for d in jax.devices(spec.backend):
@@ -377,7 +382,8 @@ def _global_devices(spec, local_size, global_size, inner):
         devices = devices[:needed]
     me = jax.process_index(spec.backend)
     local = [d for d in devices if d.process_index == me]
-    if local_size * (needed // global_size) != len(local):
+    per_slice = needed // global_size   # devices per slice (nested pmaps)
+    if local_size * per_slice != len(local):
         shown = ", ".join(map(str, local))
         if not inner:
             raise ValueError(
@@ -386,7 +392,7 @@ def _global_devices(spec, local_size, global_size, inner):
                 f"{local_size}, num_local_devices={len(local)}.\n"
                 f"(Local devices available to pmap: {shown})")
         raise ValueError(
-            f"pmapped function requires {local_size * (needed // global_size)} "
+            f"pmapped function requires {local_size * per_slice} "
             "local devices to run due to nested pmapped or other parallel "
             f"functions, but only {len(local)} are available.\n"
             f"(outer axis size: {local_size}, local devices available to "
