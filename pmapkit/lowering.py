@@ -215,6 +215,11 @@ class CompiledProgram:
         self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
         self.kept_physical = tuple(
             (self.physical_in_avals[i], self.physical_in_shardings[i]) for i in kept_idx)
+        # pmap returns this process's part of each result, pjit the global one.
+        self.out_views = (
+            tuple(process_local.local_view(a, s)
+                  for a, s in zip(self.out_avals, self.out_shardings))
+            if _PROGRAMS[self.primitive].local_outputs else None)
 
     def _process_local_fallback(self, x, i):
         """An input of a program spanning processes, as the global array of
@@ -292,8 +297,7 @@ class CompiledProgram:
         if self.spans_processes:
             avals, shardings = zip(*self.kept_physical) if self.kept_physical else ((), ())
             data.executable = process_local.ProcessLocalExecutable(
-                data.executable, avals, shardings,
-                local_outputs=_PROGRAMS[self.primitive].local_outputs)
+                data.executable, avals, shardings, self.out_views)
         return data
 
 

@@ -22,17 +22,10 @@ from pmapkit import process_local, specs
 
 def spans_processes(mesh) -> bool:
     """Whether ``mesh`` names a device of another process."""
-    if jp.process_count() == 1:
-        return False
-    me = jax.process_index()
-    return any(d.process_index != me for d in mesh.devices.flat)
+    return jp.process_count() > 1 and process_local.spans_devices(mesh.devices.flat)
 
 
-def is_global(x) -> bool:
-    """A global array: one whose shards are not all on this process."""
-    if isinstance(x, jp.PRNGKeyArray):
-        x = x._base_array
-    return isinstance(x, jp.ArrayImpl) and not x.is_fully_addressable
+is_global = process_local.is_global
 
 
 def global_flags(flat):

@@ -24,16 +24,20 @@ from jax.sharding import Mesh, NamedSharding
 from pmapkit import _jax_private as jp
 
 __all__ = ["spans_processes", "spans_devices", "local_mesh", "local_sharding", "local_shape",
-           "global_shape", "to_local", "to_global", "ProcessLocalExecutable"]
+           "global_shape", "to_local", "to_global", "local_view", "is_global",
+           "ProcessLocalExecutable"]
 
 
 def spans_processes(shardings) -> bool:
     """True when some sharding names a device of another process."""
-    me = jax.process_index()
-    for s in shardings:
-        if s is not None and any(d.process_index != me for d in s.device_set):
-            return True
-    return False
+    return any(s is not None and spans_devices(s.device_set) for s in shardings)
+
+
+def is_global(x) -> bool:
+    """A global array: one whose shards are not all on this process."""
+    if isinstance(x, jp.PRNGKeyArray):
+        x = x._base_array
+    return isinstance(x, jp.ArrayImpl) and not x.is_fully_addressable
 
 
 def spans_devices(devices) -> bool:
@@ -158,36 +162,46 @@ def to_global(x, aval, sharding):
     return x._rewrap_with_aval_and_sharding(aval, sharding)
 
 
+def local_view(aval, sharding):
+    """``(local aval, local sharding)`` of an output placed with ``sharding``,
+    derived once at miss time; None where ``to_local`` must look at the value
+    (key arrays) or there is nothing to convert (fully addressable)."""
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended) or sharding.is_fully_addressable:
+        return None
+    return (aval.update(shape=local_shape(aval.shape, sharding)), local_sharding(sharding))
+
+
 class ProcessLocalExecutable:
     """Stands in for a program's executable on the dispatch hit path when the
     program spans processes: takes the per-process arrays the hit path made
     (local shardings), runs the program on their global views, and returns
-    this process's view of the results when ``local_outputs`` (pmap) or the
-    global results (pjit)."""
+    this process's view of the results when ``out_views`` are given (pmap:
+    one ``local_view`` per output) or the global results (pjit: None)."""
 
-    __slots__ = ("_inner", "_avals", "_shardings", "_local_outputs")
+    __slots__ = ("_inner", "_avals", "_shardings", "_out_views")
 
-    def __init__(self, inner, global_avals, global_shardings, local_outputs):
+    def __init__(self, inner, global_avals, global_shardings, out_views):
         self._inner = inner
         self._avals = tuple(global_avals)
         self._shardings = tuple(global_shardings)
-        self._local_outputs = local_outputs
+        self._out_views = out_views
 
     def execute_sharded(self, arrays):
         arrays = [to_global(x, a, s)
                   for x, a, s in zip(arrays, self._avals, self._shardings)]
-        return _LocalResults(self._inner.execute_sharded(arrays), self._local_outputs)
+        return _LocalResults(self._inner.execute_sharded(arrays), self._out_views)
 
 
 class _LocalResults:
-    __slots__ = ("_results", "_local")
+    __slots__ = ("_results", "_views")
 
-    def __init__(self, results, local):
+    def __init__(self, results, views):
         self._results = results
-        self._local = local
+        self._views = views
 
     def consume_with_handlers(self, handlers):
         outs = self._results.consume_with_handlers(handlers)
-        if self._local:
-            return [to_local(o) for o in outs]
-        return outs
+        if self._views is None:
+            return outs
+        return [to_local(o) if v is None else o._rewrap_with_aval_and_sharding(*v)
+                for o, v in zip(outs, self._views)]

@@ -163,7 +163,6 @@ class ProgramExecutable(jp.StagesExecutable):
 def _global_view(x, aval, sharding):
     """The aval a program spanning processes sees for argument ``x``: a
     global array's own, a local value's at its global size."""
-    base = x._base_array if isinstance(x, jp.PRNGKeyArray) else x
-    if isinstance(base, jax.Array) and not base.is_fully_addressable:
+    if process_local.is_global(x):
         return aval
     return aval.update(shape=process_local.global_shape(aval.shape, sharding))
