@@ -101,6 +101,33 @@ SCRIPT = textwrap.dedent("""
     except ValueError as err:
         facts["devices_of_process_0"] = str(err)
 
+    # Bad layouts: every process raises alike before any collective (no hang).
+    def error_of(fn):
+        try:
+            fn()
+        except ValueError as err:
+            return str(err)
+        return None
+    from jax.sharding import Mesh
+    from pmapkit import process_local
+    devs = jax.devices()
+    facts["errors"] = {
+        "nested_with_devices": error_of(lambda: pmapkit.pmap(
+            pmapkit.pmap(lambda v: v, axis_name="j"), axis_name="i", devices=devs)(
+                block.reshape(local // 2, 2, *block.shape[1:]))) if local % 2 == 0 else None,
+        "devices_too_short": error_of(lambda: pmapkit.pmap(
+            lambda v: v, axis_size=total, devices=devs[:total - 1])(block)),
+        "more_devices_than_the_run": error_of(lambda: pmapkit.pmap(
+            lambda v: v, axis_size=2 * total)(block)),
+        "mesh_of_process_0": error_of(lambda: process_local.local_mesh(
+            Mesh(np.array(devs[:local]), ("i",)))),
+        # Swap process 0's last device with process 1's first: on 2 x 4 the
+        # rows then mix processes and no process's devices form a block.
+        "not_a_block": error_of(lambda: process_local.local_mesh(Mesh(np.array(
+            devs[:local - 1] + [devs[local], devs[local - 1]] + devs[local + 1:]
+        ).reshape(2, total // 2), ("a", "b")))),
+    }
+
     np.savez(f"{out_dir}/rank{me}.npz", **results)
     with open(f"{out_dir}/rank{me}.json", "w") as f:
         json.dump(facts, f)
@@ -208,6 +235,28 @@ def test_devices_of_another_process_give_the_classic_error(run):
         assert facts["devices_of_process_0"].startswith(
             "Leading axis size of input to pmapped function must equal the number of "
             f"local devices passed to pmap. Got axis_size={devices}, num_local_devices=0.")
+
+
+def test_bad_layouts_raise_clear_errors_on_every_process(run):
+    processes, devices, ranks, _ = run
+    for rank, (_, facts) in enumerate(ranks):
+        errors = facts["errors"]
+        if devices % 2 == 0:
+            assert errors["nested_with_devices"].startswith(
+                "pmapkit: nested pmaps cannot run across processes when the outer "
+                "pmap is given 'devices'")
+        assert "maps an axis of size 8, but its 'devices' argument lists only 7" in \
+            errors["devices_too_short"]
+        assert (f"requires 16 devices across {processes} processes, but only 8 XLA "
+                "devices are available") in errors["more_devices_than_the_run"]
+        if rank == 0:
+            assert errors["mesh_of_process_0"] is None
+        else:
+            assert errors["mesh_of_process_0"].startswith(
+                f"process {rank} owns none of the devices of the mesh")
+        if devices == 4:
+            assert errors["not_a_block"].startswith(
+                f"the devices of process {rank} do not form a block of the mesh")
 
 
 def _losses(text):
