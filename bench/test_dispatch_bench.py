@@ -25,7 +25,7 @@ from pmapkit import _bench
 
 def _params():
     params = []
-    for case in _bench.CASES:
+    for case in _bench.load_cases():
         reason = case.unavailable_reason()
         marks = [pytest.mark.skip(reason=reason)] if reason else []
         for impl in case.impls:

@@ -8,6 +8,9 @@ Public surface (explicit re-exports only):
   with_sharding_constraint, PartitionSpec (jax's own class), NamedSharding
   ShardingSpec, NoSharding, Chunked, Unstacked, ShardedAxis, Replicated,
   parse_op_sharding   the classic sharding-spec types and conversions
+  device_put_replicated, device_put_sharded
+                 the classic placement helpers (stacked per-device values,
+                 placed as a pmap takes them)
   COMPILED       True when the Cython dispatch core is in use
 """
 from jax.sharding import NamedSharding, PartitionSpec
@@ -16,6 +19,7 @@ from pmapkit._compiled import COMPILED
 from pmapkit.mesh import Mesh, mesh
 from pmapkit import maps
 from pmapkit.pjit import pjit, with_sharding_constraint
+from pmapkit.placement import device_put_replicated, device_put_sharded
 from pmapkit.pmap import pmap
 from pmapkit.sharding_specs import (
     Chunked, NoSharding, Replicated, ShardedAxis, ShardingSpec, Unstacked,
@@ -24,6 +28,6 @@ from pmapkit import rules as _rules  # noqa: F401  (registers transformation rul
 
 __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "PartitionSpec", "Replicated", "ShardedAxis", "ShardingSpec",
-           "Unstacked", "maps", "mesh", "parse_op_sharding", "pjit", "pmap",
-           "with_sharding_constraint"]
+           "Unstacked", "device_put_replicated", "device_put_sharded", "maps",
+           "mesh", "parse_op_sharding", "pjit", "pmap", "with_sharding_constraint"]
 __version__ = "0.1.0"

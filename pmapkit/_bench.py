@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib
 import os
 import statistics
 import time
@@ -101,6 +102,10 @@ class Case:
     impls: tuple
     numpy_input: bool = False
     requires_pjit: bool = False
+    # Cases registered by other modules build their own runners:
+    # ``build(case, impl, devices) -> Runner`` (may raise Unavailable).
+    build: Callable | None = None
+    origin: str | None = None  # what a built case varies (input origin, call form)
 
     @property
     def blocking(self):
@@ -110,6 +115,8 @@ class Case:
     def setup_key(self):
         """Cases with equal keys (a case and its ``_dispatch`` twin) can share
         runners: same function, inputs and devices, another timing loop."""
+        if self.build is not None:
+            return ("built", self.name)
         return (self.family, self.fun, self.make_inputs, self.ndev,
                 self.numpy_input)
 
@@ -177,14 +184,32 @@ def _build_cases():
     return tuple(cases)
 
 
-#: Every case, available here or not (see ``Case.unavailable_reason``).
-CASES = _build_cases()
+#: Every case, available here or not (see ``Case.unavailable_reason``): the
+#: dispatch cases above, then those of ``CASE_MODULES`` (``load_cases``).
+CASES = list(_build_cases())
 CASES_BY_NAME = {c.name: c for c in CASES}
+#: Modules that register more cases with ``register_cases`` on import.
+CASE_MODULES = ("pmapkit._bench_inputs",)
+
+
+def register_cases(cases):
+    for c in cases:
+        if c.name in CASES_BY_NAME:
+            raise ValueError(f"benchmark case {c.name!r} registered twice")
+        CASES.append(c)
+        CASES_BY_NAME[c.name] = c
+
+
+def load_cases():
+    """Import ``CASE_MODULES`` (each registers its cases); returns CASES."""
+    for module in CASE_MODULES:
+        importlib.import_module(module)
+    return CASES
 
 
 def select_cases(substring=None, include_unavailable=False):
     out = []
-    for c in CASES:
+    for c in load_cases():
         if substring and substring not in c.name:
             continue
         if not include_unavailable and c.unavailable_reason() is not None:
@@ -196,16 +221,18 @@ def select_cases(substring=None, include_unavailable=False):
 # -- runners --------------------------------------------------------------------
 @dataclasses.dataclass
 class Runner:
-    """One case under one impl, ready to call: ``fn(*args)`` is one call."""
+    """One case under one impl, ready to call: ``fn(*args, **kwargs)`` is
+    one call."""
 
     case: Case
     impl: str
     fn: Callable
     args: tuple
     context: Callable = contextlib.nullcontext  # entered around every loop
+    kwargs: dict = dataclasses.field(default_factory=dict)
 
     def call(self):
-        return self.fn(*self.args)
+        return self.fn(*self.args, **self.kwargs)
 
 
 def _devices(n):
@@ -300,6 +327,8 @@ def make_runner(case: Case, impl: str) -> Runner:
     if reason is not None:
         raise Unavailable(reason)
     devices = _devices(case.ndev)
+    if case.build is not None:
+        return case.build(case, impl, devices)
     host = case.make_inputs(case.ndev)
     if case.family == "first_call":
         return _first_call_runner(case, impl, devices, host)
@@ -405,7 +434,7 @@ def measure(runner: Runner, calls: int):
     call + ``block_until_ready`` each call; dispatch cases time only the calls,
     in chunks of at most ``BLOCK_EVERY``, blocking untimed between chunks.
     """
-    fn, args = runner.fn, runner.args
+    fn, args, kwargs = runner.fn, runner.args, runner.kwargs
     block = jax.block_until_ready
     thread_time, perf_counter = time.thread_time, time.perf_counter
     cpu = wall = 0.0
@@ -419,8 +448,12 @@ def measure(runner: Runner, calls: int):
                 k = min(BLOCK_EVERY, calls - done)
                 w0 = perf_counter()
                 c0 = thread_time()
-                for _ in range(k):
-                    out = fn(*args)
+                if kwargs:
+                    for _ in range(k):
+                        out = fn(*args, **kwargs)
+                else:  # the plain call form, as the other impls' users write it
+                    for _ in range(k):
+                        out = fn(*args)
                 c1 = thread_time()
                 w1 = perf_counter()
                 cpu += c1 - c0
@@ -432,14 +465,18 @@ def measure(runner: Runner, calls: int):
             w0 = perf_counter()
             c0 = thread_time()
             for _ in range(calls):
-                fn(*args)  # blocks itself
+                fn(*args, **kwargs)  # blocks itself
             cpu = thread_time() - c0
             wall = perf_counter() - w0
         else:
             w0 = perf_counter()
             c0 = thread_time()
-            for _ in range(calls):
-                block(fn(*args))
+            if kwargs:
+                for _ in range(calls):
+                    block(fn(*args, **kwargs))
+            else:
+                for _ in range(calls):
+                    block(fn(*args))
             cpu = thread_time() - c0
             wall = perf_counter() - w0
     return cpu / calls * 1e6, wall / calls * 1e6
@@ -468,12 +505,13 @@ class Stepper:
     def __init__(self, runner: Runner):
         self._fn = runner.fn
         self._args = runner.args
+        self._kwargs = runner.kwargs
         self._blocking = runner.case.blocking
         self._count = 0
         self._last = None
 
     def __call__(self):
-        out = self._fn(*self._args)
+        out = self._fn(*self._args, **self._kwargs)
         if self._blocking:
             return jax.block_until_ready(out)
         self._count += 1

@@ -25,6 +25,11 @@ def describe(elements, sig_ids, static_argnums):
     ``sig_ids``: the core's leaf signature -> id map."""
     signatures = {leaf_id: sig for sig, leaf_id in sig_ids.items()}
     names = jp.trace_context_names()
+    if elements and all(_is_extended_context(ctx) for ctx, _, _ in elements):
+        # pjit's selector: JAX's trace context and the jax.set_mesh mesh.
+        elements = [(ctx[0] + (ctx[1],), key, entry) for ctx, key, entry in elements]
+        if names is not None:
+            names = tuple(names) + ("concrete mesh (jax.set_mesh)",)
     varying = _varying_context(elements, names)
     parts = [f"The cache contains {len(elements)} elements:"]
     for ctx, key, entry in elements:
@@ -33,13 +38,20 @@ def describe(elements, sig_ids, static_argnums):
     return "\n\n".join(parts)
 
 
+def _is_extended_context(ctx):
+    return len(ctx) == 2 and isinstance(ctx[0], tuple)
+
+
 def _describe_element(ctx, key, entry, signatures, static_argnums, names, varying):
-    statics, dyn_trees, kw_names, leaf_ids = _decode(key, static_argnums)
-    leaves = [_leaf_words(signatures.get(i)) for i in leaf_ids]
+    statics, static_kw, dyn_trees, kw_names, leaf_ids = _decode(key, static_argnums)
+    leaves = [_leaf_words(signatures, i) for i in leaf_ids]
     static_words = ", ".join(
-        f"{pos}={value!r} ({tp.__name__})" for pos, (tp, value) in statics)
+        f"{pos}={value!r} ({tp.__name__})" for pos, tp, value in statics)
+    static_kw_words = ", ".join(
+        f"{name}={value!r} ({tp.__name__})" for name, tp, value in static_kw)
     lines = [
         f"static args (positional): {static_words or 'none'}",
+        f"static args (keyword): {static_kw_words or 'none'}",
         "dynamic arg signatures (positional + keyword): " + (", ".join(leaves) or "none"),
         "dynamic arg keyword names: " + (", ".join(kw_names) or "none"),
         "dynamic arg treedefs: " + ("| ".join(str(t) for t in dyn_trees) or "none"),
@@ -52,25 +64,28 @@ def _describe_element(ctx, key, entry, signatures, static_argnums, names, varyin
 
 
 def _decode(key, static_argnums):
-    """``(statics, per-argument treedefs, keyword names, leaf ids)``."""
+    """``(statics, static keywords, per-argument treedefs, keyword names,
+    leaf ids)``; see ``DispatchFunction._sign`` for the key layouts."""
     if type(key[0]) is int:
-        return (), *_decode_simple(key)
+        return (), (), *_decode_simple(key)
     treedef = key[0]
     rest = list(key[1:])
     statics = ()
     if static_argnums:
-        statics = tuple(zip(static_argnums, rest.pop(0)))
+        statics = rest.pop(0)
+    static_kw = ()
     has_kwargs = bool(rest) and rest[0] == _dispatch_mod.KWARGS_MARK
     if has_kwargs:
         rest.pop(0)
+        static_kw = rest.pop(0)
     try:
         shape = treedef.unflatten([0] * treedef.num_leaves)
     except Exception:  # noqa: BLE001 - a custom node that rejects placeholders
-        return statics, [treedef], [], rest
+        return statics, static_kw, [treedef], [], rest
     dyn, kwargs = shape if has_kwargs else (shape, {})
     trees = [jax.tree_util.tree_structure(a) for a in dyn]
     trees += [jax.tree_util.tree_structure(v) for v in kwargs.values()]
-    return statics, trees, list(kwargs), rest
+    return statics, static_kw, trees, list(kwargs), rest
 
 
 def _decode_simple(key):
@@ -96,12 +111,21 @@ def _decode_simple(key):
     return trees, [], leaf_ids
 
 
-def _leaf_words(sig):
+def _leaf_words(signatures, leaf_id):
+    sig = signatures.get(leaf_id)
     if sig is None:
         return "<unknown signature>"
     if isinstance(sig, type):
         kind = "numpy" if issubclass(sig, np.generic) else "Python"
         return f"{kind} {sig.__name__} scalar"
+    if isinstance(sig[0], str) and sig[0] == "placed":
+        _, base, sharding = sig
+        return f"{_leaf_words(signatures, base)} committed to {sharding}"
+    if isinstance(sig[0], str) and sig[0] == "global":
+        return f"{_leaf_words(signatures, sig[1])} (global array)"
+    if len(sig) == 3 and isinstance(sig[0], type) and sig[0] is jp.PRNGKeyArray:
+        _, impl, base = sig
+        return f"key<{getattr(impl, 'name', impl)}> over {_leaf_words(signatures, base)}"
     if len(sig) == 3 and isinstance(sig[0], type):
         # A numpy array whose dtype JAX canonicalizes (e.g. float64 without x64).
         _, dtype, shape = sig

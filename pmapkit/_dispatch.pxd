@@ -24,12 +24,23 @@ cdef class CacheEntry:
     cdef public list out_handlers
     cdef public object out_treedef
     cdef public object shard_fallback
+    cdef public object is_equivalent
+    cdef public list equivalents
     cdef public LeafTypes types
     cdef public tuple donated
+    cdef public Py_ssize_t resharded
+    cdef public unsigned long long last_used
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
                    out=list, in_shardings=tuple)
     cpdef list shard(self, leaves)
+
+    @cython.locals(seen=tuple)
+    cdef bint _seen_equivalent(self, Py_ssize_t j, object have) except -1
+
+    @cython.locals(seen=tuple)
+    cdef object _first_sight(self, object x, object physical, object have,
+                             Py_ssize_t i, Py_ssize_t j)
 
     @cython.locals(leaf_types=LeafTypes, donated=tuple, first=dict, j=Py_ssize_t)
     cpdef bint aliases_donated(self, leaves) except -1
@@ -43,13 +54,18 @@ cdef class DispatchFunction:
     cdef readonly tuple _static_argnums
     cdef frozenset _static_set
     cdef Py_ssize_t _max_static
+    cdef readonly frozenset _static_names
+    cdef readonly bint _sign_shardings
+    cdef public bint _sign_global
     cdef LeafTypes _types
     cdef object _array_type
     cdef object _ndarray_type
     cdef object _host_scalar_type
     cdef object _key_type
+    cdef str _sharding_attr
     cdef dict _sig_ids
     cdef dict _aval_ids
+    cdef dict _placed_ids
     cdef object _next_id
     cdef frozenset _canonical_dtypes
     cdef object _flatten
@@ -60,23 +76,38 @@ cdef class DispatchFunction:
     cdef object _top_env
     cdef object _lower
     cdef object _reduce_fn
+    cdef object _describe
     cdef dict _caches
     cdef tuple _current
     cdef public bint _always_fallback
+    cdef readonly Py_ssize_t _cache_size_limit
+    cdef unsigned long long _clock
+    cdef readonly Py_ssize_t _misses
+    cdef readonly Py_ssize_t _evictions
+    cdef object _lock
     cdef public object _on_clear
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
                    signed=tuple, arrays=list)
     cdef object _dispatch(self, tuple args, dict kwargs)
+    cdef object _python_call(self, tuple args, dict kwargs)
     cdef bint _is_top_level(self)
     cdef tuple _select_context(self, object ctx)
+    @cython.locals(drop=bint)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
-                               dict cache, object key)
+                               dict cache, object key, list leaves)
+    cdef bint _has_global(self, list leaves) except -1
+    @cython.locals(excess=Py_ssize_t, ready=list)
+    cdef _evict(self, dict cache)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
                    flat=tuple, leaf_id=Py_ssize_t, leaves=list, simple=bint)
     cdef object _sign(self, tuple args, dict kwargs)
+    @cython.locals(static_kw=list, dyn_kw=dict)
+    cdef tuple _split_static_kwargs(self, dict kwargs)
 
+    @cython.locals(leaf_id=object)
     cdef Py_ssize_t _leaf_id(self, object x) except -2
+    cdef Py_ssize_t _placed_id(self, Py_ssize_t leaf_id, object sharding) except -2
 
     cdef object _intern(self, object sig)

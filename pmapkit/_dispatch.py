@@ -17,7 +17,13 @@ import threading
 import types
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
-FASTPATH_VERSION = 2
+FASTPATH_VERSION = 3
+# Sharding objects remembered per input as equivalent to the compiled one
+# (each distinct producer of inputs brings one; more evict the oldest).
+MAX_EQUIVALENTS = 8
+# Cached signatures per function (per trace context) unless set otherwise;
+# the least recently used is evicted beyond it.
+DEFAULT_CACHE_SIZE = 256
 
 
 class ArgumentAliasError(ValueError):
@@ -70,8 +76,12 @@ class CacheEntry:
         self.out_handlers = None
         self.out_treedef = None
         self.shard_fallback = None
+        self.is_equivalent = None
+        self.equivalents = None
         self.types = None
         self.donated = None
+        self.resharded = 0
+        self.last_used = 0
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -88,6 +98,11 @@ class CacheEntry:
         self.out_handlers = list(fastpath.out_handlers)
         self.out_treedef = fastpath.out_treedef
         self.shard_fallback = fastpath.shard_fallback
+        self.is_equivalent = fastpath.is_equivalent
+        # Per kept input: sharding objects seen and found to lay the array
+        # out exactly as the compiled one (other mesh axis names, jax.pmap's
+        # or device_put's meshes); their arrays are passed on as they are.
+        self.equivalents = [()] * len(self.in_shardings)
         self.types = types
         donated = fastpath.donated
         self.donated = tuple(donated) if donated else None
@@ -116,10 +131,11 @@ class CacheEntry:
     def shard(self, leaves):
         """The device arrays the executable takes, one per kept input.
 
-        An array already carrying the compiled sharding is passed as is (no
-        copy); host arrays and scalars are sliced and put per device; anything
-        else goes to the Python ``shard_fallback`` (resharding, zero-copy
-        re-views of equivalent shardings).
+        An array whose sharding is the compiled one, or one remembered as
+        equivalent to it, is passed as is (no copy); host arrays and scalars
+        are sliced and put per device; anything else is classified once per
+        sharding object (``_first_sight``) and remembered, or goes to the
+        Python ``shard_fallback`` (resharding).
         """
         leaf_types = self.types
         kept = self.kept
@@ -131,14 +147,13 @@ class CacheEntry:
             x = leaves[i]
             t = type(x)
             if t is leaf_types.array_type:
-                want = in_shardings[j]
                 have = getattr(x, leaf_types.sharding_attr)
-                if have is want or have == want:
+                if have is in_shardings[j] or self._seen_equivalent(j, have):
                     if x.is_deleted():
                         leaf_types.raise_deleted(x)  # donated earlier: JAX's error
                     out[j] = x
                 else:
-                    out[j] = self.shard_fallback(x, i)
+                    out[j] = self._first_sight(x, x, have, i, j)
             elif t is leaf_types.ndarray_type:
                 out[j] = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
@@ -148,15 +163,43 @@ class CacheEntry:
             elif t is leaf_types.key_type:
                 # in_shardings hold the physical sharding of key inputs.
                 base = x._base_array
-                want = in_shardings[j]
                 have = getattr(base, leaf_types.sharding_attr)
-                if (have is want or have == want) and not base.is_deleted():
+                if ((have is in_shardings[j] or self._seen_equivalent(j, have))
+                        and not base.is_deleted()):
                     out[j] = base
                 else:
-                    out[j] = self.shard_fallback(x, i)
+                    out[j] = self._first_sight(x, base, have, i, j)
             else:
+                self.resharded += 1
                 out[j] = self.shard_fallback(x, i)
         return out
+
+    def _seen_equivalent(self, j, have):
+        seen = self.equivalents[j]
+        for s in seen:
+            if s is have:
+                return True
+        # A fresh object equal to a known one (a producer that builds its
+        # sharding anew per call): equal shardings lay arrays out alike.
+        if have == self.in_shardings[j]:
+            return True
+        for s in seen:
+            if have == s:
+                return True
+        return False
+
+    def _first_sight(self, x, physical, have, i, j):
+        """A sharding object not seen before on input ``j``: if it lays the
+        array out as the program wants, remember it (bounded) and pass the
+        buffers on; otherwise the Python fallback moves them."""
+        if not physical.is_deleted() and self.is_equivalent(physical, i):
+            seen = self.equivalents[j]
+            if len(seen) >= MAX_EQUIVALENTS:
+                seen = seen[1:]
+            self.equivalents[j] = seen + (have,)
+            return physical
+        self.resharded += 1
+        return self.shard_fallback(x, i)
 
 
 class DispatchFunction:
@@ -170,30 +213,49 @@ class DispatchFunction:
       canonical_dtypes: numpy dtypes that need no canonicalization, so a numpy
         leaf of such a dtype signs like a device array of the same aval.
       flatten: pytree flatten returning ``(leaves, treedef)``.
-      trace_context: returns JAX's trace-context tuple (part of every key).
+      trace_context: returns the hashable context that selects a cache
+        (JAX's trace context, plus whatever else the program depends on).
       probe: ``(trace_state, eval_ref, axis_env_state, top_env)``; see
         ``_jax_private.top_level_probe``.
       lower: ``lower(*args, **kwargs)`` for ``.lower``.
       reduce_fn: returns ``(callable, args)`` for pickling.
+      static_argnames: keyword names whose values are compile-time constants
+        (signed by value). With names, static positions may also be absent
+        from a call (the argument came by keyword).
+      sign_shardings: sign committed device arrays by their sharding too
+        (for programs whose input placement follows the arguments').
+      cache_size: entries kept per trace context (least recently used are
+        evicted beyond it); None: ``DEFAULT_CACHE_SIZE``.
+      describe: ``describe(elements, sig_ids, static_argnums)`` for
+        ``_debug_cache_keys`` (the core itself imports nothing of JAX).
     """
 
     def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
-                 flatten, trace_context, probe, lower, reduce_fn):
+                 flatten, trace_context, probe, lower, reduce_fn,
+                 static_argnames=(), sign_shardings=False, cache_size=None,
+                 describe=None):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
         self._static_set = frozenset(static_argnums)
         self._max_static = max(static_argnums) if static_argnums else -1
+        self._static_names = frozenset(static_argnames)
+        self._sign_shardings = bool(sign_shardings)
+        # Set (at a miss) once a program spans processes: arrays that are not
+        # fully addressable (global arrays) then sign apart from local ones.
+        self._sign_global = False
         self._types = types
         self._array_type = types.array_type
         self._ndarray_type = types.ndarray_type
         self._host_scalar_type = types.host_scalar_type
         self._key_type = types.key_type
+        self._sharding_attr = types.sharding_attr
         # Leaf signatures are interned to small ints, so keys hash and compare
         # fast; device arrays made by one result handler share an aval object,
         # so their ids are found by identity without rebuilding the signature.
         self._sig_ids = {}
         self._aval_ids = {}
+        self._placed_ids = {}
         self._next_id = itertools.count()
         self._canonical_dtypes = frozenset(canonical_dtypes)
         self._flatten = flatten
@@ -204,9 +266,15 @@ class DispatchFunction:
         self._top_env = probe[3]
         self._lower = lower
         self._reduce_fn = reduce_fn
+        self._describe = describe
         self._caches = {}
         self._current = (None, {})
         self._always_fallback = False
+        self._cache_size_limit = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
+        self._clock = 0
+        self._misses = 0
+        self._evictions = 0
+        self._lock = threading.Lock()
         # Called by clear_cache: the Python side's caches of traced bodies.
         self._on_clear = None
 
@@ -217,14 +285,14 @@ class DispatchFunction:
     def _dispatch(self, args, kwargs):
         if self._always_fallback or not self._is_top_level():
             # Under a JAX trace the call must bind our primitive; never cache it.
-            return self._cache_miss(*args, **kwargs)[0]
+            return self._python_call(args, kwargs)
         signed = self._sign(args, kwargs)
         if signed is None:
-            return self._cache_miss(*args, **kwargs)[0]
+            return self._python_call(args, kwargs)
         key = signed[0]
         leaves = signed[1]
-        # JAX's trace context (x64, default device, ...) selects a cache; it is
-        # compared, not hashed, per call: equal contexts share elements.
+        # The trace context (x64, default device, mesh ...) selects a cache;
+        # it is compared, not hashed, per call: equal contexts share elements.
         ctx = self._trace_context()
         current = self._current
         if current[0] != ctx:
@@ -234,25 +302,31 @@ class DispatchFunction:
             entry = cache.get(key)
         except TypeError:
             # An unhashable static argument: cache_miss raises the clear error.
-            return self._cache_miss(*args, **kwargs)[0]
+            return self._python_call(args, kwargs)
         if entry is None:
             fresh = CacheEntry()
             entry = cache.setdefault(key, fresh)
             if entry is fresh:
-                return self._compile_entry(entry, args, kwargs, cache, key)
+                return self._compile_entry(entry, args, kwargs, cache, key, leaves)
         if not entry.ready:
             entry.event.wait()
             if entry.error is not None:
                 raise entry.error
         if entry.fallback:
-            return self._cache_miss(*args, **kwargs)[0]
+            return self._python_call(args, kwargs)
         if entry.donated is not None and entry.aliases_donated(leaves):
             # The miss path names both positions in its error, before running.
-            return self._cache_miss(*args, **kwargs)[0]
+            return self._python_call(args, kwargs)
+        self._clock += 1
+        entry.last_used = self._clock
         arrays = entry.shard(leaves)
         results = entry.executable.execute_sharded(arrays)
         outs = results.consume_with_handlers(entry.out_handlers)
         return entry.out_treedef.unflatten(outs)
+
+    def _python_call(self, args, kwargs):
+        self._misses += 1
+        return self._cache_miss(*args, **kwargs)[0]
 
     def _select_context(self, ctx):
         cache = self._caches.setdefault(ctx, {})
@@ -264,30 +338,68 @@ class DispatchFunction:
         return (self._trace_state.value is self._eval_ref
                 and self._axis_env_state.value is self._top_env)
 
-    def _compile_entry(self, entry, args, kwargs, cache, key):
+    def _compile_entry(self, entry, args, kwargs, cache, key, leaves):
         # Only the thread that inserted the entry gets here; others wait.
+        self._misses += 1
+        drop = False
         try:
             result = self._cache_miss(*args, **kwargs)
             fastpath = result[1]
             if fastpath is None:
                 entry.fallback = True
+            elif fastpath.signs_global and not self._sign_global and self._has_global(leaves):
+                # Global arrays must sign apart from local ones of their
+                # shape, and this key was made without telling them apart:
+                # sign them apart from now on and key this call anew. (A key
+                # of local arrays only stays valid: they sign the same.)
+                self._sign_global = True
+                entry.fallback = True
+                drop = True
             else:
+                if fastpath.signs_global:
+                    self._sign_global = True
                 entry.populate(fastpath, self._types)
         except ArgumentAliasError:
             # About this call's values only: waiters take Python with their
             # own arguments, and the next call of the signature compiles.
             entry.fallback = True
-            if cache.get(key) is entry:
-                del cache[key]
+            drop = True
             raise
         except BaseException as exc:
             entry.fallback = True
             entry.error = exc
             raise
         finally:
+            self._clock += 1
+            entry.last_used = self._clock
             entry.ready = True
             entry.event.set()
+            with self._lock:
+                if drop:
+                    if cache.get(key) is entry:
+                        del cache[key]
+                elif len(cache) > self._cache_size_limit:
+                    self._evict(cache)
         return result[0]
+
+    def _has_global(self, leaves):
+        for x in leaves:
+            if type(x) is self._key_type:
+                x = x._base_array
+            if type(x) is self._array_type and not x.is_fully_addressable:
+                return True
+        return False
+
+    def _evict(self, cache):
+        """Drop least recently used ready entries until the cache fits."""
+        excess = len(cache) - self._cache_size_limit
+        if excess <= 0:
+            return
+        ready = [(e.last_used, k) for k, e in list(cache.items()) if e.ready]
+        ready.sort(key=_first)
+        for _, k in ready[:excess]:
+            cache.pop(k, None)
+            self._evictions += 1
 
     def _sign(self, args, kwargs):
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
@@ -325,30 +437,33 @@ class DispatchFunction:
             if simple:
                 return (tuple(key), leaves)
         if self._max_static >= 0:
-            if self._max_static >= nargs:
-                return None
+            if self._max_static >= nargs and not self._static_names:
+                return None  # the miss path says which static is missing
             statics = []
             dyn = []
             for i in range(nargs):
                 if i in self._static_set:
                     # The type too: 1, 1.0 and True are == but trace differently.
-                    statics.append((type(args[i]), args[i]))
+                    statics.append((i, type(args[i]), args[i]))
                 else:
                     dyn.append(args[i])
-            if kwargs:
-                flat = self._flatten((tuple(dyn), kwargs))
-                key = [flat[1], tuple(statics), KWARGS_MARK]
-            else:
-                flat = self._flatten(tuple(dyn))
-                key = [flat[1], tuple(statics)]
-        elif kwargs:
-            flat = self._flatten((args, kwargs))
-            key = [flat[1], KWARGS_MARK]
+            key = [None, tuple(statics)]
+            dyn_args = tuple(dyn)
+        else:
+            key = [None]
+            dyn_args = args
+        if kwargs:
+            static_kw = ()
+            if self._static_names:
+                static_kw, kwargs = self._split_static_kwargs(kwargs)
+            flat = self._flatten((dyn_args, kwargs))
+            key.append(KWARGS_MARK)
+            key.append(static_kw)
         else:
             # Without keyword arguments the args tuple alone flattens to the
             # same leaves, faster.
-            flat = self._flatten(args)
-            key = [flat[1]]
+            flat = self._flatten(dyn_args)
+        key[0] = flat[1]
         leaves = flat[0]
         for x in leaves:
             leaf_id = self._leaf_id(x)
@@ -357,18 +472,33 @@ class DispatchFunction:
             key.append(leaf_id)
         return (tuple(key), leaves)
 
+    def _split_static_kwargs(self, kwargs):
+        """``(sorted (name, type, value) of static keywords, dynamic ones)``."""
+        static_kw = []
+        dyn_kw = {}
+        for name, value in kwargs.items():
+            if name in self._static_names:
+                static_kw.append((name, type(value), value))
+            else:
+                dyn_kw[name] = value
+        static_kw.sort(key=_first)
+        return tuple(static_kw), dyn_kw
+
     def _leaf_id(self, x):
         """The interned signature id of one leaf, or -1 if it has none."""
         t = type(x)
         if t is self._array_type:
             aval = x.aval
-            found = self._aval_ids.get(aval)
-            if found is not None:
-                return found
-            leaf_id = self._intern((aval.dtype, aval.shape, aval.weak_type))
-            if len(self._aval_ids) >= 256:
-                self._aval_ids = {}  # bound the memory held by remembered avals
-            self._aval_ids[aval] = leaf_id
+            leaf_id = self._aval_ids.get(aval)
+            if leaf_id is None:
+                leaf_id = self._intern((aval.dtype, aval.shape, aval.weak_type))
+                if len(self._aval_ids) >= 256:
+                    self._aval_ids = {}  # bound the memory held by remembered avals
+                self._aval_ids[aval] = leaf_id
+            if self._sign_shardings and x._committed:
+                leaf_id = self._placed_id(leaf_id, getattr(x, self._sharding_attr))
+            if self._sign_global and not x.is_fully_addressable:
+                leaf_id = self._intern(("global", leaf_id))
             return leaf_id
         if t is self._ndarray_type:
             dt = x.dtype
@@ -388,13 +518,25 @@ class DispatchFunction:
             return self._intern((t, x._impl, base_id))
         return -1
 
+    def _placed_id(self, leaf_id, sharding):
+        """The id of a committed array of signature ``leaf_id`` placed with
+        ``sharding`` (uncommitted arrays sign like host values)."""
+        key = (leaf_id, sharding)
+        found = self._placed_ids.get(key)
+        if found is None:
+            found = self._intern(("placed", leaf_id, sharding))
+            if len(self._placed_ids) >= 256:
+                self._placed_ids = {}
+            self._placed_ids[key] = found
+        return found
+
     def _intern(self, sig):
         found = self._sig_ids.get(sig)
         if found is None:
             found = self._sig_ids.setdefault(sig, next(self._next_id))
         return found
 
-    # -- introspection ---------------------------------------------------------
+    # -- introspection and control ---------------------------------------------
     @property
     def _cache_size(self):
         return sum([len(c) for c in self._caches.values()])
@@ -404,18 +546,40 @@ class DispatchFunction:
         "The cache contains N elements:" then, per entry, its argument
         signatures, tree structures, static values, the shardings it was
         compiled for and its trace context, to see why a call missed."""
-        from pmapkit import _cache_keys  # pure Python, needed only here
-
         elements = []
         for ctx, cache in list(self._caches.items()):
             for key, entry in list(cache.items()):
                 elements.append((ctx, key, entry))
-        return _cache_keys.describe(elements, dict(self._sig_ids),
-                                    self._static_argnums)
+        return self._describe(elements, dict(self._sig_ids), self._static_argnums)
 
     def _debug_compute_cache_key(self, *args, **kwargs):
         signed = self._sign(args, kwargs)
         return None if signed is None else signed[0]
+
+    def _debug_dispatch_stats(self):
+        """Counters of the slow paths: calls that ran Python (``misses``),
+        inputs moved or put by the Python fallback on hit-path calls
+        (``resharded``), sharding objects accepted as equivalent
+        (``equivalent_shardings``) and LRU ``evictions``."""
+        resharded = 0
+        equivalent = 0
+        for cache in list(self._caches.values()):
+            for entry in list(cache.values()):
+                if entry.ready and entry.equivalents is not None:
+                    resharded += entry.resharded
+                    equivalent += sum([len(e) for e in entry.equivalents])
+        return {"misses": self._misses, "resharded": resharded,
+                "equivalent_shardings": equivalent, "evictions": self._evictions,
+                "cache_size": self._cache_size, "cache_size_limit": self._cache_size_limit}
+
+    def _set_cache_size(self, size):
+        """Bound this function's cache to ``size`` entries per context."""
+        if type(size) is not int or size < 1:
+            raise ValueError(f"cache size must be a positive int, got {size!r}")
+        self._cache_size_limit = size
+        with self._lock:
+            for cache in list(self._caches.values()):
+                self._evict(cache)
 
     def clear_cache(self):
         self._caches = {}
@@ -438,3 +602,7 @@ class DispatchFunction:
     def __repr__(self):
         name = getattr(self.fun, "__qualname__", None) or repr(self.fun)
         return f"<pmapkit DispatchFunction of {name}>"
+
+
+def _first(item):
+    return item[0]

@@ -1,33 +1,9 @@
-"""Jaxpr analyses on the miss path.
-
-``varying_outputs`` tells which outputs of a per-device body may differ
-between the devices of a mapped axis. Classic pmap returned the first
-device's value for an ``out_axes=None`` output; only those that may differ
-need the extra step that makes every device hold that value
-(``first_device_outputs``); the others are already the same everywhere.
+"""Jaxpr analyses on the miss path: where the pmaps nested in a pmap body
+sit (their axes become the inner axes of the top-level pmap's mesh).
 """
 from __future__ import annotations
 
 from pmapkit import _jax_private as jp
-
-# Collectives whose result is the same on every device of the reduced axes.
-_INVARIANT_RESULT = frozenset({"psum", "pmax", "pmin", "all_gather",
-                               "all_gather_invariant", "psum_invariant"})
-# Collectives whose result differs per device even for an invariant input.
-_ALWAYS_VARYING = frozenset({"axis_index", "ppermute", "psum_scatter",
-                             "reduce_scatter", "all_to_all", "pbroadcast"})
-
-
-def _names_axis(params, axis_name):
-    for key in ("axes", "axis_name"):
-        names = params.get(key)
-        if names is None:
-            continue
-        if not isinstance(names, (tuple, list)):
-            names = (names,)
-        if axis_name in names:
-            return True
-    return False
 
 
 def _sub_jaxpr(eqn):
@@ -40,58 +16,6 @@ def _sub_jaxpr(eqn):
         if isinstance(inner, jp.Jaxpr) and len(inner.invars) == len(eqn.invars):
             return inner
     return None
-
-
-def _mentions_axis(jaxpr, axis_name):
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in _ALWAYS_VARYING and _names_axis(eqn.params, axis_name):
-            return True
-        for inner in jp.jaxprs_in_params(eqn.params):
-            if _mentions_axis(inner, axis_name):
-                return True
-    return False
-
-
-def varying_outputs(jaxpr, varying_inputs, axis_name):
-    """Per output of ``jaxpr``: may it differ across devices of ``axis_name``?"""
-    varying = {}
-
-    def read(atom):
-        return False if isinstance(atom, jp.Literal) else varying.get(atom, False)
-
-    for var in jaxpr.constvars:
-        varying[var] = False
-    for var, v in zip(jaxpr.invars, varying_inputs):
-        varying[var] = bool(v)
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        ins = [read(a) for a in eqn.invars]
-        if name in _INVARIANT_RESULT and _names_axis(eqn.params, axis_name):
-            outs = [False] * len(eqn.outvars)
-        elif name in _ALWAYS_VARYING and _names_axis(eqn.params, axis_name):
-            outs = [True] * len(eqn.outvars)
-        else:
-            inner = _sub_jaxpr(eqn)
-            if inner is not None and len(inner.outvars) == len(eqn.outvars):
-                outs = varying_outputs(inner, ins, axis_name)
-            else:
-                any_in = any(ins) or any(
-                    _mentions_axis(j, axis_name)
-                    for j in jp.jaxprs_in_params(eqn.params))
-                outs = [any_in] * len(eqn.outvars)
-        for var, v in zip(eqn.outvars, outs):
-            varying[var] = v
-    return [read(a) for a in jaxpr.outvars]
-
-
-def first_device_outputs(jaxpr, axis_name, in_axes, out_axes):
-    """Per output of a pmap equation: is it unmapped (``out_axes`` None) and
-    possibly different between devices, so the first device's must be taken?"""
-    if all(ax is not None for ax in out_axes):
-        return (False,) * len(out_axes)
-    varying = varying_outputs(jaxpr.jaxpr, [ax is not None for ax in in_axes],
-                              axis_name)
-    return tuple(ax is None and v for ax, v in zip(out_axes, varying))
 
 
 def nested_pmap_axes(jaxpr, primitive):

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit import lowering
+from pmapkit import _cache_keys, lowering
 from pmapkit._compiled import dispatch as _dispatch_mod
 
 # numpy dtypes that canonicalize to themselves whatever jax_enable_x64 says; a
@@ -200,13 +200,16 @@ class LeafNames:
         return f"keyword argument '{path[1].key}'{where}"
 
 
-def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature):
+def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature, *,
+                  static_argnames=(), sign_shardings=False, trace_context=None):
     """The compiled-dispatch callable of one user function, with the classic
     introspection attributes (functools.wraps metadata, __signature__)."""
     fn = _dispatch_mod.DispatchFunction(
         fun, cache_miss, static, lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
-        jp.tree_registry.flatten, jp.trace_context, jp.top_level_probe(),
-        lower, reduce_fn)
+        jp.tree_registry.flatten, trace_context or jp.trace_context,
+        jp.top_level_probe(), lower, reduce_fn,
+        static_argnames=static_argnames, sign_shardings=sign_shardings,
+        describe=_cache_keys.describe)
     # functools.wraps metadata, without update_wrapper's __dict__ merge: when
     # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its
     # __dict__ holds its internals, which must not overwrite ours.
@@ -218,6 +221,24 @@ def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature):
     if signature is not None:
         fn.__signature__ = signature
     return fn
+
+
+def make_compiled_call(cache_miss, name):
+    """A dispatch-core function for a ``jax.stages.Compiled`` of ours: no
+    static arguments (the lowering fixed them), no lowering, not picklable
+    (as JAX's compiled objects)."""
+
+    def not_lowerable(*args, **kwargs):
+        raise TypeError(f"{name} is already compiled; it has no lower().")
+
+    def not_picklable():
+        raise TypeError(f"cannot pickle the compiled call of {name}; pickle "
+                        "the pmapped/pjit'd function and compile again.")
+
+    return _dispatch_mod.DispatchFunction(
+        cache_miss, cache_miss, (), lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
+        jp.tree_registry.flatten, jp.trace_context, jp.top_level_probe(),
+        not_lowerable, not_picklable, describe=_cache_keys.describe)
 
 
 class TraceCache:

@@ -23,8 +23,8 @@ from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
 from pmapkit import process_local
 from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
-from pmapkit.analysis import (dims_spec, first_device_outputs, mapped_dims,
-                              nested_in_dims, nested_out_dims, nested_pmap_axes)
+from pmapkit.analysis import (dims_spec, mapped_dims, nested_in_dims,
+                              nested_out_dims, nested_pmap_axes)
 from pmapkit.specs import axis_spec
 
 _shard_map = jax.shard_map
@@ -70,34 +70,25 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     del donated_invars, name
     # A nested pmap (devices=None) runs on the mesh its enclosing pmap built.
     mesh = _enclosing_mesh(ctx, axis_name) if devices is None else pmap_mesh(params)
-    # An unmapped output that may differ between devices is the first
-    # device's value (classic pmap): it leaves the manual region stacked and
-    # is sliced there, in the partitioned program, which broadcasts it.
-    first_of = first_device_outputs(jaxpr, axis_name, in_axes, out_axes)
-    if devices is not None and process_local.spans_devices(devices):
-        # Across processes each process reads its own first device's value
-        # (its local view of the result), as jax.pmap does: every device
-        # keeps its own value, none is broadcast from another process.
-        first_of = (False,) * len(first_of)
-    stack_axes = tuple(0 if first else ax for ax, first in zip(out_axes, first_of))
+    # An unmapped output (out_axes None) leaves the manual region as each
+    # device's own value, with no collective: reading it gives the first
+    # device's (classic pmap, and jax.pmap's out_specs P() without checks).
     in_specs = tuple(axis_spec(axis_name, ax) for ax in in_axes)
-    out_specs = tuple(axis_spec(axis_name, ax) for ax in stack_axes)
+    out_specs = tuple(axis_spec(axis_name, ax) for ax in out_axes)
 
     def per_device(*xs):
         xs = [x if ax is None else jax.lax.squeeze(x, (ax,))
               for x, ax in zip(xs, in_axes)]
         outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
         return tuple(o if ax is None else jax.lax.expand_dims(o, (ax,))
-                     for o, ax in zip(outs, stack_axes))
+                     for o, ax in zip(outs, out_axes))
 
     shard_mesh = mesh
 
     def spmd(*xs):
-        outs = _shard_map(per_device, mesh=shard_mesh, in_specs=in_specs,
+        return _shard_map(per_device, mesh=shard_mesh, in_specs=in_specs,
                           out_specs=out_specs, check_vma=False,
                           axis_names={axis_name})(*xs)
-        return tuple(jax.lax.index_in_dim(o, 0, 0, keepdims=False) if first else o
-                     for o, first in zip(outs, first_of))
 
     lower = mlir.lower_fun(spmd, multiple_results=True)
     if devices is None:
@@ -140,8 +131,8 @@ class FastpathData:
     """
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
-                 "out_handlers", "out_treedef", "shard_fallback", "compiled",
-                 "donated")
+                 "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
+                 "compiled", "donated", "signs_global")
 
     def __init__(self, compiled, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -153,6 +144,12 @@ class FastpathData:
         self.out_handlers = compiled.out_handlers
         self.out_treedef = out_treedef
         self.shard_fallback = compiled.shard_fallback
+        self.is_equivalent = compiled.is_equivalent
+        # Whether global arrays must sign apart from local ones of the same
+        # shape (see the core): a program spanning processes that takes
+        # local data at local shapes (pjit).
+        self.signs_global = (compiled.spans_processes
+                             and _PROGRAMS[compiled.primitive].local_inputs_resized)
         # Flat indices of donated leaves (None: the program donates nothing,
         # and the hit path checks nothing).
         self.donated = compiled.donated
@@ -248,6 +245,22 @@ class CompiledProgram:
                 return x._rewrap_with_aval_and_sharding(aval, sharding)
         return self.host_specs[i].put(np.asarray(x))
 
+    def is_equivalent(self, x, i):
+        """Whether device array ``x`` (the physical buffers, for a key input)
+        of flat input ``i`` lays out exactly as the program takes it: the
+        same devices in the same order, every dimension split alike, whatever
+        mesh or axis names its sharding uses. Decided once per sharding
+        object by the hit path, which then passes such arrays on as they are.
+        """
+        want = self.physical_in_shardings[i]
+        if self.spans_processes and x.is_fully_addressable:
+            # This process's local data (global arrays are taken as they are).
+            want = self.local_in_shardings[i]
+        try:
+            return bool(x.sharding.is_equivalent_to(want, x.ndim))
+        except Exception:  # noqa: BLE001 - shardings JAX cannot compare
+            return False
+
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
         if self.spans_processes:
@@ -288,8 +301,14 @@ class CompiledProgram:
         results = self.executable.execute_sharded(arrays)
         return results.consume_with_handlers(self.out_handlers)
 
-    def fastpath(self, out_treedef):
+    def fastpath(self, out_treedef, out_shardings=None):
+        """The dispatch core's data for this program; ``out_shardings``
+        replaces the results' shardings by equivalent ones (pjit's
+        ``device=``: a one-device mesh's results as SingleDeviceShardings)."""
         data = FastpathData(self, out_treedef)
+        if out_shardings is not None:
+            data.out_handlers = [jp.global_aval_to_result_handler(a, s, True)
+                                 for a, s in zip(self.out_avals, out_shardings)]
         if self.has_effects:
             # Effects (host callbacks) need JAX's token threading around each
             # run; the hit path still skips tracing, signing and compiling.
@@ -461,18 +480,25 @@ class ProgramKind:
     """How to place one of our primitives as a top-level program: its global
     in/out shardings, and the effects that keep it off the fast path."""
 
-    def __init__(self, shardings, effects, local_outputs):
+    def __init__(self, shardings, effects, local_outputs, local_inputs_resized):
         self.shardings = shardings
         self.effects = effects
         # Across processes: results as this process's part (pmap) or global.
         self.local_outputs = local_outputs
+        # Across processes: a local argument stands for a global one of
+        # another shape, so local and global arrays of one shape are
+        # different programs (pjit; a pmap's local and global arrays differ
+        # in shape anyway).
+        self.local_inputs_resized = local_inputs_resized
 
 
 _PROGRAMS = {}
 
 
-def register_program(primitive, shardings, effects, local_outputs=False):
-    _PROGRAMS[primitive] = ProgramKind(shardings, effects, local_outputs)
+def register_program(primitive, shardings, effects, local_outputs=False,
+                     local_inputs_resized=False):
+    _PROGRAMS[primitive] = ProgramKind(shardings, effects, local_outputs,
+                                       local_inputs_resized)
 
 
 def program_shardings(primitive, params, in_avals):
@@ -515,7 +541,7 @@ register_program(pmap_p, _pmap_shardings,
 
 register_program(pjit_p,
                  lambda params, in_avals: (params["in_shardings"], params["out_shardings"]),
-                 lambda params: params["jaxpr"].effects)
+                 lambda params: params["jaxpr"].effects, local_inputs_resized=True)
 
 
 def _program(primitive, params):

@@ -29,7 +29,6 @@ from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, pjit_across, specs
 from pmapkit import stages
 from pmapkit._compiled import dispatch as _dispatch_mod
-from pmapkit.mesh import _mesh_state as mesh_state
 from pmapkit.mesh import active_mesh
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
 
@@ -70,30 +69,23 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     spec = _PjitSpec(fun, in_axis_resources, out_axis_resources, static_argnums,
                      donate_argnums, in_shardings, out_shardings, static_argnames,
                      device, backend, keep_unused, inline)
+    # Every call form runs on the dispatch core: static keywords are signed by
+    # value and, with in_axis_resources omitted, committed arrays by their
+    # sharding (the program places them as they come).
     fn = calls.make_dispatch(
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
-        spec.signature)
+        spec.signature, static_argnames=spec.static_names,
+        sign_shardings=spec.in_unspecified, trace_context=_pjit_trace_context)
     fn._on_clear = spec.clear_caches
-    # The compiled hit path signs leaves by aval only: options whose program
-    # depends on more (input shardings, keyword statics) take pjit's own cache.
-    fn._always_fallback = spec.own_cache
     return fn
 
 
 def _pjit_trace_context():
-    # jax.set_mesh's concrete mesh is not in JAX's trace context (only its
-    # abstract mesh, which meshes over other devices share); pjit reads it.
+    # The cache selector: JAX's trace context holds pmapkit's mesh state and
+    # JAX's classic resource env, but of ``jax.set_mesh`` only the abstract
+    # mesh (which meshes over other devices share); pjit reads the concrete one.
     return (jp.trace_context(), jp.device_context.value)
-
-
-def _mesh_in_trace_context():
-    """Whether JAX's trace context (the compiled hit path's cache selector)
-    tells the active mesh apart: it holds pmapkit's mesh state and JAX's
-    classic resource env, but only the abstract mesh of ``jax.set_mesh``."""
-    mesh = active_mesh()
-    return (mesh is None or mesh == mesh_state.value
-            or mesh == jp.thread_resources.env.physical_mesh)
 
 
 def _pick(classic, modern, classic_name, modern_name):
@@ -193,15 +185,11 @@ class _PjitSpec:
         self.inline = bool(inline)
         self.name = getattr(fun, "__name__", None) or type(fun).__name__
         self.trace_cache = calls.TraceCache()
-        self.own_cache = bool(self.in_unspecified or static_argnames is not None or
-                              self.device is not None or self.keep_unused)
-        self.cache = {}
         # On a mesh over several processes: traced calls by global avals.
         self.global_traces = {}
 
     def clear_caches(self):
         self.trace_cache.clear()
-        self.cache.clear()
         self.global_traces.clear()
 
     def pickle_state(self):
@@ -460,35 +448,55 @@ def _traced(flat):
 
 
 def _prepare_cached(spec, args, kwargs):
-    try:
-        mesh = _active_mesh(spec)
-    except RuntimeError:
-        return _prepare(spec, args, kwargs)  # raises the no-mesh error
-    extra = (mesh, jp.debug_nans.value)
-    if pjit_across.spans_processes(mesh):
+    """``_prepare`` through the traced-call cache. Besides avals, tracing
+    depends on the mesh, static keyword values, the placement of committed
+    arguments (in_axis_resources omitted) and, across processes, which
+    arguments are global arrays."""
+    static_kw, dyn_kw = _split_kwargs(spec, kwargs)
+    leaves = jax.tree_util.tree_leaves((args, dyn_kw))
+    extra = (active_mesh(), jp.debug_nans.value,
+             tuple(sorted((k, type(v), v) for k, v in static_kw.items())))
+    if spec.in_unspecified:
+        extra += (tuple(_placement(x) for x in leaves),)
+    if jp.process_count() > 1:
         # A global array and a local one of one shape trace differently.
-        extra += (pjit_across.global_flags(jax.tree_util.tree_leaves((args, kwargs))),)
-    return calls.prepare_cached(
-        spec.trace_cache, lambda a, k: _prepare(spec, a, k), spec.static,
-        args, kwargs, extra)
+        extra += (pjit_across.global_flags(leaves),)
+    keyed = calls.TraceCache.key(spec.static, args, dyn_kw, extra)
+    if keyed is None:
+        return _prepare(spec, args, kwargs)
+    key, flat = keyed
+    hit = spec.trace_cache.get(key)
+    if hit is not None:
+        return hit.with_flat_args(flat)
+    prepared = _prepare(spec, args, kwargs)
+    spec.trace_cache.put(key, prepared, len(flat))
+    return prepared
+
+
+def _placement(x):
+    """What an argument's placement adds to the program when
+    in_axis_resources is omitted: a committed array's sharding, else None."""
+    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.committed:
+        return x.sharding
+    return None
 
 
 def _cache_miss(spec, *args, **kwargs):
-    if spec.own_cache or kwargs or not _mesh_in_trace_context():
-        return _own_cache_call(spec, args, kwargs), None
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
     if _traced(flat):
         return _bind_traced(spec, prepared), None
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
-    compiled = lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
+    compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
+    out_shardings = None
+    if spec.device is not None:
+        # As jit(device=...): results live on that one device.
+        single = jax.sharding.SingleDeviceSharding(spec.device)
+        outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
+        out_shardings = (single,) * len(outs)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
-    if compiled.spans_processes and any(pjit_across.global_flags(flat)):
-        # The hit path signs leaves by aval alone: an entry made for global
-        # arrays would take a local value of the same shape as global.
-        return out, None
-    return out, compiled.fastpath(prepared.out_tree)
+    return out, compiled.fastpath(prepared.out_tree, out_shardings)
 
 
 def _bind_traced(spec, prepared):
@@ -501,66 +509,6 @@ def _bind_traced(spec, prepared):
         outs = lowering.bind_in_outer_trace(pjit_p, prepared.params,
                                             prepared.in_avals, flat)
     return jax.tree_util.tree_unflatten(prepared.out_tree, outs)
-
-
-def _own_key(spec, args, kwargs):
-    """The cache key of a call on pjit's own cache, or None (not cacheable):
-    statics by value, dynamic leaves by aval and, where in_axis_resources is
-    omitted, by the sharding they keep."""
-    static_kw = tuple(sorted((k, type(v), v) for k, v in kwargs.items()
-                             if k in spec.static_names))
-    dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_names}
-    statics = tuple((i, type(args[i]), args[i]) for i in spec.static if i < len(args))
-    dyn = tuple(a for i, a in enumerate(args) if i not in spec.static)
-    flat, tree = jax.tree_util.tree_flatten((dyn, dyn_kw))
-    sig = []
-    for x in flat:
-        if isinstance(x, jp.Tracer):
-            return None
-        try:
-            aval = jp.shaped_abstractify(x)
-        except TypeError:
-            return None
-        placed = (x.sharding if isinstance(x, jax.Array) and x.committed
-                  else None)
-        sig.append((aval, placed if spec.in_unspecified else None,
-                    pjit_across.is_global(x)))
-    key = (tree, tuple(sig), statics, static_kw, len(args), active_mesh(),
-           _pjit_trace_context())
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def _own_cache_call(spec, args, kwargs):
-    if jp.trace_state_clean():
-        key = _own_key(spec, args, kwargs)
-        hit = spec.cache.get(key) if key is not None else None
-        if hit is not None:
-            compiled, prepared = hit
-            static = set(spec.static)
-            dyn = tuple(a for i, a in enumerate(args) if i not in static)
-            flat = jax.tree_util.tree_leaves(
-                (dyn, {k: v for k, v in kwargs.items() if k not in spec.static_names}))
-            if spec.donate:
-                hoisted = prepared.flat_args[:len(prepared.flat_args) - len(flat)]
-                calls.check_donation_aliases(
-                    "pjit", spec, prepared.with_flat_args(list(hoisted) + flat),
-                    args, kwargs)
-            return _finish(spec, compiled, prepared.out_tree, flat)
-    else:
-        key = None
-    prepared = _prepare(spec, args, kwargs)
-    flat = prepared.flat_args
-    if _traced(flat):
-        return _bind_traced(spec, prepared)
-    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
-    compiled = _compile(spec, prepared)
-    if key is not None:
-        spec.cache[key] = (compiled, prepared)
-    return _finish(spec, compiled, prepared.out_tree, flat)
 
 
 def _compile(spec, prepared):
@@ -583,15 +531,6 @@ def _lower_program(spec, prepared):
                      out_shardings=out_sh, donate_argnums=donate, keep_unused=True)
     return jitted.lower(*[jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                           for a in in_avals])
-
-
-def _finish(spec, compiled, out_tree, flat):
-    outs = compiled.run_flat(flat)
-    if spec.device is not None:
-        # As jit(device=...): results live on that one device.
-        single = jax.sharding.SingleDeviceSharding(spec.device)
-        outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
-    return jax.tree_util.tree_unflatten(out_tree, outs)
 
 
 def _lower(spec, *args, **kwargs):

@@ -27,9 +27,7 @@ if TYPE_CHECKING:  # annotations only; they are never evaluated
 
 AxisName = Hashable
 
-# The name jax.pmap gives an unnamed axis: using the same one makes our output
-# shardings compare equal to jax.pmap's, so arrays pass between them uncopied.
-INTERNAL_AXIS_NAME = "_internal_pmap_axis_name"
+INTERNAL_AXIS_NAME = specs.INTERNAL_AXIS_NAME
 
 def pmap(
     fun: Callable,

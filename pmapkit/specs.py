@@ -11,6 +11,12 @@ from pmapkit import _jax_private as jp
 from pmapkit.sharding_specs import ParsedPartitionSpec
 
 
+# The name jax.pmap gives an unnamed axis: using the same one makes pmapkit's
+# output shardings compare equal to jax.pmap's, so arrays pass between them
+# uncopied (pmapkit.pmap, and the classic placement helpers, use it).
+INTERNAL_AXIS_NAME = "_internal_pmap_axis_name"
+
+
 def check_axes_leaves(axes, what):
     """Classic check at decoration time: leaves must be ints or None."""
     leaves = jp.tree_registry.flatten(axes, lambda x: x is None)[0]

@@ -99,22 +99,19 @@ class ProgramLowered(jax.stages.Lowered):
             self._flat_lowered, compiler_options=compiler_options,
             device_assignment=device_assignment)
         executable = ProgramExecutable(
-            program, jp.DebugInfo(self._api, self._name, self._arg_names, None))
-        return ProgramCompiled(executable, self.args_info, self.out_tree,
-                               self._call_static)
+            program, jp.DebugInfo(self._api, self._name, self._arg_names, None),
+            self._call_static)
+        return ProgramCompiled(executable, self.args_info, self.out_tree)
 
 
 class ProgramCompiled(jax.stages.Compiled):
     """``jax.stages.Compiled`` of a pmapkit pmap or pjit: called with the
     dynamic arguments of the lowering call (a pytree or aval mismatch is a
-    TypeError listing the mismatches), it runs pmapkit's program."""
+    TypeError listing the mismatches), it runs pmapkit's program through the
+    dispatch core (``ProgramExecutable.create_cpp_call``)."""
 
-    def __init__(self, executable, args_info, out_tree, call_static):
+    def __init__(self, executable, args_info, out_tree):
         super().__init__(executable, [], args_info, out_tree)
-        self._call_static = call_static
-
-    def __call__(self, *args, **kwargs):
-        return super().__call__(*self._call_static.strip(args), **kwargs)
 
 
 class ProgramExecutable(jp.StagesExecutable):
@@ -126,15 +123,17 @@ class ProgramExecutable(jp.StagesExecutable):
     pmapkit's ``CompiledProgram``.
     """
 
-    def __init__(self, program, debug_info):
+    def __init__(self, program, debug_info, call_static):
         self._program = program
         self._mesh_executable = program.compiled._executable
         self._debug_info = debug_info
+        self._call_static = call_static
 
     def __getattr__(self, name):
         # in_avals, out_avals, _in_shardings, _kept_var_idx, _xla_in_layouts,
         # ...: the attributes jax.stages.Compiled reads off its executable.
-        if name.startswith("__") or name in ("_program", "_mesh_executable"):
+        if name.startswith("__") or name in ("_program", "_mesh_executable",
+                                             "_call_static"):
             raise AttributeError(name)
         return getattr(self._mesh_executable, name)
 
@@ -157,7 +156,24 @@ class ProgramExecutable(jp.StagesExecutable):
         return program.run_flat(list(args_flat))
 
     def create_cpp_call(self, params):
-        return None  # calls go through ``call`` (pmapkit's program)
+        """What ``Compiled.__call__`` calls: a dispatch-core function, so a
+        compiled call signs its arguments and runs on the hit path like
+        calling the pmap/pjit itself. A miss checks the call as JAX does
+        (pytree, avals: JAX's TypeErrors) and runs ``call``."""
+        program = self._program
+        call_static = self._call_static
+
+        def compiled_call(*args, **kwargs):
+            dynamic = call_static.strip(args)
+            outs, _, _ = jax.stages.Compiled.call(params, *dynamic, **kwargs)
+            if dynamic is not args:
+                # Static values repeated at their positions (accepted, as by
+                # pmapkit's earlier compiled objects): they would sign as
+                # leaves, so this form stays on the Python path.
+                return outs, None
+            return outs, program.fastpath(params.out_tree)
+
+        return calls.make_compiled_call(compiled_call, self._debug_info.func_name)
 
 
 def _global_view(x, aval, sharding):

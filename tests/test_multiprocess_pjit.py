@@ -130,12 +130,19 @@ with mesh:
     assert all(np.allclose(np.asarray(s.data), want[s.index] * 0.5 + 1)
                for s in y3.addressable_shards)
     # Where local and global shapes agree (columns split within processes),
-    # the result feeds back on the same entry.
+    # the global result signs apart from the local data (a signature bit)
+    # but runs the same compiled program, and then stays on the hit path.
     cols = pmapkit.pjit(lambda a: a - 1, in_axis_resources=P(None, "y"),
                         out_axis_resources=P(None, "y"))
-    z = cols(cols(ga))
-    assert cols._cache_size == 1, cols._cache_size
-    assert all(np.allclose(np.asarray(s.data), (ga - 2)[s.index])
+    z = cols(ga)
+    compiled = len(lowering._compile_cache)
+    misses = cols._debug_dispatch_stats()["misses"]
+    z = cols(cols(z))
+    z = cols(z)
+    assert len(lowering._compile_cache) == compiled
+    assert cols._cache_size == 2, cols._cache_size
+    assert cols._debug_dispatch_stats()["misses"] == misses + 1
+    assert all(np.allclose(np.asarray(s.data), (ga - 4)[s.index])
                for s in z.addressable_shards)
 
     # with_sharding_constraint inside, on the multi-process mesh.

@@ -143,8 +143,8 @@ def test_out_axes_out_of_range(no_compile, out_axes):
                  lambda: g(x8(3)), no_compile)
 
 
-# out_axes=None on a varying output is accepted (the first device's value):
-# tests/test_pmap_nested.py::test_out_axes_none_*.
+# out_axes=None on a varying output is accepted (each device keeps its own
+# value, reading gives the first device's): tests/test_pmap_nested.py.
 
 
 def test_out_axes_none_allowed_for_psum_and_unmapped_input():

@@ -1,8 +1,9 @@
 """``out_axes=None``, output shardings and nested ``pmapkit.pmap``.
 
-- ``out_axes=None`` is classic pmap's: any output may be unmapped and the
-  result is the first device's value, a committed array held (the same) by
-  every device. Values and shardings are compared with ``jax.pmap``'s.
+- ``out_axes=None`` is classic pmap's (and jax.pmap's): any output may be
+  unmapped; each device keeps its own value, no collective is added, and
+  reading the array gives the first device's. Values, per-device buffers
+  and shardings are compared with ``jax.pmap``'s.
 - Output shardings equal jax.pmap's (``==``), so arrays move between the two
   without copies (checked on the buffers themselves).
 - Nested pmaps run on one mesh axis per level; operands and results are laid
@@ -38,6 +39,11 @@ def same_sharding_and_values(ours, theirs):
         assert o.committed and t.committed
         assert o.shape == t.shape and o.dtype == t.dtype
         np.testing.assert_array_equal(np.asarray(o), np.asarray(t))
+        # Down to the buffers: each device holds what jax.pmap's holds.
+        assert [s.device for s in o.addressable_shards] == \
+            [s.device for s in t.addressable_shards]
+        for a, b in zip(shard_values(o), shard_values(t)):
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.fixture
@@ -70,8 +76,8 @@ def test_out_axes_none_of_a_mapped_input_is_the_first_devices(n):
     out = pmapkit.pmap(lambda x: x, out_axes=None)(jnp.arange(n))
     assert int(out) == 0
     assert out.committed
-    # Unlike jax.pmap, every device holds that value, not its own.
-    assert all(v == 0 for v in shard_values(out))
+    # As jax.pmap: each device keeps its own value; reading gives device 0's.
+    assert [int(v) for v in shard_values(out)] == list(range(n))
     same_sharding_and_values(out, jax.pmap(lambda x: x, out_axes=None)(jnp.arange(n)))
 
 
@@ -80,9 +86,34 @@ def test_out_axes_none_of_a_varying_computation():
     f = lambda v: jnp.sin(v) * 2 + lax.axis_index("i").astype(jnp.float32)
     ours = pmapkit.pmap(f, axis_name="i", out_axes=None)(x)
     np.testing.assert_allclose(np.asarray(ours), np.sin(x[0]) * 2, rtol=1e-6)
-    for v in shard_values(ours):
-        np.testing.assert_array_equal(v, np.asarray(ours))
+    for k, v in enumerate(shard_values(ours)):
+        np.testing.assert_allclose(v, np.sin(x[k]) * 2 + k, rtol=1e-6)
     same_sharding_and_values(ours, jax.pmap(f, axis_name="i", out_axes=None)(x))
+
+
+_COLLECTIVES = ("all-reduce", "all-gather", "collective-permute", "all-to-all",
+                "reduce-scatter", "collective-broadcast")
+
+
+def collectives(compiled_text):
+    return {c: compiled_text.count(c + "(") + compiled_text.count(c + "-start(")
+            for c in _COLLECTIVES}
+
+
+@pytest.mark.parametrize("body", ["identity", "varying", "psum"])
+def test_out_axes_none_compiles_no_collective_of_its_own(body):
+    # The program's collectives are exactly jax.pmap's: none for an unmapped
+    # output, the body's own psum where it has one.
+    f = {"identity": lambda v: v,
+         "varying": lambda v: v * 2 + lax.axis_index("i").astype(jnp.float32),
+         "psum": lambda v: lax.psum(v, "i")}[body]
+    x = data(8, 3, seed=11)
+    ours = collectives(pmapkit.pmap(f, "i", out_axes=None).lower(x).compile().as_text())
+    theirs = collectives(jax.pmap(f, "i", out_axes=None).lower(x).compile().as_text())
+    assert ours == theirs
+    want_all_reduce = 1 if body == "psum" else 0
+    assert ours["all-reduce"] == want_all_reduce
+    assert sum(ours.values()) == want_all_reduce
 
 
 @pytest.mark.parametrize("body", ["psum", "unmapped_input", "constant"])
@@ -112,7 +143,7 @@ def test_out_axes_none_hit_path_and_numpy_input(misses):
         x = np.arange(4, dtype=np.float32) + start
         out = f(x)
         assert float(out) == start + 1
-        assert all(v == start + 1 for v in shard_values(out))
+        np.testing.assert_array_equal(shard_values(out), x + 1)
     assert f._cache_size == 1 and misses[0] == 1
 
 
@@ -124,15 +155,15 @@ def test_out_axes_none_under_jit_and_vmap():
     check(jax.vmap(f)(xs), xs[:, 0] * 2)
 
 
-def test_grad_of_out_axes_none_reaches_the_first_device_only():
-    # d/dx sum(first device's 2x) is 2 on row 0 and 0 elsewhere (jax.pmap on
-    # jax 0.10.2 gives 0.5 everywhere).
+def test_grad_of_out_axes_none_is_shared_as_jax_pmap_does():
+    # The cotangent of an unmapped output is divided equally among the
+    # devices (jax.pmap: 2 / 4 = 0.5 everywhere).
     x = data(4, 3, seed=7)
     f = pmapkit.pmap(lambda v: v * 2, out_axes=None)
     g = jax.grad(lambda x: jnp.sum(f(x)))(x)
-    want = np.zeros_like(x)
-    want[0] = 2
-    check(g, want)
+    check(g, np.full_like(x, 0.5))
+    theirs = jax.pmap(lambda v: v * 2, out_axes=None)
+    check(g, jax.grad(lambda x: jnp.sum(theirs(x)))(x))
 
 
 def test_grad_of_out_axes_none_psum_is_shared():
@@ -376,13 +407,16 @@ def test_grad_of_nested_with_inner_out_axes_none_and_in_axes_one():
     inner = pmapkit.pmap(f, axis_name="i", in_axes=1, out_axes=None)
     outer = pmapkit.pmap(inner, axis_name="j")
     x = data(2, 3, 4, seed=20)  # per outer device (3, 4): inner maps the 4
+    every_inner = nested_vmap(f, inner_in=1)  # (2, 4, 3): each inner device's
 
-    def ref(x):  # the first inner device's value: column 0 of each (3, 4)
-        return nested_vmap(f, inner_in=1)(x)[:, 0]
-
-    loss = lambda m: (lambda x: jnp.sum(jnp.cos(m(x)) * 1.5))
-    check(outer(x), ref(x))
-    check(jax.grad(loss(outer))(x), jax.grad(loss(ref))(x))
+    # The value read is the first inner device's: column 0 of each (3, 4).
+    check(outer(x), every_inner(x)[:, 0])
+    loss = lambda y: jnp.sum(jnp.cos(y) * 1.5)
+    # As with jax.pmap, every inner device holds (and differentiates the loss
+    # at) its own value, and the cotangent is shared equally among them.
+    _, pullback = jax.vjp(every_inner, x)
+    (want,) = pullback(jax.grad(loss)(every_inner(x)) / 4)
+    check(jax.grad(lambda x: loss(outer(x)))(x), want)
 
 
 def test_jit_and_vmap_of_unnamed_nested():

@@ -3,9 +3,8 @@ of the body's transpose. For pjit, cotangents enter placed like the outputs
 and leave placed like the inputs. For pmap:
 
 Non-linear operands keep their axes; each nonzero output cotangent enters
-mapped like its output (that of an unmapped output is divided among the
-devices, or given to the first device when the output is that device's
-value). Cotangents of mapped linear operands leave mapped
+mapped like its output (that of an unmapped output is divided equally among
+the devices, as jax.pmap does). Cotangents of mapped linear operands leave mapped
 like the operand; those of broadcast (``in_axes=None``) operands leave mapped
 on axis 0 and are summed over the devices afterwards: the dual of fanning a
 value out to every device is adding the per-device cotangents back up.
@@ -15,7 +14,6 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit.analysis import first_device_outputs
 from pmapkit.primitives import pjit_p, pmap_p
 from pmapkit.rules.common import (local_aval, select, trace_body, trace_program,
                                   transpose_body, with_params)
@@ -39,19 +37,14 @@ def _pmap_transpose(cts, *args, **params):
         out_axes=tuple(0 if ax is None else ax for ax in lin_axes),
         donated_invars=(False,) * (len(args) - sum(linear) + sum(nonzero_cts)),
         name=f"transpose({params['name']})")
-    # An unmapped output the same on every device: its cotangent is shared
-    # out equally, so the devices' shares add back to it. One that may
-    # differ is the first device's value: its cotangent goes to that device.
+    # An unmapped output is each device's own value (reading it gives the
+    # first device's); as jax.pmap, its cotangent is shared out equally.
     size = params["axis_size"]
-    first_of = first_device_outputs(jaxpr, params["axis_name"], in_axes, out_axes)
     ct_in, ct_axes = [], []
-    for ct, ax, nz, first in zip(cts, out_axes, nonzero_cts, first_of):
+    for ct, ax, nz in zip(cts, out_axes, nonzero_cts):
         if not nz:
             continue
-        if first:
-            ct = jax.numpy.zeros((size, *ct.shape), ct.dtype).at[0].set(ct)
-            ax = 0
-        elif ax is None:
+        if ax is None:
             ct = ct * (1.0 / size)
         ct_in.append(ct)
         ct_axes.append(ax)
