@@ -76,7 +76,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
         spec.signature, static_argnames=spec.static_names,
-        sign_shardings=spec.in_unspecified, trace_context=_pjit_trace_context)
+        sign_shardings=spec.placement_matters, trace_context=_pjit_trace_context)
     fn._on_clear = spec.clear_caches
     return fn
 
@@ -163,6 +163,9 @@ class _PjitSpec:
                        else _one_device(device, backend))
         self.in_unspecified = in_tree is _UNSET
         self.out_unspecified = out_tree is _UNSET
+        # Committed arguments keep their sharding (in_axis_resources omitted,
+        # no device=): their placement is part of the program.
+        self.placement_matters = self.in_unspecified and self.device is None
         self.user_in = in_tree
         self.user_out = out_tree
         self.in_resources = (None if self.in_unspecified else
@@ -456,7 +459,7 @@ def _prepare_cached(spec, args, kwargs):
     leaves = jax.tree_util.tree_leaves((args, dyn_kw))
     extra = (active_mesh(), jp.debug_nans.value,
              tuple(sorted((k, type(v), v) for k, v in static_kw.items())))
-    if spec.in_unspecified:
+    if spec.placement_matters:
         extra += (tuple(_placement(x) for x in leaves),)
     if jp.process_count() > 1:
         # A global array and a local one of one shape trace differently.

@@ -1,0 +1,352 @@
+"""One fast path for every input and every call form.
+
+- pmap: an array whose per-device layout is what the program takes — same
+  devices in the same order, every dimension split alike — takes the
+  compiled hit path whatever made it (pmapkit pmaps with any axis name,
+  jax.pmap, ``jax.device_put`` on any mesh as flax's helpers do, jit outputs,
+  ``SingleDeviceSharding`` for a one-device pmap, the classic placement
+  helpers): no miss, nothing resharded, the very buffers passed on (donating
+  the input consumes it), values and shardings equal to jax.pmap's. A really
+  different layout is resharded silently.
+- pjit: explicit and omitted specs, keyword arguments, ``static_argnames``,
+  donation, ``jax.set_mesh`` and AOT ``lower().compile()`` calls compile
+  once and then stay on the hit path.
+- ``device_put_replicated`` / ``device_put_sharded``: classic semantics and
+  errors.
+"""
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import pmapkit
+from pmapkit import lowering
+
+N = len(jax.devices())  # 8, forced by conftest
+FLAX_AXIS = "_device_put_sharded"
+
+
+def host(n, cols=3):
+    return np.arange(n * cols, dtype=np.float32).reshape(n, cols)
+
+
+def make_input(origin, devices):
+    n = len(devices)
+    ident = lambda a: a  # noqa: E731
+    if origin == "pmapkit_same_axis":
+        return pmapkit.pmap(ident, axis_name="i", devices=devices)(host(n))
+    if origin == "pmapkit_other_axis":
+        return pmapkit.pmap(ident, axis_name="other", devices=devices)(host(n))
+    if origin == "pmapkit_unnamed":
+        return pmapkit.pmap(ident, devices=devices)(host(n))
+    if origin == "jax_pmap":
+        return jax.pmap(ident, axis_name="j", devices=devices)(host(n))
+    if origin == "device_put_named":
+        mesh = Mesh(np.array(devices), (FLAX_AXIS,))
+        return jax.device_put(host(n), NamedSharding(mesh, P(FLAX_AXIS)))
+    if origin == "device_put_fresh_sharding":
+        # A producer that builds an equal sharding object anew per batch.
+        mesh = Mesh(np.array(devices), ("batch",))
+        return jax.device_put(host(n), NamedSharding(mesh, P("batch")))
+    if origin == "jit_output":
+        s = NamedSharding(Mesh(np.array(devices), ("x",)), P("x"))
+        return jax.jit(lambda a: a * 1, out_shardings=s)(host(n))
+    if origin == "single_device":
+        return jax.device_put(host(n), devices[0])
+    if origin == "device_put_replicated":
+        return pmapkit.device_put_replicated(host(1)[0], devices)
+    if origin == "device_put_sharded":
+        return pmapkit.device_put_sharded(list(host(n)), devices)
+    raise ValueError(origin)
+
+
+ORIGINS = ["pmapkit_same_axis", "pmapkit_other_axis", "pmapkit_unnamed", "jax_pmap",
+           "device_put_named", "device_put_fresh_sharding", "jit_output",
+           "device_put_replicated", "device_put_sharded"]
+CASES = ([(o, N) for o in ORIGINS] + [(o, 1) for o in ORIGINS]
+         + [("single_device", 1)])
+
+
+def stats(f):
+    return f._debug_dispatch_stats()
+
+
+def assert_like_jax_pmap(ours, theirs):
+    assert ours.sharding == theirs.sharding
+    assert [s.device for s in ours.addressable_shards] == \
+        [s.device for s in theirs.addressable_shards]
+    for a, b in zip(ours.addressable_shards, theirs.addressable_shards):
+        np.testing.assert_array_equal(np.asarray(a.data), np.asarray(b.data))
+
+
+@pytest.mark.parametrize("origin,n", CASES, ids=[f"{o}-{n}" for o, n in CASES])
+def test_equivalent_input_takes_the_hit_path(origin, n):
+    devices = jax.devices()[:n]
+    f = pmapkit.pmap(lambda a: a * 2 + 1, axis_name="i", devices=devices)
+    f(host(n))  # compile on a host value
+    before = stats(f)
+    x = make_input(origin, devices)
+    for _ in range(3):
+        out = f(make_input(origin, devices) if origin.endswith("fresh_sharding") else x)
+    after = stats(f)
+    assert after["misses"] == before["misses"], (before, after)
+    assert after["resharded"] == before["resharded"] == 0
+    assert f._cache_size == 1
+    assert_like_jax_pmap(out, jax.pmap(lambda a: a * 2 + 1, axis_name="i",
+                                       devices=devices)(x))
+
+
+@pytest.mark.parametrize("origin", ["jax_pmap", "device_put_named", "pmapkit_other_axis",
+                                    "jit_output", "device_put_sharded"])
+def test_equivalent_input_buffers_are_passed_on(origin):
+    # Donating the input consumes it only when its very buffers reach the
+    # program (a copy would be donated instead, leaving the input alive).
+    devices = jax.devices()
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i", devices=devices, donate_argnums=0)
+    f(make_input(origin, devices))
+    x = make_input(origin, devices)
+    out = f(x)
+    assert x.is_deleted()
+    np.testing.assert_array_equal(np.asarray(out), host(N) + 1)
+    assert stats(f)["resharded"] == 0
+
+
+def test_a_really_different_layout_is_resharded_silently():
+    devices = jax.devices()
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i", devices=devices, donate_argnums=0)
+    f(host(N))
+    reversed_mesh = Mesh(np.array(devices[::-1]), ("r",))
+    x = jax.device_put(host(N), NamedSharding(reversed_mesh, P("r")))
+    out = f(x)
+    np.testing.assert_array_equal(np.asarray(out), host(N) + 1)
+    assert not x.is_deleted()  # a copy was made, and donated
+    assert stats(f)["resharded"] == 1 and f._cache_size == 1
+    # Columns split instead of rows: another layout, resharded too.
+    cols = jax.device_put(host(N, 8), NamedSharding(Mesh(np.array(devices), ("c",)),
+                                                   P(None, "c")))
+    g = pmapkit.pmap(lambda a: a - 1, axis_name="i", devices=devices)
+    g(cols)  # the miss
+    np.testing.assert_array_equal(np.asarray(g(cols)), host(N, 8) - 1)
+    assert stats(g)["resharded"] == 1
+
+
+def test_equivalence_is_remembered_per_sharding_object():
+    devices = jax.devices()
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i", devices=devices)
+    x = make_input("device_put_named", devices)
+    y = make_input("jax_pmap", devices)
+    for _ in range(4):
+        f(x)
+        f(y)
+    assert stats(f)["equivalent_shardings"] == 2
+    assert stats(f)["misses"] == 1
+
+
+def test_typed_key_inputs_of_another_mesh_take_the_hit_path():
+    devices = jax.devices()
+    keys = jax.random.split(jax.random.key(0), N)
+    placed = jax.device_put(keys, NamedSharding(Mesh(np.array(devices), (FLAX_AXIS,)),
+                                                P(FLAX_AXIS)))
+    f = pmapkit.pmap(lambda k: jax.random.uniform(k, ()), axis_name="i")
+    first = f(placed)
+    before = stats(f)
+    again = f(placed)
+    assert stats(f)["misses"] == before["misses"]
+    assert stats(f)["resharded"] == 0
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(again))
+    np.testing.assert_array_equal(np.asarray(again),
+                                  np.asarray(jax.pmap(lambda k: jax.random.uniform(k, ()))(keys)))
+
+
+# ------------------------------------------------------------ pjit call forms --
+
+def mesh4():
+    return pmapkit.Mesh(np.array(jax.devices()[:4]), ("x",))
+
+
+def compiles():
+    return len(lowering._compile_cache)
+
+
+def test_pjit_omitted_specs_sign_the_committed_sharding():
+    mesh = mesh4()
+    f = pmapkit.pjit(lambda a: a * 2)
+    rows = jax.device_put(host(8), NamedSharding(mesh, P("x")))
+    repl = jax.device_put(host(8), NamedSharding(mesh, P()))
+    with mesh:
+        a = f(rows)
+        b = f(repl)
+        assert f._cache_size == 2  # two placements, two programs
+        misses = stats(f)["misses"]
+        for _ in range(3):
+            a, b = f(a), f(b)
+    assert stats(f)["misses"] == misses
+    assert a.sharding == NamedSharding(mesh, P("x"))
+    assert b.sharding.is_fully_replicated
+    np.testing.assert_array_equal(np.asarray(a), host(8) * 16)
+    np.testing.assert_array_equal(np.asarray(b), host(8) * 16)
+
+
+@pytest.mark.parametrize("form", ["explicit", "omitted", "kwargs", "static_argnames",
+                                  "static_argnums_by_keyword", "donate", "set_mesh"])
+def test_pjit_call_forms_compile_once_and_hit(form):
+    mesh = mesh4()
+    s = NamedSharding(mesh, P("x"))
+    a = jax.device_put(host(8), s)
+    b = jax.device_put(np.ones((8, 3), np.float32), s)
+    context = mesh
+    if form == "explicit":
+        f, call = pmapkit.pjit(lambda u: u + 1, P("x"), P("x")), lambda x: f(x)
+        ref = jax.jit(lambda u: u + 1, in_shardings=s, out_shardings=s)
+    elif form == "omitted":
+        f, call = pmapkit.pjit(lambda u: u + 1), lambda x: f(x)
+        ref = jax.jit(lambda u: u + 1)
+    elif form == "kwargs":
+        f, call = pmapkit.pjit(lambda u, v: u + v), lambda x: f(x, v=b)
+        ref = lambda u: jax.jit(lambda u, v: u + v)(u, v=b)  # noqa: E731
+    elif form == "static_argnames":
+        f = pmapkit.pjit(lambda u, k: u * k, static_argnames="k")
+        call = lambda x: f(x, k=3)  # noqa: E731
+        ref = lambda u: jax.jit(lambda u, k: u * k, static_argnames="k")(u, k=3)  # noqa: E731
+    elif form == "static_argnums_by_keyword":
+        f = pmapkit.pjit(lambda u, k: u * k, static_argnums=1)
+        call = lambda x: f(x, k=3)  # noqa: E731
+        ref = lambda u: u * 3  # noqa: E731
+    elif form == "donate":
+        f = pmapkit.pjit(lambda u: u + 1, P("x"), P("x"), donate_argnums=0)
+        call = lambda x: f(x)  # noqa: E731
+        ref = lambda u: u + 1  # noqa: E731
+    else:  # set_mesh
+        f, call = pmapkit.pjit(lambda u: u + 1, P("x"), P("x")), lambda x: f(x)
+        ref = jax.jit(lambda u: u + 1, in_shardings=s, out_shardings=s)
+        context = jax.set_mesh(mesh)
+    want = np.asarray(ref(ref(ref(a))))
+    start = compiles()
+    with context:
+        x = call(a)
+        misses = stats(f)["misses"]
+        x = call(call(x))
+    assert compiles() - start <= 1
+    assert stats(f)["misses"] == misses and stats(f)["resharded"] == 0
+    assert f._cache_size == 1
+    np.testing.assert_array_equal(np.asarray(x), want)
+    assert x.sharding.is_equivalent_to(s, 2)
+
+
+def test_pjit_static_keyword_values_key_the_cache():
+    f = pmapkit.pjit(lambda u, k: u * k, static_argnames="k")
+    with mesh4():
+        assert float(f(jnp.float32(2), k=3)) == 6
+        assert float(f(jnp.float32(2), k=4)) == 8
+        assert float(f(jnp.float32(2), k=3)) == 6
+    assert f._cache_size == 2
+    keys = f._debug_cache_keys()
+    assert "static args (keyword): k=3 (int)" in keys
+    assert "static args (keyword): k=4 (int)" in keys
+
+
+def test_pjit_cache_selects_the_set_mesh_mesh():
+    f = pmapkit.pjit(lambda u: u + 1, P("x"), P("x"))
+    m4, m2 = mesh4(), pmapkit.Mesh(np.array(jax.devices()[4:6]), ("x",))
+    with jax.set_mesh(m4):
+        a = f(host(8))
+    with jax.set_mesh(m2):
+        b = f(host(8))
+    assert a.sharding.mesh == m4 and b.sharding.mesh == m2
+    assert f._cache_size == 2
+
+
+def test_pjit_device_mode_is_on_the_hit_path():
+    dev = jax.devices()[3]
+    f = pmapkit.pjit(lambda u: u * 2, device=dev)
+    x = f(host(2))
+    misses = stats(f)["misses"]
+    x = f(f(x))
+    assert stats(f)["misses"] == misses
+    assert x.sharding == jax.sharding.SingleDeviceSharding(dev)
+    np.testing.assert_array_equal(np.asarray(x), host(2) * 8)
+
+
+# ------------------------------------------------------------------ AOT calls --
+
+@pytest.mark.parametrize("api", ["pmap", "pjit"])
+def test_aot_compiled_calls_run_on_the_core(api):
+    if api == "pmap":
+        f = pmapkit.pmap(lambda a: a + 1, axis_name="i")
+        x = make_input("jax_pmap", jax.devices())
+        context = mesh4()  # irrelevant to a pmap
+    else:
+        f = pmapkit.pjit(lambda a: a + 1, P("x"), P("x"))
+        context = mesh4()
+        x = jax.device_put(host(8), NamedSharding(context, P("x")))
+    with context:
+        compiled = f.lower(x).compile()
+    assert isinstance(compiled, jax.stages.Compiled)
+    y = compiled(x)
+    core = compiled._call
+    assert type(core).__name__ == "DispatchFunction"
+    misses = core._debug_dispatch_stats()["misses"]
+    for _ in range(3):
+        y = compiled(y)
+    assert core._debug_dispatch_stats()["misses"] == misses
+    assert core._debug_dispatch_stats()["resharded"] == 0
+    np.testing.assert_array_equal(np.asarray(y), host(8) + 4)
+    # JAX's own checks still run on a miss.
+    with pytest.raises(TypeError, match="Argument types differ"):
+        compiled(np.zeros((8, 2), np.float32))
+    with pytest.raises(TypeError, match="input pytree does not match"):
+        compiled((x,))
+
+
+# ------------------------------------------------------- the placement helpers --
+
+def test_device_put_replicated_is_classic_and_hits_unnamed_pmaps_directly():
+    devices = jax.devices()
+    x = pmapkit.device_put_replicated(np.arange(3, dtype=np.float32), devices)
+    assert x.shape == (N, 3)
+    assert [s.device for s in x.addressable_shards] == devices
+    for s in x.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(s.data), [[0, 1, 2]])
+    f = pmapkit.pmap(lambda a: a * 2)
+    out = f(x)
+    assert out.sharding == x.sharding  # the unnamed pmap's own sharding
+    assert stats(f)["equivalent_shardings"] == 0 and stats(f)["resharded"] == 0
+    tree = pmapkit.device_put_replicated({"w": 1.5, "b": jnp.ones(2, jnp.int32)}, devices[:2])
+    assert tree["w"].shape == (2,) and tree["w"].weak_type
+    assert tree["b"].dtype == jnp.int32 and tree["b"].shape == (2, 2)
+    keys = pmapkit.device_put_replicated(jax.random.key(1), devices[:2])
+    assert keys.shape == (2,) and jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
+
+
+def test_device_put_sharded_is_classic():
+    devices = jax.devices()[:4]
+    shards = [{"a": np.full(2, k, np.float32), "b": k} for k in range(4)]
+    out = pmapkit.device_put_sharded(shards, devices)
+    np.testing.assert_array_equal(np.asarray(out["a"]), np.repeat(np.arange(4.0), 2).reshape(4, 2))
+    np.testing.assert_array_equal(np.asarray(out["b"]), np.arange(4))
+    for k, s in enumerate(out["a"].addressable_shards):
+        assert s.device == devices[k]
+        np.testing.assert_array_equal(np.asarray(s.data), [[k, k]])
+
+
+def test_placement_helpers_classic_errors():
+    devices = jax.devices()[:2]
+    with pytest.raises(ValueError, match=r"len\(shards\) = 3 must equal len\(devices\) = 2\."):
+        pmapkit.device_put_sharded([np.ones(2)] * 3, devices)
+    with pytest.raises(ValueError, match="the shards passed to device_put_sharded must have "
+                                         r"consistent shape and dtype, but got float32\[2\] "
+                                         r"and float32\[3\]\."):
+        pmapkit.device_put_sharded([np.ones(2, np.float32), np.ones(3, np.float32)], devices)
+    with pytest.raises(ValueError, match="consistent shape and dtype, but got float32"):
+        pmapkit.device_put_sharded([np.ones(2, np.float32), np.ones(2, np.int32)], devices)
+    with pytest.raises(TypeError, match="device_put_sharded `shards` input must be a "
+                                        "sequence; got <class 'numpy.ndarray'>"):
+        pmapkit.device_put_sharded(np.ones((2, 2)), devices)
+    with pytest.raises(ValueError, match="`devices` argument to `device_put_replicated "
+                                         "must be a non-empty sequence"):
+        pmapkit.device_put_replicated(np.ones(2), [])
+    with pytest.raises(TypeError, match="`devices` must be a sequence of jax.Device "
+                                        "objects .* got an element 0 of type int"):
+        pmapkit.device_put_replicated(np.ones(2), [0, 1])
