@@ -71,7 +71,9 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
     """Call ``callback_func(arg)`` on the host and return its result, which
     must match ``result_shape``: a pytree of ``ShapeDtypeStruct``s, arrays or
     scalars (``None``/``()`` for no result). Under pmap each device calls with
-    its slice and gets its own result back."""
+    its slice and gets its own result back. If the function raises or
+    returns another shape or dtype, the device gets zeros of the declared
+    ones and the next ``barrier_wait`` raises ``CallbackException``."""
     return _outside_call(callback_func, arg, identity=False,
                          with_device=call_with_device, device_index=device_index,
                          result_shape=result_shape, api="call")
@@ -80,15 +82,14 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
 def barrier_wait(logging_name=None):
     """Block until every callback issued so far, on every local device and
     from every thread, has run. Raises ``CallbackException`` (chained to it)
-    if a callback function raised since the previous ``barrier_wait``."""
+    if a callback function raised since the previous ``barrier_wait`` — the
+    last exception, or an interrupt (``KeyboardInterrupt``) if one came."""
     _runtime.logger.debug("barrier_wait[%s]: waiting", logging_name or "")
     _runtime.wait_for_callbacks()
     last = _runtime.exceptions.take()
     if last is not None:
         exc, formatted = last
-        raise CallbackException(
-            "There were exceptions during callback processing. "
-            f"Last one was: {formatted}") from exc
+        raise CallbackException(_runtime.report_message(exc, formatted)) from exc
 
 
 def stop_outfeed_receiver():
