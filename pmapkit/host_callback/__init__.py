@@ -180,7 +180,7 @@ def _outside_call(func, arg, *, identity, with_device, device_index, api,
         callback=_runtime.CallbackWrapper(func, identity, with_device),
         arg_treedef=arg_treedef, num_args=len(flat_args), identity=identity,
         result_treedef=result_treedef, flat_results_aval=flat_results_aval,
-        transforms=(), device_index=device_index)
+        transforms=(), device_index=device_index, ordered=True)
     if not identity:
         return jax.tree_util.tree_unflatten(result_treedef, outs)
     if result_tree is not None:
