@@ -6,9 +6,12 @@ function computed, of a declared shape; ``barrier_wait`` waits for every
 callback issued so far and raises ``CallbackException`` if one failed. They
 work eagerly, under ``jax.jit``, ``vmap`` (the tap sees the batched value and
 a ``("batch", {"batch_dims": ...})`` transform), ``jvp``/``grad`` (the tap
-fires once, on primal values), ``checkpoint`` (it fires again when
-rematerialized), control flow, ``pmapkit.pmap`` (once per device, with that
-device's slice) and ``pmapkit.pjit`` (once, with the whole operand).
+fires once, on primal values; a tap on tangents taps their cotangents when
+transposed, with a ``("transpose", {})`` transform), ``checkpoint`` (it fires
+again when rematerialized), control flow, ``pmapkit.pmap`` (once per device,
+with that device's slice; in nested pmaps too) and ``pmapkit.pjit`` (once,
+with the whole operand). A failing callback never stops the device
+computation: its exception waits for ``barrier_wait``.
 
 In a multi-process run a callback runs in the process owning the device that
 issues it: under a pmap spanning processes, once per local device with its
