@@ -70,8 +70,18 @@ def _rewrite_jaxpr(jaxpr):
 
 def nested_body(closed_jaxpr):
     """``closed_jaxpr`` with every registered ordered effect, at any depth,
-    replaced by its unordered twin (itself when it has none)."""
-    return _rewrite_param(closed_jaxpr)
+    replaced by its unordered twin (itself when it has none). Another
+    ordered effect left there is a clear error instead of XLA's abort."""
+    body = _rewrite_param(closed_jaxpr)
+    left = jp.ordered_effects.filter_in(body.effects)
+    if left:
+        raise NotImplementedError(
+            f"pmapkit: ordered effects ({', '.join(sorted(map(str, left)))}) are "
+            "not supported in pmaps nested in another or around one: XLA cannot "
+            "thread their tokens through nested manual regions (it aborts). Use "
+            "unordered callbacks there (jax.debug.callback, io_callback with "
+            "ordered=False) or pmapkit.host_callback, which is supported.")
+    return body
 
 
 class _OuterMeshes(threading.local):

@@ -485,6 +485,27 @@ def test_tap_in_jax_nested_shard_map_is_a_clear_error():
         f(jnp.arange(8.0))
 
 
+def test_other_ordered_effect_in_nested_pmaps_is_a_clear_error():
+    # Its token would reach XLA, which aborts: run where an abort is contained.
+    import subprocess
+    import sys
+    code = "\n".join([
+        "import jax, jax.numpy as jnp, pmapkit",
+        "from jax.experimental import io_callback",
+        "def body(y):",
+        "    io_callback(lambda a: None, None, y, ordered=True)",
+        "    return y + 1",
+        "try:",
+        "    pmapkit.pmap(pmapkit.pmap(body))(jnp.zeros((2, 4)))",
+        "except NotImplementedError as e:",
+        "    print('raised:', e)"])
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("raised: pmapkit: ordered effects (OrderedIO) are not supported in "
+            "pmaps nested in another or around one") in proc.stdout
+
+
 def test_jax_pmap_taps_per_device_too(rec):
     jax.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True))(jnp.arange(4.0))
     assert by_device(rec.take()) == {d.id: [float(i)]
