@@ -7,6 +7,10 @@
   call on every device whose body taps once, vs the same body without the
   tap (µs per call, wall time, including waiting for the taps); for
   reference also ``jax.pmap`` with one (unordered) ``jax.debug.callback``.
+- ``host_callback_id_tap_nested_pmap_cached_call_us``: the same for a
+  ``pmapkit.pmap`` of a ``pmapkit.pmap`` over every device whose inner body
+  taps once (taps there are unordered: no effect token may enter nested
+  regions); ``jax.pmap`` cannot nest in jax 0.10, so no JAX row.
 """
 from __future__ import annotations
 
@@ -114,5 +118,33 @@ def pmap_cached_call(settings):
                                    1e6 / _best_rate(run_without, 1, settings))
     hcb.barrier_wait()
     jax.effects_barrier()
+    return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
+            for impl, v in us.items()]
+
+
+@feature_case("host_callback_id_tap_nested_pmap_cached_call_us",
+              baseline="pmapkit_no_tap", higher_is_better=False)
+def nested_pmap_cached_call(settings):
+    devices = jax.local_devices()
+    outer = 2 if len(devices) % 2 == 0 and len(devices) > 1 else 1
+    shape = (outer, len(devices) // outer)
+
+    def on_tap(arg, transforms):
+        pass
+    with_tap = pmap(pmap(lambda x: hcb.id_tap(on_tap, x) + 1.0))
+    without = pmap(pmap(lambda x: x + 1.0))
+    x = without(jax.device_put(np.zeros(shape, np.float32)))  # placed as wanted
+
+    def run_with():
+        with_tap(x).block_until_ready()
+
+    def run_without():
+        without(x).block_until_ready()
+    us = {"pmapkit": float("inf"), "pmapkit_no_tap": float("inf")}
+    for _ in range(2):
+        us["pmapkit"] = min(us["pmapkit"], 1e6 / _best_rate(run_with, 1, settings))
+        us["pmapkit_no_tap"] = min(us["pmapkit_no_tap"],
+                                   1e6 / _best_rate(run_without, 1, settings))
+    hcb.barrier_wait()
     return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
             for impl, v in us.items()]

@@ -21,7 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
-from pmapkit import process_local
+from pmapkit import manual_regions, process_local
 from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
 from pmapkit.analysis import (dims_spec, mapped_dims, nested_in_dims,
                               nested_out_dims, nested_pmap_axes)
@@ -70,6 +70,9 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     del donated_invars, name
     # A nested pmap (devices=None) runs on the mesh its enclosing pmap built.
     mesh = _enclosing_mesh(ctx, axis_name) if devices is None else pmap_mesh(params)
+    if len(mesh.axis_names) > 1:
+        # Nested pmaps: no effect token may enter their manual regions.
+        jaxpr = manual_regions.nested_body(jaxpr)
     # An unmapped output (out_axes None) leaves the manual region as each
     # device's own value, with no collective: reading it gives the first
     # device's (classic pmap, and jax.pmap's out_specs P() without checks).
@@ -99,7 +102,8 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
             {n: jax.sharding.AxisType.Manual for n in manual})
         with jax.sharding.use_abstract_mesh(shard_mesh):
             return lower(ctx, *args)
-    return lower(ctx, *args)
+    with manual_regions.lowering_on(mesh):  # rules in nested regions read it
+        return lower(ctx, *args)
 
 
 mlir.register_lowering(pmap_p, _pmap_lowering)

@@ -65,6 +65,10 @@ def pytree_fun(pair, *, scale):
     return {"sum": a + b * scale, "parts": (a, b)}
 
 
+def swap_pair(x, y):
+    return y, x
+
+
 def ones_on_device1():
     return jax.device_put(jnp.ones((3,), jnp.float32), jax.devices()[1])
 

@@ -235,6 +235,37 @@ def test_arguments_on_different_device_lists(impl):
         f((a, b), scale=on(0, jnp.float32(1)))
 
 
+def on_mesh(device_indices, n=4):
+    """An array of n floats sharded over the devices in this order."""
+    mesh = Mesh(np.array([jax.devices()[i] for i in device_indices]), ("x",))
+    return jax.device_put(jnp.arange(float(n)), NamedSharding(mesh, P("x")))
+
+
+@impl_params()
+def test_specialized_devices_accept_arguments_in_other_orders(impl):
+    # Both device lists are the specialized devices, in two orders.
+    f = IMPLS[impl].colocated_python(h.swap_pair).specialize(
+        devices=jax.devices()[:2])
+    x, y = on_mesh([0, 1]), on_mesh([1, 0])
+    for a, b in ((x, y), (y, x), (x, y)):
+        out_b, out_a = f(a, b)
+        same_array(out_a, a)
+        same_array(out_b, b)
+    # One argument listing them in the other order, or on some of them.
+    g = IMPLS[impl].colocated_python(h.identity).specialize(
+        devices=jax.devices()[:2])
+    same_array(g(y), y)
+    same_array(g(on(1, jnp.ones(3))), on(1, jnp.ones(3)))
+
+
+@impl_params()
+def test_without_devices_other_orders_are_an_error(impl):
+    f = IMPLS[impl].colocated_python(h.swap_pair)
+    with pytest.raises(ValueError, match="All arguments must use the same device list, "
+                       "but got multiple device lists"):
+        f(on_mesh([0, 1]), on_mesh([1, 0]))
+
+
 @impl_params()
 def test_exception_reaches_caller_with_traceback(impl):
     f = IMPLS[impl].colocated_python(h.fail)

@@ -65,10 +65,19 @@ def test_call_must_match_in_specs():
 
 
 def test_arguments_must_be_on_the_specialized_devices():
+    # (jax's CPU fallback runs such a call anyway, on the arguments' devices)
     f = colocated_python(h.add_one).specialize(devices=[jax.devices()[1]])
     with pytest.raises(ValueError, match=r"specialized with devices \[CpuDevice\(id=1\)\], "
                                          r"but its arguments are on \[CpuDevice\(id=0\)\]"):
         f(on(0, jnp.ones(2)))
+    # some arguments on them, one partly elsewhere: that one is named
+    g = colocated_python(h.swap_pair).specialize(devices=jax.devices()[:2])
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[1:3]), ("x",))
+    elsewhere = jax.device_put(jnp.ones(2), jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec("x")))
+    with pytest.raises(ValueError, match=r"but its arguments are on "
+                                         r"\[CpuDevice\(id=1\), CpuDevice\(id=2\)\]"):
+        g(on(0, jnp.ones(2)), elsewhere)
 
 
 def test_first_result_must_live_on_the_function_devices():

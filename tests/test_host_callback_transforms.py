@@ -129,9 +129,32 @@ def test_grad_of_vmap(rec):
     assert floats(arg) == [0.0, 1.0, 2.0] and transforms == (batch(0),)
 
 
-def test_linear_transpose_is_identity_without_tap(rec):
+def test_linear_transpose_taps_the_cotangent(rec):
+    # The tapped value is linear: transposing taps its cotangent (classic).
     ct, = jax.linear_transpose(lambda x: hcb.id_tap(rec, x) * 2.0, 1.0)(1.0)
     assert float(ct) == 2.0
+    (arg, transforms, _), = rec.take()
+    assert float(arg) == 2.0 and transforms == (("transpose", {}),)
+
+
+@pytest.mark.parametrize("use_b, want", [(True, (3.0, 1.0)), (False, (3.0, 0.0))])
+def test_transpose_taps_cotangents_of_the_whole_argument(rec, use_b, want):
+    # A pytree tap mixing a linear leaf and a constant: the tap gets the
+    # cotangent of every tapped output (zeros where there is none).
+    def f(x):
+        a, b = hcb.id_tap(rec, (x, jnp.float32(5.0)))
+        return a * 3.0 + b if use_b else a * 3.0
+    ct, = jax.linear_transpose(f, 1.0)(1.0)
+    assert float(ct) == 3.0
+    (arg, transforms, _), = rec.take()
+    assert floats(arg) == want and transforms == (("transpose", {}),)
+
+
+def test_result_leaves_are_not_tapped_when_transposed(rec):
+    # id_tap(..., result=r) sends only its argument to the host.
+    ct, = jax.linear_transpose(
+        lambda x: hcb.id_tap(rec, jnp.float32(1.0), result=x) * 4.0, 1.0)(1.0)
+    assert float(ct) == 4.0
     assert rec.take() == []
 
 
@@ -279,6 +302,101 @@ def test_seed_custom_vjp_recipe_taps_cotangents():
     hcb.barrier_wait()
     assert stream.getvalue() == ("what: x,x^2\n( 3. 9. )\n"
                                  "what: cotangents\n( 9. 3. )\n")
+
+
+def _custom_jvp_tapping_tangents(stream):
+    @jax.custom_jvp
+    def f(x):
+        return x * hcb.id_print(x, output_stream=stream, what="x")
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        x, = primals
+        x_dot, = tangents
+        primal_out = f(x)
+        tangent_out = 3. * x * hcb.id_print(x_dot, output_stream=stream, what="x_dot")
+        return primal_out, tangent_out
+    return f
+
+
+def _scan_sum(f):
+    return lambda x: jax.lax.scan(lambda carry, inp: (carry + f(inp), 0.),
+                                  np.full(x.shape[1:], 0., np.float32), x)[0]
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_scan_custom_jvp_taps_transposed_tangents(jit):
+    # The classic module's test_tap_scan_custom_jvp, same expected printout.
+    stream = io.StringIO()
+    g = _scan_sum(_custom_jvp_tapping_tangents(stream))
+    arg = np.full((2,), 0.7, np.float32)
+    np.testing.assert_allclose(g(arg), 0.7 * 0.7 * 2, rtol=1e-6)
+    hcb.barrier_wait()
+    assert stream.getvalue() == "what: x\n0.7\nwhat: x\n0.7\n"
+    stream.seek(0), stream.truncate()
+    grad = jax.jit(jax.grad(g)) if jit else jax.grad(g)
+    np.testing.assert_allclose(grad(arg), [2.1, 2.1], rtol=1e-6)
+    hcb.barrier_wait()
+    assert stream.getvalue() == (
+        "what: x\n0.7\nwhat: x\n0.7\n"
+        "transforms: ['transpose'] what: x_dot\n2.1\n"
+        "transforms: ['transpose'] what: x_dot\n2.1\n")
+
+
+def test_custom_jvp_grad_taps_transposed_tangent_without_scan():
+    stream = io.StringIO()
+    f = _custom_jvp_tapping_tangents(stream)
+    np.testing.assert_allclose(jax.grad(f)(0.7), 2.1, rtol=1e-6)
+    hcb.barrier_wait()
+    assert stream.getvalue() == ("what: x\n0.7\n"
+                                 "transforms: ['transpose'] what: x_dot\n2.1\n")
+    stream.seek(0), stream.truncate()
+    # jvp: the tangent is tapped as it is (not transposed)
+    jax.jvp(f, (0.7,), (0.5,))
+    hcb.barrier_wait()
+    assert stream.getvalue() == "what: x\n0.7\nwhat: x_dot\n0.5\n"
+
+
+def test_vmap_of_grad_transposed_tap_sees_both_transforms(rec):
+    @jax.custom_jvp
+    def f(x):
+        return x * x
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        x, = primals
+        return f(x), 2. * x * hcb.id_tap(rec, tangents[0])
+    g = jax.vmap(jax.grad(f))(jnp.array([1.0, 2.0]))
+    np.testing.assert_allclose(g, [2.0, 4.0])
+    (arg, transforms, _), = rec.take()
+    assert floats(arg) == [2.0, 4.0]
+    assert transforms == (("transpose", {}), batch(0))
+
+
+def test_scan_custom_vjp_taps_cotangents_in_bwd():
+    # The classic module's test_tap_scan_custom_vjp, same expected printout.
+    stream = io.StringIO()
+
+    @jax.custom_vjp
+    def f(x):
+        return x * hcb.id_print(x, output_stream=stream, what="x")
+
+    def f_fwd(x):
+        return f(x), 3. * x
+
+    def f_bwd(residual, ct_b):
+        return residual * hcb.id_print(ct_b, output_stream=stream, what="ct_b"),
+    f.defvjp(f_fwd, f_bwd)
+    g = _scan_sum(f)
+    arg = np.full((2,), 0.7, np.float32)
+    np.testing.assert_allclose(g(arg), 0.7 * 0.7 * 2, rtol=1e-6)
+    hcb.barrier_wait()
+    assert stream.getvalue() == "what: x\n0.7\nwhat: x\n0.7\n"
+    stream.seek(0), stream.truncate()
+    np.testing.assert_allclose(jax.grad(g)(arg), [2.1, 2.1], rtol=1e-6)
+    hcb.barrier_wait()
+    assert stream.getvalue() == ("what: x\n0.7\nwhat: x\n0.7\n"
+                                 "what: ct_b\n1.\nwhat: ct_b\n1.\n")
 
 
 def test_tap_inside_custom_vjp_forward_under_jit(rec):

@@ -28,7 +28,8 @@ import jax
 from pmapkit import _jax_private as jp
 from pmapkit.colocated_python import execution
 from pmapkit.colocated_python.specs import (
-    Specialization, array_spec, as_device_list, device_list_of, flatten_specs)
+    Specialization, array_spec, as_device_list, device_list_of, flatten_specs,
+    list_outside)
 
 _tree_flatten = jax.tree_util.tree_flatten
 _SPECIALIZED_EVENT = "colocated_python_func._get_specialized_func"
@@ -196,18 +197,22 @@ class ColocatedFunction:
                 f"colocated_python function {self._name} was specialized with "
                 f"in_specs {spec.in_specs[1]} structured as {spec.in_specs[0]}, "
                 f"but was called with {specs} structured as {treedef}")
-        arg_devices = device_list_of(specs)
         if spec.devices is None:
+            arg_devices = device_list_of(specs)
             if arg_devices is None:
                 raise ValueError(
                     "No devices found. colocated_python function without input"
                     " arguments must be first specialized with devices.")
             spec = spec.updated(devices=arg_devices)
-        elif arg_devices is not None and arg_devices != spec.devices:
-            raise ValueError(
-                f"colocated_python function {self._name} was specialized with "
-                f"devices {list(spec.devices)}, but its arguments are on "
-                f"{list(arg_devices)}")
+        else:
+            # As jax's: once the devices are given, arguments may list them in
+            # any order, or use some of them; none may be elsewhere.
+            stray = list_outside(specs, spec.devices)
+            if stray is not None:
+                raise ValueError(
+                    f"colocated_python function {self._name} was specialized with "
+                    f"devices {list(spec.devices)}, but its arguments are on "
+                    f"{list(stray)}")
         if spec.in_specs is None:
             spec = spec.updated(in_specs=strong_key)
         jp.test_event(_SPECIALIZED_EVENT)

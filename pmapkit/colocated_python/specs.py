@@ -44,6 +44,16 @@ def device_list_of(leaves):
     return found.pop()
 
 
+def list_outside(leaves, devices):
+    """The device list of the first argument not on ``devices`` (in any
+    order, all or some of them), or None when every argument is."""
+    allowed = set(devices)
+    for x in leaves:
+        if not x.sharding.device_set <= allowed:
+            return x.sharding._internal_device_list
+    return None
+
+
 def as_device_list(devices, what="devices"):
     """``devices`` (a non-empty sequence of jax.Device, or a DeviceList) as a
     DeviceList; a clear TypeError/ValueError otherwise."""

@@ -6,9 +6,12 @@ function computed, of a declared shape; ``barrier_wait`` waits for every
 callback issued so far and raises ``CallbackException`` if one failed. They
 work eagerly, under ``jax.jit``, ``vmap`` (the tap sees the batched value and
 a ``("batch", {"batch_dims": ...})`` transform), ``jvp``/``grad`` (the tap
-fires once, on primal values), ``checkpoint`` (it fires again when
-rematerialized), control flow, ``pmapkit.pmap`` (once per device, with that
-device's slice) and ``pmapkit.pjit`` (once, with the whole operand).
+fires once, on primal values; a tap on tangents taps their cotangents when
+transposed, with a ``("transpose", {})`` transform), ``checkpoint`` (it fires
+again when rematerialized), control flow, ``pmapkit.pmap`` (once per device,
+with that device's slice; in nested pmaps too) and ``pmapkit.pjit`` (once,
+with the whole operand). A failing callback never stops the device
+computation: its exception waits for ``barrier_wait``.
 
 In a multi-process run a callback runs in the process owning the device that
 issues it: under a pmap spanning processes, once per local device with its
@@ -22,6 +25,8 @@ Code written for the classic module runs with only the import changed::
 """
 from __future__ import annotations
 
+import enum
+
 import jax
 import numpy as np
 
@@ -31,47 +36,77 @@ from pmapkit.host_callback._primitive import outside_call_p
 from pmapkit.host_callback._runtime import CallbackException
 from pmapkit.rules import host_callback as _rules  # noqa: F401  (registers the rules)
 
-__all__ = ["CallbackException", "TapFunctionException", "barrier_wait", "call",
-           "id_print", "id_tap", "stop_outfeed_receiver"]
+__all__ = ["CallbackException", "CallbackFlavor", "TapFunctionException",
+           "barrier_wait", "call", "id_print", "id_tap", "stop_outfeed_receiver"]
 
 TapFunctionException = CallbackException  # the classic module's older name
 
 
+class CallbackFlavor(enum.Enum):
+    """The ``callback_flavor`` values of the classic module's last releases.
+
+    They chose the modern callback behind ``id_tap``/``id_print``/``call``
+    when ``JAX_HOST_CALLBACK_LEGACY=False``; by default (the legacy
+    implementation) they were accepted and had no effect. pmapkit keeps the
+    classic semantics for every flavor: ordered per device, taps see
+    ``transforms``, under pmap every device calls back.
+    """
+    IO_CALLBACK = 1  # jax.experimental.io_callback
+    PURE = 2         # jax.pure_callback
+    DEBUG = 3        # jax.debug.callback (no results)
+
+
+def _check_flavor(callback_flavor, api):
+    if not isinstance(callback_flavor, CallbackFlavor):
+        raise TypeError(
+            f"host_callback.{api}: callback_flavor must be a "
+            "host_callback.CallbackFlavor (CallbackFlavor.IO_CALLBACK, "
+            f"CallbackFlavor.PURE or CallbackFlavor.DEBUG), got {callback_flavor!r}.")
+
+
 def id_tap(tap_func, arg, *, result=None, tap_with_device=False, device_index=0,
-           **kwargs):
+           callback_flavor=CallbackFlavor.IO_CALLBACK, **kwargs):
     """Identity on ``arg`` (or return ``result``) that calls
     ``tap_func(arg, transforms)`` on the host with the runtime value of
     ``arg`` (``device=`` the originating device too, with
     ``tap_with_device=True``). ``transforms`` lists the vmap batching applied,
     as ``("batch", {"batch_dims": ...})``. ``device_index`` picks the device
     that taps in a whole-mesh (jit/pjit) program; under pmap every device taps.
+    ``callback_flavor`` (a ``CallbackFlavor``) is accepted as in the classic
+    module's last releases.
     """
     if kwargs:
         raise TypeError(
             "Support for **kwargs in ``id_tap`` has been removed. Instead, "
             "pre-apply keyword arguments, either by using a closure or by passing "
             "``functools.partial(tap_func, **kwargs)``.")
+    _check_flavor(callback_flavor, "id_tap")
     return _outside_call(tap_func, arg, identity=True, with_device=tap_with_device,
                          device_index=device_index, result=result, api="id_tap")
 
 
 def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
-             output_stream=None, threshold=None, **kwargs):
+             output_stream=None, threshold=None,
+             callback_flavor=CallbackFlavor.IO_CALLBACK, **kwargs):
     """``id_tap`` with a tap that prints: the keyword arguments (sorted, with
     ``transforms`` and ``device`` when present), then ``arg`` (arrays through
     ``numpy.array2string(threshold=threshold)``), to ``output_stream.write``
     or ``print``."""
+    _check_flavor(callback_flavor, "id_print")
     printer = _printing.Printer(output_stream, threshold, kwargs)
     return _outside_call(printer, arg, identity=True, with_device=tap_with_device,
                          device_index=device_index, result=result, api="id_print")
 
 
 def call(callback_func, arg, *, result_shape=None, call_with_device=False,
-         device_index=0):
+         device_index=0, callback_flavor=CallbackFlavor.IO_CALLBACK):
     """Call ``callback_func(arg)`` on the host and return its result, which
     must match ``result_shape``: a pytree of ``ShapeDtypeStruct``s, arrays or
     scalars (``None``/``()`` for no result). Under pmap each device calls with
-    its slice and gets its own result back."""
+    its slice and gets its own result back. If the function raises or
+    returns another shape or dtype, the device gets zeros of the declared
+    ones and the next ``barrier_wait`` raises ``CallbackException``."""
+    _check_flavor(callback_flavor, "call")
     return _outside_call(callback_func, arg, identity=False,
                          with_device=call_with_device, device_index=device_index,
                          result_shape=result_shape, api="call")
@@ -80,15 +115,14 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
 def barrier_wait(logging_name=None):
     """Block until every callback issued so far, on every local device and
     from every thread, has run. Raises ``CallbackException`` (chained to it)
-    if a callback function raised since the previous ``barrier_wait``."""
+    if a callback function raised since the previous ``barrier_wait`` — the
+    last exception, or an interrupt (``KeyboardInterrupt``) if one came."""
     _runtime.logger.debug("barrier_wait[%s]: waiting", logging_name or "")
     _runtime.wait_for_callbacks()
     last = _runtime.exceptions.take()
     if last is not None:
         exc, formatted = last
-        raise CallbackException(
-            "There were exceptions during callback processing. "
-            f"Last one was: {formatted}") from exc
+        raise CallbackException(_runtime.report_message(exc, formatted)) from exc
 
 
 def stop_outfeed_receiver():
@@ -117,15 +151,14 @@ def _result_avals(result_shape):
     avals = []
     for leaf in leaves:
         try:
-            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf)
             avals.append(jp.ShapedArray(tuple(np.shape(leaf)),
-                                        jax.dtypes.canonicalize_dtype(dtype)))
+                                        jax.dtypes.result_type(leaf)))
         except Exception:
             raise ValueError(
-                "host_callback.call: result_shape should be a pytree of values "
-                "with structure matching the expected result of the callback "
-                "function; each leaf a numeric scalar or something with 'shape' "
-                f"and 'dtype' attributes. Got {result_shape!r}.") from None
+                "result_shape should be a pytree of values with structure "
+                "matching the expected result of the callback function. The "
+                "values must be either numeric scalars, or must have 'shape' "
+                f"and 'dtype' attributes. Got {result_shape}") from None
     return treedef, tuple(avals)
 
 
@@ -150,7 +183,7 @@ def _outside_call(func, arg, *, identity, with_device, device_index, api,
         callback=_runtime.CallbackWrapper(func, identity, with_device),
         arg_treedef=arg_treedef, num_args=len(flat_args), identity=identity,
         result_treedef=result_treedef, flat_results_aval=flat_results_aval,
-        transforms=(), device_index=device_index)
+        transforms=(), device_index=device_index, ordered=True)
     if not identity:
         return jax.tree_util.tree_unflatten(result_treedef, outs)
     if result_tree is not None:

@@ -15,15 +15,24 @@ Params (hashable, so equal programs share compilations):
   flat_results_aval tuple of ShapedArray of call's result (() for a tap)
   transforms        tuple of ("batch", batch_dims) ... applied so far
   device_index      which device of a whole-mesh (jit/pjit) program calls back
+  ordered           False only inside a pmap nested in another (see below)
 
 Every equation carries ``host_callback_effect``: ordered (callbacks from one
 device run in program order), so no transformation or DCE drops it, and
-shardable (allowed in programs spanning several devices).
+shardable (allowed in programs spanning several devices). No effect token
+can enter nested pmaps (XLA aborts compiling it), so in the body of a pmap
+with nested pmaps the equations are rewritten (``manual_regions``) to
+``ordered=False`` with the unordered ``host_callback_unordered_effect``:
+still never dropped, and XLA:CPU runs the side-effecting calls of one device
+in program order.
 
 Lowering: a host callback threaded on the effect's token. In a manual SPMD
 region (a pmap body) every device calls back with its own slice and its
-partition id (which device it is); in a whole-mesh program it runs once, on
-device ``device_index``, with the whole operand.
+partition id (which device it is); in the body of a pmap around a nested
+pmap (where the inner axes are not manual) every device calls back too, with
+its group's whole value, as classic nested pmaps ran that code on every
+device; in a whole-mesh program it runs once, on device ``device_index``,
+with the whole operand.
 """
 from __future__ import annotations
 
@@ -36,6 +45,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from pmapkit import _jax_private as jp
+from pmapkit import manual_regions
 from pmapkit.host_callback import _runtime
 
 
@@ -43,12 +53,19 @@ class HostCallbackEffect(jp.Effect):
     __str__ = lambda self: "HostCallback"  # noqa: E731
 
 
+class HostCallbackUnorderedEffect(jp.Effect):
+    __str__ = lambda self: "HostCallbackUnordered"  # noqa: E731
+
+
 host_callback_effect = HostCallbackEffect()
-for _registry in (jp.ordered_effects, jp.shardable_ordered_effects,
-                  jp.lowerable_effects, jp.control_flow_allowed_effects,
+host_callback_unordered_effect = HostCallbackUnorderedEffect()
+for _registry in (jp.ordered_effects, jp.shardable_ordered_effects):
+    _registry.add_type(HostCallbackEffect)
+for _registry in (jp.lowerable_effects, jp.control_flow_allowed_effects,
                   jp.custom_derivatives_allowed_effects,
                   jp.remat_allowed_effects, jp.partial_eval_kept_effects):
     _registry.add_type(HostCallbackEffect)
+    _registry.add_type(HostCallbackUnorderedEffect)
 
 outside_call_p = Primitive("pmapkit_outside_call")
 outside_call_p.multiple_results = True
@@ -57,13 +74,17 @@ jp.prim_requires_devices_during_lowering.add(outside_call_p)
 
 
 def _abstract_eval(*avals, callback, arg_treedef, num_args, identity,
-                   result_treedef, flat_results_aval, transforms, device_index):
+                   result_treedef, flat_results_aval, transforms, device_index,
+                   ordered):
     del callback, arg_treedef, num_args, result_treedef, transforms, device_index
     outs = list(avals) if identity else list(flat_results_aval)
-    return outs, {host_callback_effect}
+    return outs, {host_callback_effect if ordered else host_callback_unordered_effect}
 
 
 outside_call_p.def_effectful_abstract_eval(_abstract_eval)
+manual_regions.register_unordered_twin(
+    host_callback_effect, host_callback_unordered_effect, outside_call_p,
+    lambda params: dict(params, ordered=False))
 
 
 def _impl(*args, **params):
@@ -115,8 +136,22 @@ def _one_device_host_fn(device, invoke, *flat):
     return invoke(device, flat)
 
 
+def _region_devices(mesh):
+    """The devices of a manual region's mesh, in partition-id order."""
+    if isinstance(mesh, jax.sharding.Mesh):
+        return tuple(mesh.devices.flat)
+    # A region nested in another is lowered on an abstract mesh.
+    concrete = manual_regions.concrete_mesh(mesh)
+    if concrete is None:
+        raise NotImplementedError(
+            "pmapkit host_callback: a callback inside a manual region nested "
+            f"in another on {mesh} is supported inside nested pmapkit.pmap "
+            "only; tap outside the nested region.")
+    return tuple(concrete.devices.flat)
+
+
 def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
-              result_treedef, flat_results_aval, transforms, device_index):
+              result_treedef, flat_results_aval, transforms, device_index, ordered):
     axis_context = ctx.module_context.axis_context
     tapped, tapped_avals = list(args[:num_args]), list(ctx.avals_in[:num_args])
     result_avals = [] if identity else list(flat_results_aval)
@@ -125,22 +160,25 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
     if isinstance(axis_context, mlir.SPMDAxisContext):
         mesh = axis_context.mesh
         if set(axis_context.manual_axes) != set(mesh.axis_names):
+            if ordered:
+                raise NotImplementedError(
+                    "pmapkit host_callback: a callback inside a region where only "
+                    f"some mesh axes are manual ({sorted(axis_context.manual_axes)} "
+                    f"of {list(mesh.axis_names)}) is supported in pmapkit.pmap "
+                    "bodies around nested pmaps only; tap in a pmap body or "
+                    "outside manual regions.")
+            return _lower_on_every_device(ctx, args, axis_context, dict(
+                callback=callback, arg_treedef=arg_treedef, num_args=num_args,
+                identity=identity, result_treedef=result_treedef,
+                flat_results_aval=flat_results_aval, transforms=transforms,
+                device_index=device_index, ordered=ordered))
+        if ordered and not isinstance(mesh, jax.sharding.Mesh):
+            # A token threaded into a nested region aborts XLA's compiler.
             raise NotImplementedError(
-                "pmapkit host_callback: a callback inside a region where only "
-                f"some mesh axes are manual ({sorted(axis_context.manual_axes)} "
-                f"of {list(mesh.axis_names)}) is not supported; tap in a region "
-                "where every axis is manual (a pmap body, not nested) or "
-                "outside manual regions.")
-        if not isinstance(mesh, jax.sharding.Mesh):
-            # A region nested in another manual region (pmap of pmap): XLA
-            # cannot compile effect tokens threaded through nested manual
-            # computations (it aborts the process), so refuse it here.
-            raise NotImplementedError(
-                "pmapkit host_callback: callbacks inside a nested pmap (or a "
-                "manual region nested in another) are not supported; tap "
-                "outside the nested pmaps.")
-        devices = tuple(mesh.devices.flat)
-        host_fn = functools.partial(_per_device_host_fn, devices, invoke)
+                "pmapkit host_callback: an ordered callback inside a manual "
+                "region nested in another (not a nested pmapkit.pmap) is not "
+                "supported; tap outside the nested region.")
+        host_fn = functools.partial(_per_device_host_fn, _region_devices(mesh), invoke)
         operands = [jp.partition_id_op(), *tapped]
         operand_avals = [_PARTITION_ID_AVAL, *tapped_avals]
         op_sharding = _manual_op_sharding(result_avals)
@@ -157,16 +195,36 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                                     invoke)
         operands, operand_avals = tapped, tapped_avals
         op_sharding = _maximal_op_sharding(device_index, result_avals)
-    token = ctx.tokens_in.get(host_callback_effect)
+    token = ctx.tokens_in.get(host_callback_effect) if ordered else None
     # The callback op takes ``operands`` and returns ``result_avals``; the
     # context handed to JAX describes that op, not this equation.
     op_ctx = dataclasses.replace(ctx, avals_in=operand_avals, avals_out=result_avals)
     results, token, _ = mlir.emit_python_callback(
         op_ctx, host_fn, token, operands, operand_avals, result_avals,
-        has_side_effect=True, returns_token=True, sharding=op_sharding)
-    ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-        mlir.TokenSet({host_callback_effect: token})))
+        has_side_effect=True, returns_token=ordered, sharding=op_sharding)
+    if ordered:
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(
+            mlir.TokenSet({host_callback_effect: token})))
     return list(args) if identity else list(results)
+
+
+def _lower_on_every_device(ctx, args, axis_context, params):
+    # The region's other axes become manual too, the operands replicated
+    # over them: each device then calls back with its group's whole value.
+    mesh = axis_context.mesh
+    manual = set(axis_context.manual_axes)
+    free = {a for a in mesh.axis_names if a not in manual}
+    abstract = mesh if isinstance(mesh, jax.sharding.AbstractMesh) else mesh.abstract_mesh
+    shard_mesh = abstract.update_axis_types(
+        {a: jax.sharding.AxisType.Manual for a in manual})
+    n_out = len(args) if params["identity"] else len(params["flat_results_aval"])
+    spmd = jax.shard_map(
+        lambda *xs: tuple(outside_call_p.bind(*xs, **params)), mesh=shard_mesh,
+        in_specs=(jax.sharding.PartitionSpec(),) * len(args),
+        out_specs=(jax.sharding.PartitionSpec(),) * n_out,
+        axis_names=free, check_vma=False)
+    with jax.sharding.use_abstract_mesh(shard_mesh):
+        return mlir.lower_fun(spmd, multiple_results=True)(ctx, *args)
 
 
 # Not cacheable: a callback is referenced by its index in the module.

@@ -5,6 +5,14 @@ argument, calling the user's function, checking what a ``call`` returned,
 and — when the user's function raises — logging the exception and keeping it
 for the next ``barrier_wait``. Also the process-wide record of the runtime
 tokens that ``barrier_wait`` waits for.
+
+A failing callback never fails the device computation (as with the classic
+outfeed receiver): whatever it raises — an ordinary exception, a result of
+the wrong shape or dtype, even a ``KeyboardInterrupt`` — is kept, a tap
+returns normally and a ``call`` hands back zeros of its declared shapes and
+dtypes. A failed computation would poison the effect tokens every later
+call waits on, and in a program spanning devices leave the other devices
+blocked in a collective until XLA aborts the process.
 """
 from __future__ import annotations
 
@@ -26,8 +34,15 @@ class CallbackException(Exception):
     whose formatted traceback the message includes."""
 
 
+def is_interrupt(exc):
+    """Not an ordinary error: ``KeyboardInterrupt``, ``SystemExit``..."""
+    return not isinstance(exc, Exception)
+
+
 class _ExceptionRecord:
-    """The last exception raised by a callback function, not yet reported."""
+    """The exception to report at the next ``barrier_wait``: the last one a
+    callback function raised, except that an interrupt is kept over ordinary
+    exceptions raised after it (the user asked to stop; that is the news)."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -35,12 +50,26 @@ class _ExceptionRecord:
 
     def record(self, exc, formatted):
         with self.lock:
+            if (self.last is not None and is_interrupt(self.last[0])
+                    and not is_interrupt(exc)):
+                return
             self.last = (exc, formatted)
 
     def take(self):
         with self.lock:
             last, self.last = self.last, None
         return last
+
+
+def report_message(exc, formatted):
+    """The message of the ``CallbackException`` reporting ``exc``."""
+    if is_interrupt(exc):
+        return ("There were exceptions during callback processing: a callback "
+                f"function was interrupted by {type(exc).__name__} (the device "
+                "computations went on; a call that failed returned zeros). "
+                f"It was: {formatted}")
+    return ("There were exceptions during callback processing. "
+            f"Last one was: {formatted}")
 
 
 exceptions = _ExceptionRecord()
@@ -105,24 +134,26 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
     """Call the user's function on the host; returns its flat result, checked
     against ``result_avals`` (empty for a tap).
 
-    A tap's exception is logged and kept for ``barrier_wait``; a ``call``'s
-    is kept too and then re-raised, so the device computation fails instead
-    of running on with no value."""
+    Never raises: an exception (an interrupt included) is logged and kept
+    for ``barrier_wait``, and a ``call`` then returns zeros of its declared
+    shapes and dtypes, so the device computation runs on."""
     try:
         arg = jax.tree_util.tree_unflatten(arg_treedef, [_host_copy(x) for x in flat])
         result = wrapper(arg, device, unpack_transforms(transforms))
         if wrapper.identity:
             return ()
         return check_results(wrapper, result, result_treedef, result_avals)
-    except Exception as exc:
+    except BaseException as exc:  # noqa: BLE001  (raising would fail the device)
         formatted = traceback.format_exc()
-        logger.error("pmapkit host_callback: the callback %r raised an "
-                     "exception (it will be raised by the next barrier_wait):\n%s",
-                     wrapper, formatted)
+        logger.error("pmapkit host_callback: the callback %r raised %s (it will "
+                     "be raised by the next barrier_wait; the device computation "
+                     "goes on%s):\n%s", wrapper, type(exc).__name__,
+                     "" if wrapper.identity else " with zeros for its result",
+                     formatted)
         exceptions.record(exc, formatted)
-        if not wrapper.identity:
-            raise
-        return ()
+        if wrapper.identity:
+            return ()
+        return tuple(np.zeros(a.shape, a.dtype) for a in result_avals)
 
 
 def check_results(wrapper, result, result_treedef, result_avals):
@@ -192,7 +223,8 @@ def wait_for_callbacks():
     try:
         jax.effects_barrier()  # this thread's tokens, as JAX keeps them
     except Exception:  # noqa: BLE001
-        # A failed computation (e.g. a ``call`` whose callback raised) leaves
-        # its error in this thread's tokens, which would re-raise it at every
-        # later barrier. Everything has finished by now: forget them.
+        # A computation that failed (for a reason of its own: callbacks do
+        # not fail it) leaves its error in this thread's tokens, which would
+        # re-raise it at every later barrier. Everything has finished by now:
+        # forget them.
         jp.clear_runtime_tokens()

@@ -6,7 +6,10 @@
   unchanged (a tap is the identity).
 - partial eval (linearize / grad): a tap whose inputs are all known runs now,
   with the known values; otherwise it is staged whole.
-- transpose: the identity on cotangents (the tap fires on primals only).
+- transpose: a tap on linear values (a tangent tapped in a custom_jvp rule)
+  taps their cotangents, with ``("transpose",)`` added to ``transforms``
+  (taps on primal values are never transposed: jvp keeps them out of the
+  linear part). Cotangents pass through unchanged.
 - checkpoint: a tap in the rematerialized part runs in the forward pass and
   again when the backward pass recomputes it (unless the policy saves it).
 - DCE: kept, with all its operands, even when its results are unused.
@@ -49,8 +52,18 @@ jp.ad.primitive_jvps[outside_call_p] = _jvp
 
 
 def _transpose(cts, *args, **params):
+    # A tap on linear values (tangents, e.g. in a custom_jvp rule) taps their
+    # cotangents when transposed, with ("transpose",) added to transforms.
     _only_for_taps(params, "transposition")
-    return [ct if jp.is_undefined_primal(x) else None for ct, x in zip(cts, args)]
+    linear = [jp.is_undefined_primal(x) for x in args]
+    out = [ct if lin else None for ct, lin in zip(cts, linear)]
+    n = params["num_args"]
+    if any(linear[:n]):
+        tapped = [jp.instantiate_zeros(ct) for ct in cts[:n]]
+        tapped = outside_call_p.bind(
+            *tapped, **dict(params, transforms=(*params["transforms"], ("transpose",))))
+        out[:n] = [ct if lin else None for ct, lin in zip(tapped, linear[:n])]
+    return out
 
 
 jp.ad.primitive_transposes[outside_call_p] = _transpose
