@@ -215,7 +215,9 @@ def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature, *,
     # __dict__ holds its internals, which must not overwrite ours.
     functools.update_wrapper(fn, fun, updated=())
     for name, value in getattr(fun, "__dict__", {}).items():
-        if name not in fn.__dict__:
+        # Not over our own attributes (a custom_jvp's ``fun``, a wrapped
+        # DispatchFunction's internals).
+        if name not in fn.__dict__ and not hasattr(type(fn), name):
             setattr(fn, name, value)
     fn.__wrapped__ = fun
     if signature is not None:

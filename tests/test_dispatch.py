@@ -483,6 +483,21 @@ def test_wraps_attributes_and_signature():
     assert callable(f._cache_miss)
 
 
+def test_wraps_a_custom_jvp_function():
+    # Its __dict__ holds a ``fun`` attribute: not copied over our own.
+    @jax.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+
+    f.defjvp(lambda p, t: (f(p[0]), jnp.cos(p[0]) * t[0]))
+    g = pmapkit.pmap(f)
+    x = jnp.arange(2.0)
+    np.testing.assert_allclose(np.asarray(g(x)), np.sin(np.arange(2.0)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda v: g(v).sum())(x)),
+                               np.cos(np.arange(2.0)), rtol=1e-6)
+    assert g.__wrapped__ is f
+
+
 def test_pmap_has_jax_pmaps_signature():
     assert inspect.signature(pmapkit.pmap) == inspect.signature(jax.pmap)
 
