@@ -11,11 +11,15 @@ Public surface (explicit re-exports only):
   device_put_replicated, device_put_sharded
                  the classic placement helpers (stacked per-device values,
                  placed as a pmap takes them)
+  clear_caches, set_cache_size
+                 empty / bound pmapkit's caches (jax.clear_caches() empties
+                 them too)
   COMPILED       True when the Cython dispatch core is in use
 """
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit._compiled import COMPILED
+from pmapkit.caches import clear_caches, set_cache_size
 from pmapkit.mesh import Mesh, mesh
 from pmapkit import maps
 from pmapkit.pjit import pjit, with_sharding_constraint
@@ -28,6 +32,7 @@ from pmapkit import rules as _rules  # noqa: F401  (registers transformation rul
 
 __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "PartitionSpec", "Replicated", "ShardedAxis", "ShardingSpec",
-           "Unstacked", "device_put_replicated", "device_put_sharded", "maps",
-           "mesh", "parse_op_sharding", "pjit", "pmap", "with_sharding_constraint"]
+           "Unstacked", "clear_caches", "device_put_replicated", "device_put_sharded", "maps",
+           "mesh", "parse_op_sharding", "pjit", "pmap", "set_cache_size",
+           "with_sharding_constraint"]
 __version__ = "0.1.0"

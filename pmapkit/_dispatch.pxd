@@ -111,3 +111,4 @@ cdef class DispatchFunction:
     cdef Py_ssize_t _placed_id(self, Py_ssize_t leaf_id, object sharding) except -2
 
     cdef object _intern(self, object sig)
+    cdef _forget_signatures(self)

@@ -24,6 +24,8 @@ MAX_EQUIVALENTS = 8
 # Cached signatures per function (per trace context) unless set otherwise;
 # the least recently used is evicted beyond it.
 DEFAULT_CACHE_SIZE = 256
+# Interned leaf signatures kept per function before the table starts afresh.
+MAX_SIGNATURES = 1 << 16
 
 
 class ArgumentAliasError(ValueError):
@@ -533,8 +535,17 @@ class DispatchFunction:
     def _intern(self, sig):
         found = self._sig_ids.get(sig)
         if found is None:
+            if len(self._sig_ids) >= MAX_SIGNATURES:
+                self._forget_signatures()
             found = self._sig_ids.setdefault(sig, next(self._next_id))
         return found
+
+    def _forget_signatures(self):
+        # Ids are never reused (the counter goes on), so keys made with the
+        # forgotten ids can only miss; the LRU bound drops their entries.
+        self._sig_ids = {}
+        self._aval_ids = {}
+        self._placed_ids = {}
 
     # -- introspection and control ---------------------------------------------
     @property
@@ -584,6 +595,7 @@ class DispatchFunction:
     def clear_cache(self):
         self._caches = {}
         self._current = (None, {})
+        self._forget_signatures()
         if self._on_clear is not None:
             self._on_clear()
 

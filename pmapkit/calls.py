@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit import _cache_keys, lowering
+from pmapkit import _cache_keys, caches, lowering
 from pmapkit._compiled import dispatch as _dispatch_mod
 
 # numpy dtypes that canonicalize to themselves whatever jax_enable_x64 says; a
@@ -209,7 +209,8 @@ def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature, *,
         jp.tree_registry.flatten, trace_context or jp.trace_context,
         jp.top_level_probe(), lower, reduce_fn,
         static_argnames=static_argnames, sign_shardings=sign_shardings,
-        describe=_cache_keys.describe)
+        cache_size=caches.per_function_size(), describe=_cache_keys.describe)
+    caches.register_function(fn)
     # functools.wraps metadata, without update_wrapper's __dict__ merge: when
     # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its
     # __dict__ holds its internals, which must not overwrite ours.
@@ -237,10 +238,13 @@ def make_compiled_call(cache_miss, name):
         raise TypeError(f"cannot pickle the compiled call of {name}; pickle "
                         "the pmapped/pjit'd function and compile again.")
 
-    return _dispatch_mod.DispatchFunction(
+    fn = _dispatch_mod.DispatchFunction(
         cache_miss, cache_miss, (), lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten, jp.trace_context, jp.top_level_probe(),
-        not_lowerable, not_picklable, describe=_cache_keys.describe)
+        not_lowerable, not_picklable, cache_size=caches.per_function_size(),
+        describe=_cache_keys.describe)
+    caches.register_function(fn)
+    return fn
 
 
 class TraceCache:

@@ -19,6 +19,7 @@ from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
+from pmapkit import caches, inflight
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
 from pmapkit import manual_regions, process_local
@@ -194,6 +195,10 @@ class CompiledProgram:
         self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
         self.donated = tuple(
             i for i, d in enumerate(params["donated_invars"]) if d) or None
+        # Collectives on XLA:CPU: executions in flight are bounded (inflight).
+        self.cpu_collectives = inflight.has_collectives(compiled, {
+            d for s in self.in_shardings + self.out_shardings if s is not None
+            for d in s.device_set})
         self.spans_processes = process_local.spans_processes(
             self.in_shardings + self.out_shardings)
         if self.spans_processes:
@@ -297,13 +302,11 @@ class CompiledProgram:
         data = self.fastpath(None)
         entry.populate(data, LEAF_TYPES)
         arrays = entry.shard(list(args))
-        if self.spans_processes:
-            results = data.executable.execute_sharded(arrays)
-            return results.consume_with_handlers(data.out_handlers)
-        if self.has_effects:
-            return list(self.compiled(*_all_inputs(arrays, self.kept, args, self)))
-        results = self.executable.execute_sharded(arrays)
-        return results.consume_with_handlers(self.out_handlers)
+        if self.has_effects and not self.spans_processes:
+            with inflight.bounded(self.cpu_collectives) as record:
+                return record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
+        results = data.executable.execute_sharded(arrays)
+        return results.consume_with_handlers(data.out_handlers)
 
     def fastpath(self, out_treedef, out_shardings=None):
         """The dispatch core's data for this program; ``out_shardings``
@@ -321,6 +324,8 @@ class CompiledProgram:
             avals, shardings = zip(*self.kept_physical) if self.kept_physical else ((), ())
             data.executable = process_local.ProcessLocalExecutable(
                 data.executable, avals, shardings, self.out_views)
+        if self.cpu_collectives:
+            data.executable = inflight.BoundedExecutable(data.executable)
         return data
 
 
@@ -471,9 +476,30 @@ class Float0HostSpec:
 
 
 # -- the compile cache --------------------------------------------------------
-_COMPILE_CACHE_SIZE = 512
+# Compiled programs by (primitive, params, input avals), least recently used
+# evicted beyond ``caches.programs_size()``.
 _compile_cache: collections.OrderedDict = collections.OrderedDict()
 _compile_lock = threading.Lock()
+
+
+def _trim(cache, size):
+    while len(cache) > size:
+        cache.popitem(last=False)
+
+
+def _clear_program_caches():
+    with _compile_lock:
+        _compile_cache.clear()
+        _outer_jits.clear()
+
+
+def _resize_program_caches(size):
+    with _compile_lock:
+        _trim(_compile_cache, size)
+        _trim(_outer_jits, size)
+
+
+caches.register_process_cache(_clear_program_caches, _resize_program_caches)
 
 
 def _params_key(params, in_avals):
@@ -631,7 +657,6 @@ def _placed(x, sharding):
     return x
 
 
-_OUTER_JIT_CACHE_SIZE = 512
 _outer_jits: collections.OrderedDict = collections.OrderedDict()
 
 
@@ -655,8 +680,7 @@ def _outer_jit(primitive, params, in_avals, named=True):
         jitted = jax.jit(_program(primitive, params))
     with _compile_lock:
         jitted = _outer_jits.setdefault(key, jitted)
-        while len(_outer_jits) > _OUTER_JIT_CACHE_SIZE:
-            _outer_jits.popitem(last=False)
+        _trim(_outer_jits, caches.programs_size())
     return jitted
 
 
@@ -694,6 +718,5 @@ def compile_program(primitive, params, in_avals) -> CompiledProgram:
     result = CompiledProgram(primitive, params, in_avals, lowered, lowered.compile())
     with _compile_lock:
         _compile_cache[key] = result
-        while len(_compile_cache) > _COMPILE_CACHE_SIZE:
-            _compile_cache.popitem(last=False)
+        _trim(_compile_cache, caches.programs_size())
     return result
