@@ -17,13 +17,15 @@ Used two ways:
 import os
 import sys
 
-if __name__ == "__main__" and sys.path and sys.path[0] == os.path.dirname(
-        os.path.abspath(__file__)):
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.path and sys.path[0] == \
+        os.path.dirname(os.path.abspath(__file__)):
     # Run as a file, python put pmapkit/ itself first on sys.path, where its
-    # modules would shadow top-level names; the script's directory goes
-    # there below instead.
-    del sys.path[0]
+    # modules would shadow top-level names: the entry becomes the script's
+    # (run_* below set it again) before anything more is imported.
+    sys.path[0] = (os.getcwd() if sys.argv[1] == "-m"
+                   else os.path.dirname(os.path.abspath(sys.argv[1])))
 
+import importlib.util  # noqa: E402
 import runpy  # noqa: E402
 
 _THIS_FILE = os.path.abspath(__file__)
@@ -31,19 +33,37 @@ _THIS_FILE = os.path.abspath(__file__)
 
 def run_script(path, args=()):
     """Runs the file ``path`` as ``__main__`` with ``sys.argv = [path, *args]``
-    (``path`` made absolute, as python makes the script's ``__file__``)."""
+    (``path`` made absolute, as python makes the script's ``__file__``) and
+    the script's directory as ``sys.path[0]``."""
     path = os.path.abspath(path)
     sys.argv[:] = [path, *args]
-    sys.path.insert(0, os.path.dirname(path))
+    _set_first_path_entry(os.path.dirname(path))
     _run_with_short_tracebacks(lambda: runpy.run_path(path, run_name="__main__"))
 
 
 def run_module(name, args=()):
-    """Runs module ``name`` as ``__main__`` (``python -m name args``)."""
+    """Runs module ``name`` as ``__main__`` (``python -m name args``): the
+    current directory is ``sys.path[0]``; a module that cannot be found is
+    reported as python reports it, with status 1."""
     sys.argv[:] = [name, *args]    # runpy replaces argv[0] by the module's file
-    sys.path.insert(0, os.getcwd())
+    _set_first_path_entry(os.getcwd())
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except ImportError:     # a package above it is missing
+        found = False
+    if not found:
+        print(f"{sys.executable}: No module named {name}", file=sys.stderr)
+        raise SystemExit(1)
     _run_with_short_tracebacks(
         lambda: runpy.run_module(name, run_name="__main__", alter_sys=True))
+
+
+def _set_first_path_entry(entry):
+    """``sys.path[0]`` is the script's entry, replacing the one python gave the
+    command that runs it (its own directory or the current one); with
+    ``-P`` (safe path) python gives none, and none is added."""
+    if not sys.flags.safe_path:
+        sys.path[0] = entry
 
 
 def _run_with_short_tracebacks(run):
