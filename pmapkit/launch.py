@@ -7,7 +7,9 @@ lines are prefixed with the rank. If one process fails, the timeout passes,
 or the launcher gets SIGINT, SIGTERM or SIGHUP (Ctrl-C, ``timeout``, SLURM's
 ``scancel``, ``docker stop``, a closed terminal), every process is stopped
 (its whole process group) and the launcher exits non-zero (the failing
-process's status, 124, or 128 + the signal): no orphans, no hang.
+process's status, 124, or 128 + the signal; a signal the launcher was
+started ignoring, as SIGHUP under ``nohup``, stays ignored): no orphans, no
+hang.
 """
 from __future__ import annotations
 
@@ -153,6 +155,8 @@ class _StopSignals:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue   # ignored on purpose (nohup, a background job): stays so
                 self._previous[sig] = signal.signal(sig, self._note)
         return self
 

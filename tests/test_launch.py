@@ -73,6 +73,40 @@ def test_output_is_prefixed_with_the_rank(tmp_path):
         assert f"[{rank}] to stderr" in lines
 
 
+def test_a_rank_runs_its_script_as_python_would(tmp_path):
+    """Each rank runs through pmapkit/_as_main.py: __main__, sys.argv,
+    __file__ and the script's directory first on sys.path (a module beside
+    it imports; none of pmapkit's own modules shadows a top-level name)."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper.py").write_text("VALUE = 'beside the script'\n")
+    (app / "specs.py").write_text("WHERE = 'the script directory'\n")
+    script = _script(app, """
+        import sys
+        import helper, specs
+        print(__name__, sys.argv[1:], __file__, sys.path[0] == __file__.rsplit("/", 1)[0])
+        print(helper.VALUE, specs.WHERE)
+    """)
+    proc = _launch(["-n", "2", "--devices-per-process", "1", script, "x", "-m", "y"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for rank in range(2):
+        assert f"[{rank}] __main__ ['x', '-m', 'y'] {script} True" in lines
+        assert f"[{rank}] beside the script the script directory" in lines
+
+
+def test_pmapkit_run_under_the_launcher(tmp_path):
+    script = _script(tmp_path, """
+        import os
+        from jax.experimental.maps import Mesh
+        print("rank", os.environ["PMAPKIT_PROCESS_ID"], Mesh.__module__)
+    """)
+    proc = _launch(["-n", "2", "--devices-per-process", "1", "-m", "pmapkit", "run", script],
+                   tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[1] rank 1 pmapkit.mesh" in proc.stdout.splitlines()
+
+
 def test_jax_sees_the_requested_devices_and_joins_the_run(tmp_path):
     script = _script(tmp_path, """
         import jax
@@ -275,6 +309,34 @@ def test_a_signal_to_the_launcher_stops_every_rank_blocked_in_a_collective(tmp_p
     assert f"[launch] got {sig.name}; stopped processes [0, 1]" in output
     assert "unreachable" not in output
     assert survivors == [], f"left running: {survivors}"
+
+
+def test_a_signal_the_launcher_was_started_ignoring_stays_ignored(tmp_path):
+    """Under ``nohup`` (SIGHUP ignored) a hangup does not stop the run."""
+    started = tmp_path / "started"
+    script = _script(tmp_path, f"""
+        import time
+        open({str(started)!r} + __import__("os").environ["PMAPKIT_PROCESS_ID"], "w").close()
+        time.sleep(2)
+        print("finished")
+    """)
+    launcher = subprocess.Popen(
+        LAUNCH + ["-n", "2", "--timeout", "100", script], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(f"{started}{rank}") for rank in range(2)):
+            assert launcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        launcher.send_signal(signal.SIGHUP)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 0, output
+    assert "[0] finished" in output and "[1] finished" in output
 
 
 def test_a_rank_exiting_with_a_status_is_reported_at_once_not_at_the_timeout(tmp_path):
