@@ -6,10 +6,31 @@
     pmapkit launch -n N [--devices-per-process K] [--timeout S] script.py [args]
                                   N local processes joined by jax.distributed
                                   (``pmapkit launch --help``)
+    pmapkit run [--route-pmap] script.py [args]
+    pmapkit run [--route-pmap] -m module [args]
+                                  an old script, unedited: pmapkit stands in for
+                                  what this JAX removed (``pmapkit run --help``)
 """
+import os
 import sys
 
-COMMANDS = ("demo", "bench", "launch")
+COMMANDS = ("demo", "bench", "launch", "run")
+
+RUN_USAGE = """\
+usage: pmapkit run [--route-pmap] script.py [args ...]
+       pmapkit run [--route-pmap] -m module [args ...]
+
+Runs an old JAX script unedited, as `python script.py` / `python -m module`
+would (sys.argv, __main__, exit status), after pmapkit.legacy.install():
+pmapkit's classic APIs stand in for the modules and names this JAX lacks
+(jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
+.jax2tf.jax_export, .export; jax.device_put_replicated/_sharded). One line
+on stderr says what was installed.
+
+options:
+  --route-pmap  also make jax.pmap pmapkit's pmap
+  -m module     run a module (like python -m) instead of a script
+  -h, --help    show this message"""
 
 
 def main(argv=None):
@@ -25,9 +46,50 @@ def main(argv=None):
     if command == "launch":   # the children set up their own devices
         from pmapkit import launch
         return launch.main(argv[1:])
+    if command == "run":      # the script sets up its own devices
+        return run(argv[1:])
     from pmapkit import demo
     demo.configure_devices()
     if command == "bench":
         from pmapkit import _bench_cli
         return _bench_cli.main(argv[1:])
     return demo.demo()
+
+
+def run(argv):
+    """``pmapkit run``: options end at the script or ``-m module``; everything
+    after it is the script's, as with ``python``."""
+    route_pmap, module, rest = False, None, list(argv)
+    while rest and rest[0].startswith("-") and module is None:
+        option = rest.pop(0)
+        if option in ("-h", "--help"):
+            print(RUN_USAGE)
+            return 0
+        if option == "--route-pmap":
+            route_pmap = True
+        elif option == "-m":
+            if not rest:
+                return _usage_error("-m needs a module name")
+            module = rest.pop(0)
+        elif option == "--":
+            break
+        else:
+            return _usage_error(f"unknown option {option!r}")
+    if module is None:
+        if not rest:
+            return _usage_error("a script to run is required (or -m module)")
+        script = rest.pop(0)
+        if not os.path.isfile(script):
+            return _usage_error(f"no such script: {script!r}")
+    from pmapkit import _as_main, legacy
+    legacy.install(route_pmap=route_pmap)
+    if module is not None:
+        _as_main.run_module(module, rest)
+    else:
+        _as_main.run_script(script, rest)
+    return 0
+
+
+def _usage_error(message):
+    print(f"{RUN_USAGE.splitlines()[0]}\npmapkit run: error: {message}", file=sys.stderr)
+    return 2

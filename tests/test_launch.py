@@ -1,5 +1,6 @@
 """``pmapkit launch``: real local processes, bounded by timeouts."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,11 +25,17 @@ def _launch(args, tmp_path, timeout=120):
 
 
 def _alive(pid):
+    """Whether ``pid`` runs: a zombie (ended, not yet reaped by its new parent,
+    PID 1, once its own parent is gone) is not alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_process_environment_sets_rank_count_coordinator_and_devices():
@@ -64,6 +71,40 @@ def test_output_is_prefixed_with_the_rank(tmp_path):
     for rank in range(3):
         assert f"[{rank}] hello from {rank} of 3 ['a', '--b']" in lines
         assert f"[{rank}] to stderr" in lines
+
+
+def test_a_rank_runs_its_script_as_python_would(tmp_path):
+    """Each rank runs through pmapkit/_as_main.py: __main__, sys.argv,
+    __file__ and the script's directory first on sys.path (a module beside
+    it imports; none of pmapkit's own modules shadows a top-level name)."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper.py").write_text("VALUE = 'beside the script'\n")
+    (app / "specs.py").write_text("WHERE = 'the script directory'\n")
+    script = _script(app, """
+        import sys
+        import helper, specs
+        print(__name__, sys.argv[1:], __file__, sys.path[0] == __file__.rsplit("/", 1)[0])
+        print(helper.VALUE, specs.WHERE)
+    """)
+    proc = _launch(["-n", "2", "--devices-per-process", "1", script, "x", "-m", "y"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for rank in range(2):
+        assert f"[{rank}] __main__ ['x', '-m', 'y'] {script} True" in lines
+        assert f"[{rank}] beside the script the script directory" in lines
+
+
+def test_pmapkit_run_under_the_launcher(tmp_path):
+    script = _script(tmp_path, """
+        import os
+        from jax.experimental.maps import Mesh
+        print("rank", os.environ["PMAPKIT_PROCESS_ID"], Mesh.__module__)
+    """)
+    proc = _launch(["-n", "2", "--devices-per-process", "1", "-m", "pmapkit", "run", script],
+                   tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[1] rank 1 pmapkit.mesh" in proc.stdout.splitlines()
 
 
 def test_jax_sees_the_requested_devices_and_joins_the_run(tmp_path):
@@ -150,7 +191,6 @@ def test_module_mode(tmp_path):
     (["-n", "0", "x.py"], "-n must be a positive number of processes, got 0"),
     (["-n", "2", "--devices-per-process", "0", "x.py"],
      "--devices-per-process must be positive, got 0"),
-    (["-n", "2", "--timeout", "-1", "x.py"], "--timeout must be positive seconds"),
     (["-n", "2"], "a script to run is required"),
     (["-n", "2", "no_such_script.py"], "no such script: 'no_such_script.py'"),
     (["script.py"], "the following arguments are required: -n"),
@@ -159,6 +199,177 @@ def test_bad_arguments_are_usage_errors(tmp_path, args, message):
     proc = _launch(args, tmp_path)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-1", "0", "1e999"])
+def test_a_timeout_that_is_not_a_positive_finite_number_starts_nothing(tmp_path, timeout):
+    marker = tmp_path / "started"
+    script = _script(tmp_path, f"open({str(marker)!r}, 'w').close()")
+    proc = _launch(["-n", "2", "--timeout", timeout, script], tmp_path)
+    assert proc.returncode == 2
+    assert "--timeout must be a positive, finite number of seconds, got " in proc.stderr
+    assert proc.stderr.rstrip().endswith(f"got {float(timeout):g}")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("n", [launch.MAX_PROCESSES + 1, 100000])
+def test_more_processes_than_the_bound_starts_nothing(tmp_path, n):
+    marker = tmp_path / "started"
+    script = _script(tmp_path, f"open({str(marker)!r}, 'w').close()")
+    proc = _launch(["-n", str(n), script], tmp_path)
+    assert proc.returncode == 2
+    assert (f"-n must be at most {launch.MAX_PROCESSES} (every process runs on this "
+            f"machine), got {n}") in proc.stderr
+    assert not marker.exists()
+
+
+def test_the_process_bound_is_documented_in_help(tmp_path):
+    proc = _launch(["--help"], tmp_path)
+    assert proc.returncode == 0
+    assert f"number of processes (1 to {launch.MAX_PROCESSES}" in " ".join(proc.stdout.split())
+
+
+# Two ranks over 2 devices each: rank 1 waits in a psum that rank 0 never
+# joins (rank 0 sleeps, with a child process of its own), or rank 1 exits
+# with status 3 while rank 0 waits in the psum. Each writes its PIDs once it
+# is about to block.
+_BLOCKED_IN_A_COLLECTIVE = """
+    import os, subprocess, sys, time
+    import jax, jax.numpy as jnp
+    import pmapkit, pmapkit.distributed
+    pmapkit.distributed.initialize()
+    rank, mode, pids = jax.process_index(), sys.argv[1], sys.argv[2]
+    psum = pmapkit.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")
+    x = jnp.ones((jax.local_device_count(),))
+    psum(x).block_until_ready()                 # both ranks compiled and joined
+    mine = [os.getpid()]
+    if rank == 0 and mode == "sleep":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        mine.append(child.pid)
+    with open(os.path.join(pids, f"{rank}.tmp"), "w") as f:
+        f.write(" ".join(map(str, mine)))
+    os.rename(os.path.join(pids, f"{rank}.tmp"), os.path.join(pids, str(rank)))
+    if mode == "sleep" and rank == 0:
+        time.sleep(300)
+    elif mode == "exit3" and rank == 1:
+        time.sleep(1)                            # rank 0 is in the psum by now
+        sys.exit(3)
+    else:
+        print("entering psum", flush=True)
+        psum(x).block_until_ready()
+    print("unreachable: the psum returned", flush=True)
+"""
+
+
+def _rank_pids(pids):
+    return [int(pid) for f in pids.iterdir() if not f.name.endswith(".tmp")
+            for pid in f.read_text().split()]
+
+
+def _kill_leftovers(pids):
+    for pid in _rank_pids(pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT],
+                         ids=lambda s: s.name)
+def test_a_signal_to_the_launcher_stops_every_rank_blocked_in_a_collective(tmp_path, sig):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = _script(tmp_path, _BLOCKED_IN_A_COLLECTIVE)
+    launcher = subprocess.Popen(
+        LAUNCH + ["-n", "2", "--devices-per-process", "2", "--timeout", "200",
+                  script, "sleep", str(pids)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len([f for f in pids.iterdir() if not f.name.endswith(".tmp")]) < 2:
+            assert launcher.poll() is None, launcher.communicate()[0]
+            assert time.monotonic() < deadline, "the ranks never got to block"
+            time.sleep(0.1)
+        time.sleep(1.0)                           # rank 1 is inside the psum
+        rank_pids = _rank_pids(pids)
+        assert len(rank_pids) == 3 and all(_alive(pid) for pid in rank_pids)
+        sent = time.monotonic()
+        launcher.send_signal(sig)
+        output, _ = launcher.communicate(timeout=60)
+        elapsed = time.monotonic() - sent
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        time.sleep(0.2)
+        survivors = [pid for pid in _rank_pids(pids) if _alive(pid)]
+        _kill_leftovers(pids)
+    assert launcher.returncode == 128 + sig, output
+    assert elapsed < 15, f"the launcher took {elapsed:.1f} s to stop"
+    assert f"[launch] got {sig.name}; stopped processes [0, 1]" in output
+    assert "unreachable" not in output
+    assert survivors == [], f"left running: {survivors}"
+
+
+def test_a_signal_the_launcher_was_started_ignoring_stays_ignored(tmp_path):
+    """Under ``nohup`` (SIGHUP ignored) a hangup does not stop the run."""
+    started = tmp_path / "started"
+    script = _script(tmp_path, f"""
+        import time
+        open({str(started)!r} + __import__("os").environ["PMAPKIT_PROCESS_ID"], "w").close()
+        time.sleep(2)
+        print("finished")
+    """)
+    launcher = subprocess.Popen(
+        LAUNCH + ["-n", "2", "--timeout", "100", script], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(f"{started}{rank}") for rank in range(2)):
+            assert launcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        launcher.send_signal(signal.SIGHUP)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 0, output
+    assert "[0] finished" in output and "[1] finished" in output
+
+
+def test_a_rank_exiting_with_a_status_is_reported_at_once_not_at_the_timeout(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = _script(tmp_path, _BLOCKED_IN_A_COLLECTIVE)
+    start = time.monotonic()
+    try:
+        proc = _launch(["-n", "2", "--devices-per-process", "2", "--timeout", "200",
+                        script, "exit3", str(pids)], tmp_path, timeout=150)
+    finally:
+        _kill_leftovers(pids)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 3, proc.stdout[-3000:]
+    assert "[launch] process 1 exited with status 3; stopped the others" in proc.stdout
+    assert elapsed < 100, f"reported after {elapsed:.0f} s, as if at the timeout"
+    assert "unreachable" not in proc.stdout
+
+
+def test_a_rank_exiting_with_a_message_has_status_1_and_prints_it(tmp_path):
+    script = _script(tmp_path, """
+        import os, sys
+        import pmapkit.distributed
+        pmapkit.distributed.initialize()
+        if os.environ["PMAPKIT_PROCESS_ID"] == "1":
+            sys.exit("rank one: bad configuration")
+        pmapkit.distributed.shutdown()
+    """)
+    proc = _launch(["-n", "2", "--devices-per-process", "1", "--timeout", "100", script],
+                   tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "[1] rank one: bad configuration" in proc.stdout.splitlines()
+    assert "[launch] process 1 exited with status 1; stopped the others" in proc.stdout
 
 
 def test_initialize_outside_the_launcher_defers_to_jax(monkeypatch):

@@ -1,0 +1,129 @@
+"""Runs a script or a module as ``__main__``, the way ``python`` would.
+
+Used two ways:
+
+* imported (``pmapkit run``): ``run_script`` / ``run_module`` set
+  ``sys.argv`` and ``sys.path[0]`` as ``python script.py`` / ``python -m``
+  would and let the script's ``SystemExit`` propagate;
+* run as a file by ``pmapkit launch`` (each rank is
+  ``python .../pmapkit/_as_main.py script.py args`` or ``... -m module args``).
+  It imports only the standard library, so the script still imports JAX
+  first (JAX reads its environment variables at import). There a rank that
+  ends with a non-zero status after joining ``jax.distributed`` leaves at
+  once: a normal interpreter exit would run JAX's shutdown, whose barrier
+  waits for peers that may be blocked in a collective waiting for this rank,
+  and the launcher would only see the failure at its timeout.
+"""
+import os
+import sys
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.path and sys.path[0] == \
+        os.path.dirname(os.path.abspath(__file__)):
+    # Run as a file, python put pmapkit/ itself first on sys.path, where its
+    # modules would shadow top-level names: the entry becomes the script's
+    # (run_* below set it again) before anything more is imported.
+    sys.path[0] = (os.getcwd() if sys.argv[1] == "-m"
+                   else os.path.dirname(os.path.abspath(sys.argv[1])))
+
+import importlib.util  # noqa: E402
+import runpy  # noqa: E402
+
+_THIS_FILE = os.path.abspath(__file__)
+
+
+def run_script(path, args=()):
+    """Runs the file ``path`` as ``__main__`` with ``sys.argv = [path, *args]``
+    (``path`` made absolute, as python makes the script's ``__file__``) and
+    the script's directory as ``sys.path[0]``."""
+    path = os.path.abspath(path)
+    sys.argv[:] = [path, *args]
+    _set_first_path_entry(os.path.dirname(path))
+    _run_with_short_tracebacks(lambda: runpy.run_path(path, run_name="__main__"))
+
+
+def run_module(name, args=()):
+    """Runs module ``name`` as ``__main__`` (``python -m name args``): the
+    current directory is ``sys.path[0]``; a module that cannot be found is
+    reported as python reports it, with status 1."""
+    sys.argv[:] = [name, *args]    # runpy replaces argv[0] by the module's file
+    _set_first_path_entry(os.getcwd())
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except ImportError:     # a package above it is missing
+        found = False
+    if not found:
+        print(f"{sys.executable}: No module named {name}", file=sys.stderr)
+        raise SystemExit(1)
+    _run_with_short_tracebacks(
+        lambda: runpy.run_module(name, run_name="__main__", alter_sys=True))
+
+
+def _set_first_path_entry(entry):
+    """``sys.path[0]`` is the script's entry, replacing the one python gave the
+    command that runs it (its own directory or the current one); with
+    ``-P`` (safe path) python gives none, and none is added."""
+    if not sys.flags.safe_path:
+        sys.path[0] = entry
+
+
+def _run_with_short_tracebacks(run):
+    """Runs ``run()``; an uncaught exception's traceback starts at the user's
+    code, as under ``python script.py`` (runpy's and this module's frames are
+    dropped), and the process exits with status 1 after it is printed."""
+    try:
+        run()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        tb = exc.__traceback__
+        while tb is not None and _is_runner_frame(tb.tb_frame):
+            tb = tb.tb_next
+        exc.__traceback__ = tb   # what the hook prints, whatever tb it is passed
+        sys.excepthook(type(exc), exc, tb)
+        raise SystemExit(1) from None
+
+
+def _is_runner_frame(frame):
+    filename = frame.f_code.co_filename
+    return filename in (_THIS_FILE, runpy.__file__) or filename == "<frozen runpy>"
+
+
+def exit_status(code):
+    """The process status for ``SystemExit(code)``, as the interpreter makes it
+    (``None`` is 0, an int is itself, anything else is printed and is 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _joined_distributed_run():
+    jax = sys.modules.get("jax")
+    try:
+        return jax is not None and bool(jax.distributed.is_initialized())
+    except Exception:   # a half-imported or unusual jax: no barrier to skip
+        return False
+
+
+def _rank_main(argv):
+    """``_as_main.py [-m MODULE | SCRIPT] ARGS``: one rank of ``pmapkit launch``."""
+    try:
+        if argv[0] == "-m":
+            run_module(argv[1], argv[2:])
+        else:
+            run_script(argv[0], argv[1:])
+    except SystemExit as exc:
+        if not _joined_distributed_run():
+            raise
+        status = exit_status(exc.code)
+        if status == 0:
+            raise      # a clean exit: JAX's shutdown barrier is wanted
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1:])

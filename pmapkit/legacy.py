@@ -1,0 +1,245 @@
+"""``pmapkit.legacy``: old JAX code runs without editing its imports.
+
+``install(route_pmap=False)`` puts pmapkit where an older JAX had what JAX
+0.10 removed, and only where the running JAX lacks it:
+
+=====================================  =============================================
+``jax.experimental.pjit``              ``pjit`` of the classic signature
+                                       (``in_axis_resources``/``out_axis_resources``),
+                                       ``with_sharding_constraint``, ``PartitionSpec``
+``jax.experimental.maps``              ``pmapkit.maps`` (``Mesh``, ``mesh``,
+                                       ``thread_resources``)
+``jax.experimental.PartitionSpec``     ``jax.sharding.PartitionSpec``
+``jax.experimental.host_callback``     ``pmapkit.host_callback``
+``jax.experimental.jax2tf.jax_export``  ``pmapkit.export`` (the 2023 API)
+``jax.experimental.export``            ``pmapkit.export`` (the 0.4.2x API)
+``jax.device_put_replicated``,         pmapkit's, where this pmapkit has them
+``jax.device_put_sharded``
+``jax.pmap`` (``route_pmap=True``)     ``pmapkit.pmap``
+=====================================  =============================================
+
+A module is provided by a finder at the front of ``sys.meta_path`` when it
+does not exist (``import jax.experimental.maps``, ``from jax.experimental
+import maps`` and ``from jax.experimental.pjit import pjit`` all work, and the
+module becomes an attribute of its parent as an imported one does). A name
+is set on its module when that module lacks it. Nothing JAX has is replaced,
+with two exceptions where what JAX has is not the old API: JAX 0.10's
+``jax.experimental.pjit.pjit`` is a deprecated alias of ``jax.jit`` without
+``in_axis_resources`` (it is replaced by the classic pjit on that same
+module), and ``jax.experimental.jax2tf`` cannot be imported without
+TensorFlow (then a stand-in package holding only ``jax_export`` serves it).
+``jax.pmap`` is replaced only when asked (``route_pmap=True``).
+
+``install`` says on stderr, in one line, what it installed.
+``pmapkit run [--route-pmap] script.py`` (``pmapkit.cli``) installs and runs
+the script as ``__main__``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+import types
+import warnings
+
+import jax
+
+import pmapkit
+
+__all__ = ["install", "installed"]
+
+_installed: list[str] = []
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves a fixed set of module names, each from a function that returns
+    the module object (built or imported on first import)."""
+
+    def __init__(self):
+        self.modules = {}    # full name -> () -> module
+        self._own_specs = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.modules:
+            return None
+        is_package = fullname in _PACKAGES
+        return importlib.util.spec_from_loader(fullname, self, is_package=is_package)
+
+    def create_module(self, spec):
+        module = self.modules[spec.name]()
+        self._own_specs[spec.name] = getattr(module, "__spec__", None)
+        return module
+
+    def exec_module(self, module):
+        # The module is complete as created. The import system gave it the
+        # alias's spec; a pmapkit module keeps its own (its name, reloads).
+        own = self._own_specs.pop(module.__spec__.name)
+        if own is not None:
+            module.__spec__ = own
+
+
+_PACKAGES = {"jax.experimental.jax2tf"}
+_finder = _AliasFinder()
+
+
+def installed() -> tuple[str, ...]:
+    """The names ``install`` has put in place so far, in order."""
+    return tuple(_installed)
+
+
+def install(route_pmap: bool = False) -> tuple[str, ...]:
+    """Installs pmapkit as the modules and names this JAX lacks (see the module
+    docstring); with ``route_pmap``, ``jax.pmap`` becomes ``pmapkit.pmap``.
+
+    Idempotent: what is already installed is left as it is. Returns the names
+    installed by this call and, when there are any, says so in one line on
+    stderr.
+    """
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+    new = []
+    new += _install_pjit()
+    new += _install_module("jax.experimental.maps", lambda: pmapkit.maps)
+    new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
+                         jax.sharding.PartitionSpec)
+    new += _install_module("jax.experimental.host_callback",
+                           lambda: importlib.import_module("pmapkit.host_callback"))
+    new += _install_jax_export()
+    new += _install_module("jax.experimental.export",
+                           lambda: importlib.import_module("pmapkit.export"))
+    for name in ("device_put_replicated", "device_put_sharded"):
+        ours = getattr(pmapkit, name, None)
+        if ours is not None:
+            new += _install_name(jax, f"jax.{name}", ours)
+    said = [f"installed {', '.join(new)}"] if new else []
+    if route_pmap and jax.pmap is not pmapkit.pmap:
+        jax.pmap = pmapkit.pmap
+        new.append("jax.pmap")
+        said.append("routed jax.pmap to pmapkit.pmap")
+    _installed.extend(new)
+    if said:
+        print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)}",
+              file=sys.stderr, flush=True)
+    return tuple(new)
+
+
+def _has(obj, name):
+    """``hasattr`` without JAX's deprecation warnings: a name that is only
+    deprecated still exists; one whose deprecation raises does not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return hasattr(obj, name)
+
+
+def _install_name(module, full_name, value):
+    if _has(module, full_name.rpartition(".")[2]):
+        return []
+    setattr(module, full_name.rpartition(".")[2], value)
+    return [full_name]
+
+
+def _module_exists(name):
+    """Whether module ``name`` is imported, installed by us, or importable,
+    found without importing any package above it that is not imported yet."""
+    return (name in sys.modules or name in _finder.modules
+            or _spec_without_importing(name) is not None)
+
+
+def _spec_without_importing(name):
+    parent, _, _ = name.rpartition(".")
+    if not parent:
+        return importlib.machinery.PathFinder.find_spec(name)
+    if parent in sys.modules:
+        locations = getattr(sys.modules[parent], "__path__", None)
+    else:
+        spec = _spec_without_importing(parent)
+        locations = None if spec is None else spec.submodule_search_locations
+    if locations is None:
+        return None
+    return importlib.machinery.PathFinder.find_spec(name, locations)
+
+
+def _install_module(name, make):
+    if _module_exists(name):
+        return []
+    _finder.modules[name] = make
+    return [name]
+
+
+def _is_classic_pjit(fn):
+    try:
+        return "in_axis_resources" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _pjit_names():
+    return {"pjit": pmapkit.pjit,
+            "with_sharding_constraint": pmapkit.with_sharding_constraint,
+            "PartitionSpec": jax.sharding.PartitionSpec}
+
+
+def _install_pjit():
+    name = "jax.experimental.pjit"
+    if not _module_exists(name):
+        def make():
+            module = types.ModuleType(name, "pmapkit's classic pjit, as "
+                                            "jax.experimental.pjit had it.")
+            vars(module).update(_pjit_names())
+            return module
+        _finder.modules[name] = make
+        return [name]
+    if name in _finder.modules:
+        return []
+    module = importlib.import_module(name)
+    new = []
+    for attr, value in _pjit_names().items():
+        if attr == "pjit":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                present = getattr(module, "pjit", None)
+            if present is value or (present is not None and _is_classic_pjit(present)):
+                continue
+            module.pjit = value      # JAX's is jax.jit under another name
+            new.append(f"{name}.pjit (classic)")
+        else:
+            new += _install_name(module, f"{name}.{attr}", value)
+    return new
+
+
+def _install_jax_export():
+    name = "jax.experimental.jax2tf.jax_export"
+    if _module_exists(name):
+        return []
+    new = []
+    package = "jax.experimental.jax2tf"
+    if package not in sys.modules and (
+            not _module_exists(package)
+            or importlib.util.find_spec("tensorflow") is None):
+        # jax2tf imports TensorFlow (and absl) at once: without them the
+        # package cannot be imported, and with it nor can its jax_export.
+        _finder.modules[package] = _jax2tf_stand_in
+        new.append(f"{package} (stand-in: TensorFlow absent)")
+    _finder.modules[name] = lambda: importlib.import_module("pmapkit.export")
+    return new + [name]
+
+
+def _jax2tf_stand_in():
+    module = types.ModuleType(
+        "jax.experimental.jax2tf",
+        "Stand-in for jax2tf (TensorFlow is not installed): only jax_export, "
+        "which is pmapkit.export.")
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise AttributeError(
+            f"jax.experimental.jax2tf.{attr} needs TensorFlow, which is not "
+            "installed; pmapkit.legacy provides only "
+            "jax.experimental.jax2tf.jax_export here")
+
+    module.__getattr__ = __getattr__
+    return module
