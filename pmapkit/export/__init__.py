@@ -20,8 +20,8 @@ values (a global ``jax.Array``, or the whole host value, the same on every
 process) and returns global arrays.
 """
 from pmapkit.export._call import call_exported
-from pmapkit.export._container import (
-    CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS, DeserializationError)
+from pmapkit.export._container import CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS
+from pmapkit.export._errors import DeserializationError
 from pmapkit.export._export import default_lowering_platform, export
 from pmapkit.export._exported import Exported, from_jax, to_jax
 from pmapkit.export._poly import poly_spec, poly_specs, symbolic_shape

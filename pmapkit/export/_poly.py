@@ -71,7 +71,19 @@ def poly_spec(arg_shape, arg_dtype, polymorphic_shape, *, scope=None):
     if not isinstance(polymorphic_shape, str):
         raise TypeError("poly_spec: 'polymorphic_shape' must be a str or None, "
                         f"got {polymorphic_shape!r}.")
-    dims = symbolic_shape(polymorphic_shape, scope=scope, like=shape)
+    try:
+        dims = symbolic_shape(polymorphic_shape, scope=scope, like=shape)
+    except ValueError as exc:
+        raise ValueError(f"poly_spec: polymorphic_shape {polymorphic_shape!r} does "
+                         f"not fit arg_shape {arg_shape!r}: {exc}") from None
+    # jax.export's parser takes ``like`` as a hint only: "b" against (3, 4)
+    # parses to a rank-1 shape. The classic poly_spec refused it.
+    if len(dims) != len(shape):
+        raise ValueError(
+            f"poly_spec: polymorphic_shape {polymorphic_shape!r} has rank "
+            f"{len(dims)} but arg_shape {tuple(arg_shape)!r} has rank "
+            f"{len(shape)}; give one entry per dimension ('_' keeps a "
+            "dimension of arg_shape, a trailing '...' all the remaining ones).")
     return jax.ShapeDtypeStruct(dims, arg_dtype)
 
 
