@@ -8,6 +8,13 @@ deserialize + first call (compile included, result ready) of a 10-layer MLP
 payload plus header, SHA-256 of header and payload checked on load). Every
 round loads a distinct artifact per impl (weights scaled per round), so no
 compile is reused; impls alternate first. Median of rounds; lower is better.
+
+``export_cached_call_us``: caller-thread CPU time (``time.thread_time``) per
+top-level call + ``block_until_ready`` of a loaded artifact (``x * w + 1``,
+8x16 float32, one CPU device) after its first call:
+``jax.export``'s ``Exported.call`` against pmapkit's (argument checks in
+jax.export's words, then its cached jit). Interleaved rounds, median; lower
+is better.
 """
 from __future__ import annotations
 
@@ -83,3 +90,46 @@ def serialize_load_first_call(settings):
                      "first_call_ms": med[3], "artifact_bytes": artifact,
                      "layers": LAYERS, "width": WIDTH})
     return rows
+
+
+def _call_cpu_us(call, args, calls):
+    thread_time, block = time.thread_time, jax.block_until_ready
+    c0 = thread_time()
+    for _ in range(calls):
+        block(call(*args))
+    return (thread_time() - c0) / calls * 1e6
+
+
+@feature_case("export_cached_call_us", baseline="jax.export", higher_is_better=False)
+def cached_call(settings):
+    from jax import export as jax_export
+
+    from pmapkit import export as pe
+
+    def layer(x, w):
+        return x * w + 1   # elementwise: dispatch, not the matmul's threading
+
+    specs = (jax.ShapeDtypeStruct((8, 16), jnp.float32),
+             jax.ShapeDtypeStruct((8, 16), jnp.float32))
+    impls = {
+        "jax.export": jax_export.deserialize(
+            jax_export.export(jax.jit(layer))(*specs).serialize()).call,
+        "pmapkit": pe.deserialize(pe.serialize(pe.export(layer)(*specs))).call,
+    }
+    args = (jnp.ones((8, 16), jnp.float32), jnp.ones((8, 16), jnp.float32))
+    for call in impls.values():
+        _call_cpu_us(call, args, 50)   # first call and warm-up
+    probe = time.perf_counter()
+    _call_cpu_us(impls["jax.export"], args, 50)
+    per_call = max((time.perf_counter() - probe) / 50, 1e-7)
+    calls = int(min(20_000, max(50, settings["target_s"] / per_call)))
+    samples = {name: [] for name in impls}
+    for k in range(settings["rounds"]):
+        order = list(impls.items())
+        if k % 2:
+            order.reverse()
+        for name, call in order:
+            samples[name].append(_call_cpu_us(call, args, calls))
+    return [{"impl": name, "value": statistics.median(values), "unit": "us/call cpu",
+             "calls": calls, "rounds": settings["rounds"]}
+            for name, values in samples.items()]

@@ -262,6 +262,19 @@ def stablehlo_versions():
     return str(_hlo.get_current_version()), str(target)
 
 
+# Call-time checks of an exported function, as jax.export words them: the
+# structural differences of two pytrees, and its abstract-evaluation rule
+# (ranks, dtypes, constant dimensions, dimension variables solved and checked).
+from jax._src.export import _export as _export_impl  # noqa: E402
+
+tree_equality_errors = _tree_util.equality_errors
+
+
+def check_exported_call_avals(jax_exported, avals):
+    """Raise jax.export's own ValueError if ``avals`` cannot call it."""
+    _export_impl._call_exported_abstract_eval(*avals, exported=jax_exported)
+
+
 # --- colocated_python ------------------------------------------------------------
 from jax._src import util as _colocated_util  # noqa: E402
 from jax._src.lib import _jax as _colocated_jax  # noqa: E402

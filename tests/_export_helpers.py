@@ -160,3 +160,25 @@ def write_goldens(directory):
         blob = pe.serialize(exported, vjp_order=case.vjp_order)
         with open(os.path.join(directory, f"{name}.pmkx"), "wb") as f:
             f.write(blob)
+
+
+# -- crafted artifacts ---------------------------------------------------------
+def split_artifact(blob):
+    """(header JSON text, payload bytes) of a pmapkit artifact."""
+    import struct
+    from pmapkit.export import _container
+    start = len(_container.MAGIC) + 6
+    (header_len,) = struct.unpack_from("<I", blob, len(_container.MAGIC) + 2)
+    header_end = start + header_len
+    return bytes(blob[start:header_end]).decode(), bytes(blob[header_end + 32:])
+
+
+def reseal(header_text, payload, version=1):
+    """A container around ``header_text`` (str or bytes, any content) and
+    ``payload`` with a valid header digest: what a crafted file looks like."""
+    import hashlib
+    import struct
+    from pmapkit.export import _container
+    raw = header_text.encode() if isinstance(header_text, str) else bytes(header_text)
+    head = _container.MAGIC + struct.pack("<HI", version, len(raw)) + raw
+    return head + hashlib.sha256(head).digest() + payload

@@ -129,7 +129,21 @@ def test_lowering_platform_spellings():
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
-    (dict(lowering_platform="cpu", platforms=["cpu"]), ValueError, "two spellings"),
+    (dict(lowering_platform="cpu", platforms=["cpu"]), ValueError,
+     "export got both 'lowering_platform' and 'platforms'; they are spellings of "
+     "one option from different export APIs, give one"),
+    (dict(lowering_platforms=["cpu"], platforms=["cpu"]), ValueError,
+     "both 'lowering_platforms' and 'platforms'"),
+    (dict(lowering_platform="cpu", lowering_platforms=["cpu"]), ValueError,
+     "both 'lowering_platform' and 'lowering_platforms'"),
+    (dict(strict_checks=False, disabled_checks=[]), ValueError,
+     "both 'strict_checks' and 'disabled_checks'"),
+    (dict(disabled_checks="platform"), TypeError,
+     "'disabled_checks' must be a sequence of export.DisabledSafetyCheck, got str"),
+    (dict(disabled_checks=["platform"]), TypeError,
+     r"'disabled_checks' must hold export.DisabledSafetyCheck values .*got 'platform'"),
+    (dict(lowering_platforms=["cpu", "quantum"]), ValueError,
+     "unknown platform 'quantum' in 'lowering_platforms'"),
     (dict(lowering_platform="quantum"), ValueError, "unknown platform 'quantum'"),
     (dict(platforms=[]), ValueError, "at least one platform"),
     (dict(platforms=["cpu", "cpu"]), ValueError, "twice"),
@@ -162,8 +176,13 @@ def test_to_jax_and_from_jax():
         pe.from_jax(exported)
     with pytest.raises(TypeError, match="pmapkit.export.Exported"):
         pe.to_jax(jexp)
-    with pytest.raises(TypeError, match="pmapkit.export.Exported"):
-        pe.call_exported(jexp)
+    for call in (pe.call_exported, pe.call):   # jax.export's type and words
+        with pytest.raises(ValueError, match=r"The exported argument must be an "
+                                             r"export.Exported. Found .*wrap it with "
+                                             r"pmapkit.export.from_jax"):
+            call(jexp)
+    with pytest.raises(ValueError, match="must be an export.Exported. Found 3.$"):
+        pe.call(3)
 
 
 def test_serialize_argument_errors():
@@ -200,6 +219,16 @@ def test_poly_spec_and_poly_specs():
     (lambda: pe.poly_spec("b", jnp.float32, "b"), TypeError, "arg_shape"),
     (lambda: pe.poly_spec((2.5,), jnp.float32, "b"), TypeError, "arg_shape"),
     (lambda: pe.poly_spec((2,), jnp.float32, 7), TypeError, "polymorphic_shape"),
+    (lambda: pe.poly_spec((3, 4), jnp.float32, "b"), ValueError,
+     r"poly_spec: polymorphic_shape 'b' has rank 1 but arg_shape \(3, 4\) has rank 2"),
+    (lambda: pe.poly_spec([3], jnp.float32, "b, c"), ValueError,
+     r"polymorphic_shape 'b, c' has rank 2 but arg_shape \(3,\) has rank 1"),
+    (lambda: pe.poly_spec((), jnp.float32, "b"), ValueError,
+     r"polymorphic_shape 'b' has rank 1 but arg_shape \(\) has rank 0"),
+    (lambda: pe.poly_spec((3, 4), jnp.float32, "a, b, c, ..."), ValueError,
+     r"polymorphic_shape 'a, b, c, \.\.\.' does not fit arg_shape \(3, 4\)"),
+    (lambda: pe.poly_specs((np.zeros((2, 3)),), ("b",)), ValueError,
+     r"'b' has rank 1 but arg_shape \(2, 3\) has rank 2"),
     (lambda: pe.poly_specs((np.zeros(2), np.zeros(3)), ("a", "b", "c")), ValueError,
      "polymorphic_shapes"),
     (lambda: pe.poly_specs((np.zeros(2),), (5,)), TypeError, "str or None"),

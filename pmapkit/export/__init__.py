@@ -1,16 +1,32 @@
-"""``pmapkit.export``: the classic exported-function API over ``jax.export``,
-with self-checking artifacts.
+"""``pmapkit.export``: the exported-function API of every vintage, with
+self-checking artifacts.
 
-Classic names: ``export(fun, *, lowering_platform=None, strict_checks=True)``,
-``Exported``, ``poly_spec``/``poly_specs``, ``call_exported``,
-``default_lowering_platform``. Modern spellings beside them: ``platforms=``,
-``Exported.call``, ``symbolic_shape``, ``serialize``/``deserialize``
-(``Exported.serialize``). Interop: ``to_jax``/``from_jax``.
+One module, three vintages' names (README has the table):
+
+- the seed's ``jax.experimental.jax2tf.jax_export``:
+  ``export(fun, *, lowering_platform=None, strict_checks=True)(*specs)``,
+  ``Exported``, ``call_exported(exp)(*args)``, ``poly_spec``/``poly_specs``,
+  ``default_lowering_platform``, ``shape_and_dtype_jax_array``;
+- ``jax.experimental.export`` (0.4.2x): ``export(fun, *,
+  lowering_platforms=None, disabled_checks=())``, ``call(exp)(*args)``,
+  ``serialize(exp, vjp_order=0)``/``deserialize``, ``DisabledSafetyCheck``,
+  ``symbolic_shape``/``symbolic_args_specs``/``args_specs``,
+  ``SymbolicScope``, ``is_symbolic_dim``,
+  ``minimum/maximum_supported_serialization_version``;
+- ``jax.export``: ``export(jitted, *, platforms=None, disabled_checks=())``,
+  ``Exported.call``/``Exported.serialize``, ``deserialize``,
+  ``default_export_platform``,
+  ``minimum/maximum_supported_calling_convention_version``,
+  ``register_pytree_node_serialization``,
+  ``register_namedtuple_serialization``.
+
+Interop: ``to_jax``/``from_jax``.
 
 ``serialize`` writes jax.export's payload inside pmapkit's container (magic,
 container version, producer versions, payload length and SHA-256);
 ``deserialize`` checks all of it first and raises ``DeserializationError``
-saying what is wrong with an empty, foreign, truncated or corrupted blob.
+saying what is wrong with an empty, foreign, truncated, corrupted or crafted
+blob.
 
 Multi-process runs: an artifact serialized in one process deserializes and
 runs in every process of a run with the devices it was lowered for. A
@@ -19,15 +35,36 @@ this process's slice, as a call would); a multi-device artifact takes global
 values (a global ``jax.Array``, or the whole host value, the same on every
 process) and returns global arrays.
 """
-from pmapkit.export._call import call_exported
-from pmapkit.export._container import (
-    CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS, DeserializationError)
-from pmapkit.export._export import default_lowering_platform, export
+from jax.export import (
+    SymbolicScope, is_symbolic_dim, maximum_supported_calling_convention_version,
+    minimum_supported_calling_convention_version,
+    register_namedtuple_serialization, register_pytree_node_serialization)
+
+from pmapkit.export._call import call, call_exported
+from pmapkit.export._container import CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS
+from pmapkit.export._errors import DeserializationError
+from pmapkit.export._export import (
+    default_export_platform, default_lowering_platform, export)
 from pmapkit.export._exported import Exported, from_jax, to_jax
-from pmapkit.export._poly import poly_spec, poly_specs, symbolic_shape
+from pmapkit.export._poly import (
+    args_specs, poly_spec, poly_specs, shape_and_dtype_jax_array,
+    symbolic_args_specs, symbolic_shape)
+from pmapkit.export._safety import DisabledSafetyCheck
 from pmapkit.export._serialize import artifact_info, deserialize, serialize
 
-__all__ = ["CONTAINER_VERSION", "DeserializationError", "Exported",
-           "SUPPORTED_CONTAINER_VERSIONS", "artifact_info", "call_exported",
-           "default_lowering_platform", "deserialize", "export", "from_jax",
-           "poly_spec", "poly_specs", "serialize", "symbolic_shape", "to_jax"]
+#: jax.experimental.export's names for the calling-convention range.
+minimum_supported_serialization_version = minimum_supported_calling_convention_version
+maximum_supported_serialization_version = maximum_supported_calling_convention_version
+
+__all__ = [
+    "CONTAINER_VERSION", "DeserializationError", "DisabledSafetyCheck",
+    "Exported", "SUPPORTED_CONTAINER_VERSIONS", "SymbolicScope", "args_specs",
+    "artifact_info", "call", "call_exported", "default_export_platform",
+    "default_lowering_platform", "deserialize", "export", "from_jax",
+    "is_symbolic_dim", "maximum_supported_calling_convention_version",
+    "maximum_supported_serialization_version",
+    "minimum_supported_calling_convention_version",
+    "minimum_supported_serialization_version", "poly_spec", "poly_specs",
+    "register_namedtuple_serialization", "register_pytree_node_serialization",
+    "serialize", "shape_and_dtype_jax_array", "symbolic_args_specs",
+    "symbolic_shape", "to_jax"]

@@ -14,6 +14,11 @@ At top level a call runs through one cached ``jax.jit`` per artifact (per
 device mesh for a multi-device artifact, with the recorded shardings on the
 active pmapkit mesh or on the first N devices), honouring the donation the
 artifact's module records.
+
+Arguments are checked first, in jax.export's order and words (pytree
+structure, rank, dtype, constant dimensions, dimension variables). This
+module is built on ``_exported`` and gives ``Exported`` its ``call``
+method; ``call`` / ``call_exported`` are the function spellings.
 """
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ from jax import export as jax_export
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit.export._exported import PLATFORM_CHECK
+from pmapkit.export._exported import Exported
+from pmapkit.export._safety import PLATFORM_CHECK
+from pmapkit.mesh import current_mesh
 
 
 def caller_of(exported):
@@ -37,15 +44,29 @@ def caller_of(exported):
     return caller
 
 
-def call_exported(exported):
+def call(exported):
     """A function running ``exported`` with the argument pytrees it was
-    exported for (the classic spelling of ``exported.call``)."""
-    from pmapkit.export._exported import Exported
+    exported for: ``export.call(exp)(*args)`` of jax.experimental.export,
+    ``call_exported(exp)(*args)`` of the seed's jax_export. The same cached
+    caller as ``exp.call(*args)``."""
     if not isinstance(exported, Exported):
-        raise TypeError("call_exported: 'exported' must be a pmapkit.export.Exported "
-                        f"(use pmapkit.export.from_jax for a jax one), got "
-                        f"{type(exported).__name__}.")
+        hint = (" (a jax.export.Exported: wrap it with pmapkit.export.from_jax)"
+                if isinstance(exported, jax_export.Exported) else "")
+        raise ValueError("The exported argument must be an export.Exported. "
+                         f"Found {exported}{hint}.")
     return caller_of(exported)
+
+
+call_exported = call
+
+
+def _exported_call(self, *args, **kwargs):
+    """Run the exported function (top level, or inside jit/grad/vmap)."""
+    return caller_of(self)(*args, **kwargs)
+
+
+_exported_call.__name__, _exported_call.__qualname__ = "call", "Exported.call"
+Exported.call = _exported_call
 
 
 # -- the flat, differentiable, batchable call ---------------------------------
@@ -97,113 +118,73 @@ def _fix_float0(ct, aval):
     return ct
 
 
-# -- argument checks ----------------------------------------------------------
-class _Names:
-    """``args[0]['w']`` / ``kwargs['y']`` names of flat leaves, on demand."""
-
-    def __init__(self, args, kwargs):
-        self._tree = (args, kwargs)
-        self._paths = None
-
-    def __call__(self, k):
-        if self._paths is None:
-            self._paths = [p for p, _ in
-                           jax.tree_util.tree_flatten_with_path(self._tree)[0]]
-        path = self._paths[k]
-        head = "args" if path[0].idx == 0 else "kwargs"
-        return head + jax.tree_util.keystr(path[1:])
+# -- argument checks (jax.export's order and words) -----------------------------
+def _arg_name(exported, k):
+    """``args[0]['w']`` / ``kwargs['y']``: flat input ``k`` as jax.export names it."""
+    fake = exported.in_tree.unflatten([0] * exported.in_tree.num_leaves)
+    path, _ = jax.tree_util.tree_flatten_with_path(fake)[0][k]
+    return _path_name(path)
 
 
-def _structure_error(exported, args, kwargs, tree):
-    exp_args, exp_kwargs = exported.in_tree.unflatten([0] * exported.in_tree.num_leaves)
-    where = f"exported function '{exported.fun_name}'"
-    if len(args) != len(exp_args):
-        detail = (f"it takes {len(exp_args)} positional argument(s), "
-                  f"got {len(args)}")
-    elif sorted(kwargs) != sorted(exp_kwargs):
-        detail = (f"it takes keyword arguments {sorted(exp_kwargs)}, got "
-                  f"{sorted(kwargs)}")
-    else:
-        detail = None
-        for i, (a, e) in enumerate(zip(args, exp_args)):
-            got = jax.tree_util.tree_structure(a)
-            want = jax.tree_util.tree_structure(e)
-            if got != want:
-                detail = f"args[{i}] has structure {got}, expected {want}"
-                break
-        if detail is None:
-            for key in sorted(kwargs):
-                got = jax.tree_util.tree_structure(kwargs[key])
-                want = jax.tree_util.tree_structure(exp_kwargs[key])
-                if got != want:
-                    detail = f"kwargs[{key!r}] has structure {got}, expected {want}"
-                    break
-        if detail is None:
-            detail = f"got {tree}, expected {exported.in_tree}"
+def _path_name(path):
+    head = "args" if path[0].idx == 0 else "kwargs"
+    return head + jax.tree_util.keystr(path[1:])
+
+
+def _structure_error(exported, tree):
+    got = tree.unflatten([0] * tree.num_leaves)
+    want = exported.in_tree.unflatten([0] * exported.in_tree.num_leaves)
+    differences = "\n".join(
+        f"   - {_path_name(path)} is a {thing1} in the invocation and a "
+        f"{thing2} when exported, so {explanation}.\n"
+        for path, thing1, thing2, explanation in jp.tree_equality_errors(got, want))
     return ValueError(
-        f"The call of {where} must pass arguments with the pytree structure it "
-        f"was exported for: {detail}.")
+        "The invocation args and kwargs must have the same pytree structure "
+        f"as when the function '{exported.fun_name}' was exported, but they "
+        "have the following structural differences:\n" + differences)
 
 
-def _is_plain_var(dim):
-    return jax_export.is_symbolic_dim(dim) and str(dim).isidentifier()
+def _has_dim_vars(exported):
+    return any(jax_export.is_symbolic_dim(d) for a in exported.in_avals for d in a.shape)
 
 
-def check_args(exported, args, kwargs):
-    """Flat leaves of ``(args, kwargs)``, checked against the export: pytree
-    structure, dtypes (TypeError), ranks, constant dimensions and bindings of
-    dimension variables (ValueError), each error naming the argument.
-    Dimension expressions (``2*b``) are left to jax.export's shape solver,
-    which also raises before anything runs."""
+def check_args(exported, args, kwargs, has_dim_vars):
+    """Flat leaves of ``(args, kwargs)``, checked against the export before
+    anything runs, with jax.export's errors: the pytree structure, then per
+    argument its rank, dtype and constant dimensions (ValueError); with
+    dimension variables, jax.export's own rule checks all that and solves
+    and checks the variables (ValueError too)."""
     flat, tree = jax.tree_util.tree_flatten((args, kwargs))
     if tree != exported.in_tree:
-        raise _structure_error(exported, args, kwargs, tree)
-    names = _Names(args, kwargs)
-    name = exported.fun_name
-    bound = {}
+        raise _structure_error(exported, tree)
+    avals = []
     for k, (x, want) in enumerate(zip(flat, exported.in_avals)):
         try:
             got = jp.shaped_abstractify(x)
-        except TypeError:
+        except TypeError as exc:
             raise TypeError(
-                f"exported function '{name}': {names(k)} of type "
-                f"{type(x).__name__} is not a valid JAX type; expected an array "
-                f"{want.str_short()}.") from None
-        if got.dtype != want.dtype:
-            raise TypeError(
-                f"exported function '{name}': {names(k)} has dtype "
-                f"{got.dtype} but was exported as {want.str_short()} "
-                f"(got {got.str_short()}).")
+                f"{exc} (exported function '{exported.fun_name}', "
+                f"{_arg_name(exported, k)}: expected an array "
+                f"{want.str_short()}).") from None
+        avals.append(got)
+        if has_dim_vars:
+            continue
         if len(got.shape) != len(want.shape):
             raise ValueError(
-                f"exported function '{name}': {names(k)} has rank "
-                f"{len(got.shape)} but was exported with rank {len(want.shape)}: "
-                f"expected shape {tuple(want.shape)}, got {tuple(got.shape)}.")
+                f"Rank mismatch for {_arg_name(exported, k)}: expected "
+                f"{want.shape} and called with {got.shape}")
+        if got.dtype != want.dtype:
+            raise ValueError(
+                f"Dtype mismatch for {_arg_name(exported, k)}: expected "
+                f"{want.dtype} and called with {got.dtype}")
         for d, (w, g) in enumerate(zip(want.shape, got.shape)):
-            if jax_export.is_symbolic_dim(g):
-                continue  # a polymorphic caller: jax.export's solver decides
-            if not jax_export.is_symbolic_dim(w):
-                if w != g:
-                    raise ValueError(
-                        f"exported function '{name}': {names(k)} has shape "
-                        f"{tuple(got.shape)} but was exported with shape "
-                        f"{tuple(want.shape)} (dimension {d}: expected {w}, got {g})."
-                        + _global_shape_hint(exported))
-            elif _is_plain_var(w):
-                var = str(w)
-                if var in bound and bound[var][0] != g:
-                    value, k0, d0 = bound[var]
-                    raise ValueError(
-                        f"exported function '{name}': inconsistent sizes for "
-                        f"dimension variable '{var}': {names(k0)}.shape[{d0}] = "
-                        f"{value} but {names(k)}.shape[{d}] = {g} (exported "
-                        f"shapes {tuple(exported.in_avals[k0].shape)} and "
-                        f"{tuple(want.shape)}).")
-                if g < 1:
-                    raise ValueError(
-                        f"exported function '{name}': {names(k)}.shape[{d}] = {g} "
-                        f"binds dimension variable '{var}', which must be >= 1.")
-                bound.setdefault(var, (g, k, d))
+            if jax_export.is_symbolic_dim(g) or g != w:  # g: a polymorphic caller's
+                raise ValueError(
+                    f"Shape mismatch for {_arg_name(exported, k)}.shape[{d}] "
+                    f"(expected same constant): expected {want.shape} and called "
+                    f"with {got.shape}" + _global_shape_hint(exported))
+    if has_dim_vars:
+        jp.check_exported_call_avals(exported._jax, avals)
     return flat
 
 
@@ -214,13 +195,14 @@ class _Caller:
 
     def __init__(self, exported):
         self.exported = exported
+        self.has_dim_vars = _has_dim_vars(exported)
         self.flat = _flat_call(exported)
         self._top = {}
         self._lock = threading.Lock()
 
     def __call__(self, *args, **kwargs):
         exported = self.exported
-        flat = check_args(exported, args, kwargs)
+        flat = check_args(exported, args, kwargs, self.has_dim_vars)
         if jp.trace_state_clean() and not any(isinstance(x, jp.Tracer) for x in flat):
             outs = self._run_top_level(flat)
         else:
@@ -275,7 +257,7 @@ class _TopLevel:
 
 def _global_shape_hint(exported):
     if exported.nr_devices > 1 and jax.process_count() > 1:
-        return (" In a multi-process run a multi-device artifact takes global "
+        return (". In a multi-process run a multi-device artifact takes global "
                 "shapes: pass a global jax.Array, or the whole value (the same "
                 "on every process), not this process's slice.")
     return ""
@@ -355,7 +337,6 @@ def _target_mesh(jexp):
     """The concrete mesh a multi-device artifact runs on at top level: the
     active pmapkit mesh (it must have the artifact's device count), else the
     first N devices; shaped like the export's mesh."""
-    from pmapkit.mesh import current_mesh
     n = jexp.nr_devices
     abstract = _export_mesh(jexp)
     active = current_mesh()

@@ -14,10 +14,11 @@ self-checking. Layout (integers little-endian)::
     54+H       payload: jax.export bytes     (length and SHA-256 in header)
 
 Reading checks, in order: non-empty, magic, version, lengths (truncation or
-trailing bytes), header digest, header fields, payload digest, calling
-convention supported by this jax; only then is the payload parsed. Any
-failure is a ``DeserializationError`` that says which check failed. There is
-no fallback to parsing unchecked bytes and no pickle.
+trailing bytes), header digest, the header against its schema
+(``_header``: size, nesting, types, required fields, ranges), payload
+digest, calling convention supported by this jax; only then is the payload
+parsed. Any failure is a ``DeserializationError`` that says which check
+failed. There is no fallback to parsing unchecked bytes and no pickle.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import jaxlib
 from jax import export as jax_export
 
 from pmapkit import _jax_private as jp
+from pmapkit.export import _header
+from pmapkit.export._errors import DeserializationError, fail as _fail
 
 MAGIC = b"\x89PMAPKIT-EXP\r\n\x1a\n"
 #: The container version this pmapkit writes, and the range it reads.
@@ -39,15 +42,10 @@ SUPPORTED_CONTAINER_VERSIONS = (1, 1)
 _PREAMBLE = struct.Struct("<HI")          # version, header length
 _PREAMBLE_END = len(MAGIC) + _PREAMBLE.size
 _DIGEST_SIZE = 32
-# A header is a few hundred bytes; a bound keeps a corrupted length from
-# being taken for a huge header.
-_MAX_HEADER = 1 << 20
-_PAYLOAD_FORMAT = "jax.export"
 
-
-class DeserializationError(ValueError):
-    """A blob is not a valid pmapkit export artifact (what is wrong is in the
-    message); raised before any part of it is used."""
+__all__ = ["CONTAINER_VERSION", "DeserializationError", "MAGIC",
+           "SUPPORTED_CONTAINER_VERSIONS", "Unpacked", "pack", "parse_payload",
+           "producer_versions", "unpack"]
 
 
 def _pmapkit_version():
@@ -67,10 +65,11 @@ def pack(payload, *, calling_convention_version, summary):
     """The container bytes around ``payload`` (jax.export's serialization)."""
     header = {
         "producer": producer_versions(calling_convention_version),
-        "payload": {"format": _PAYLOAD_FORMAT, "length": len(payload),
+        "payload": {"format": _header.PAYLOAD_FORMAT, "length": len(payload),
                     "sha256": hashlib.sha256(payload).hexdigest()},
         "exported": summary,
     }
+    _header.check_writable(header)
     header_bytes = json.dumps(header, sort_keys=True,
                               separators=(",", ":")).encode("utf-8")
     head = MAGIC + _PREAMBLE.pack(CONTAINER_VERSION, len(header_bytes)) + header_bytes
@@ -86,10 +85,6 @@ class Unpacked:
         self.header = header
         self.payload = payload
         self.container_version = container_version
-
-
-def _fail(message):
-    raise DeserializationError(f"pmapkit.export.deserialize: {message}")
 
 
 def unpack(data) -> Unpacked:
@@ -120,9 +115,9 @@ def unpack(data) -> Unpacked:
     if not low <= version <= high:
         _fail(f"unsupported container version {version} — supported "
               f"{low}..{high} (this is pmapkit {_pmapkit_version()}).")
-    if header_len > _MAX_HEADER:
+    if header_len > _header.MAX_HEADER_BYTES:
         _fail(f"header length {header_len} is implausible (at most "
-              f"{_MAX_HEADER}); the blob is corrupted.")
+              f"{_header.MAX_HEADER_BYTES}); the blob is corrupted.")
     header_end = _PREAMBLE_END + header_len
     payload_start = header_end + _DIGEST_SIZE
     if size < payload_start:
@@ -132,7 +127,7 @@ def unpack(data) -> Unpacked:
     if digest != bytes(view[header_end:payload_start]):
         _fail(f"header checksum mismatch: bytes 0..{header_end} do not match "
               "their SHA-256; the header is corrupted.")
-    header = _parse_header(view[_PREAMBLE_END:header_end])
+    header = _header.parse(view[_PREAMBLE_END:header_end])
     expected_len = header["payload"]["length"]
     present = size - payload_start
     if present < expected_len:
@@ -149,30 +144,6 @@ def unpack(data) -> Unpacked:
               f"records {header['payload']['sha256']}; the payload is corrupted.")
     _check_calling_convention(header["producer"])
     return Unpacked(header, payload, version)
-
-
-def _parse_header(raw):
-    try:
-        header = json.loads(bytes(raw).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        _fail(f"malformed header (not JSON: {exc}).")
-    try:
-        producer, payload = header["producer"], header["payload"]
-        ok = (isinstance(producer["calling_convention_version"], int)
-              and isinstance(payload["length"], int) and payload["length"] >= 0
-              and isinstance(payload["sha256"], str)
-              and isinstance(header["exported"], dict)
-              and all(isinstance(producer[k], str)
-                      for k in ("pmapkit", "jax", "jaxlib")))
-    except (KeyError, TypeError):
-        ok = False
-    if not ok:
-        _fail("malformed header: missing or ill-typed fields (producer "
-              "versions, payload length/sha256, exported summary).")
-    if payload["format"] != _PAYLOAD_FORMAT:
-        _fail(f"unknown payload format {payload['format']!r}; this pmapkit "
-              f"reads {_PAYLOAD_FORMAT!r}.")
-    return header
 
 
 def _check_calling_convention(producer):

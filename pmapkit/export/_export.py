@@ -1,18 +1,29 @@
-"""``export(fun, ...)(*arg_specs, **kwarg_specs) -> Exported``.
+"""``export(fun, ...)(*arg_specs, **kwarg_specs) -> Exported``, every vintage.
+
+One ``export`` takes each vintage's options (mixing two vintages' spellings
+of one option is an error naming both):
+
+- the seed's jax2tf ``jax_export``: ``lowering_platform='cpu'`` (one
+  platform), ``strict_checks=True|False``;
+- ``jax.experimental.export`` (0.4.2x): ``lowering_platforms=[...]``,
+  ``disabled_checks=[DisabledSafetyCheck...]``;
+- ``jax.export``: ``platforms=[...]``, ``disabled_checks=[...]``.
 
 Lowering and shape polymorphism are jax.export's (``jax.export.export`` on a
 ``jax.jit``); what pmapkit adds is which jit to export:
 
 - a ``jax.jit`` function is exported as it is;
-- a plain function is wrapped in ``jax.jit``;
+- a plain function is wrapped in ``jax.jit`` (as jax_export and
+  jax.experimental.export did; jax.export itself asks for a jit);
 - a ``pmapkit.pmap`` / ``pmapkit.pjit`` function is exported as the
   N-device program it compiles to: its flat inputs and outputs carry the
   program's shardings (the pmap's device mesh, or the pjit's shardings on the
   mesh active at export time), so the artifact records them and runs on N
   devices when called. Its pytree structure is put back on the result.
 
-``strict_checks=False`` turns jax.export's safety checks off (any custom-call
-target may be serialized; the artifact may run on another platform).
+``strict_checks=False`` is ``disabled_checks=[platform(), custom_call("ALL")]``:
+any custom-call target may be serialized and the artifact may run on another
+platform.
 """
 from __future__ import annotations
 
@@ -24,17 +35,22 @@ from jax import export as jax_export
 
 from pmapkit import calls, lowering, process_local
 from pmapkit._compiled import dispatch as _dispatch_mod
-from pmapkit.export._exported import RELAXED_CHECKS, Exported
+from pmapkit.export._exported import Exported
+from pmapkit.export._safety import RELAXED_CHECKS, checks_to_disable
 
 KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 _PLATFORM_ALIASES = {"gpu": "cuda"}
 _CUSTOM_CALL_ERROR = "Cannot serialize code with custom calls"
 
 
-def default_lowering_platform() -> str:
+def default_export_platform() -> str:
     """The platform an export lowers for by default (JAX's default backend):
-    one of 'cpu', 'cuda', 'rocm', 'tpu'."""
+    one of 'cpu', 'cuda', 'rocm', 'tpu'. Also spelled
+    ``default_lowering_platform`` (jax_export, jax.experimental.export)."""
     return jax_export.default_export_platform()
+
+
+default_lowering_platform = default_export_platform
 
 
 def _platform_name(p, what):
@@ -47,49 +63,73 @@ def _platform_name(p, what):
     return name
 
 
-def _platforms(lowering_platform, platforms):
-    if lowering_platform is not None and platforms is not None:
-        raise ValueError("export got both 'lowering_platform' and 'platforms'; "
-                         "they are two spellings of one option, give one.")
-    if lowering_platform is not None:
-        return (_platform_name(lowering_platform, "lowering_platform"),)
-    if platforms is None:
+def _one_spelling(options):
+    given = [name for name, value in options if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"export got both {given[0]!r} and {given[1]!r}; they are "
+                         "spellings of one option from different export APIs, "
+                         "give one.")
+    return given[0] if given else None
+
+
+def _platforms(lowering_platform, lowering_platforms, platforms):
+    which = _one_spelling((("lowering_platform", lowering_platform),
+                           ("lowering_platforms", lowering_platforms),
+                           ("platforms", platforms)))
+    if which is None:
         return None
-    if isinstance(platforms, str):
-        platforms = (platforms,)
-    names = tuple(_platform_name(p, "platforms") for p in platforms)
+    if which == "lowering_platform":
+        return (_platform_name(lowering_platform, which),)
+    value = lowering_platforms if which == "lowering_platforms" else platforms
+    if isinstance(value, str):
+        value = (value,)
+    names = tuple(_platform_name(p, which) for p in value)
     if not names:
-        raise ValueError("export: 'platforms' must name at least one platform.")
+        raise ValueError(f"export: '{which}' must name at least one platform.")
     if len(set(names)) != len(names):
-        raise ValueError(f"export: 'platforms' lists a platform twice: {list(names)}.")
+        raise ValueError(f"export: '{which}' lists a platform twice: {list(names)}.")
     return names
 
 
-def export(fun, *, lowering_platform=None, strict_checks=True, platforms=None):
+def _disabled_checks(strict_checks, disabled_checks):
+    which = _one_spelling((("strict_checks", strict_checks),
+                           ("disabled_checks", disabled_checks)))
+    if which == "disabled_checks":
+        return checks_to_disable(disabled_checks)
+    if which == "strict_checks" and not isinstance(strict_checks, bool):
+        raise TypeError(f"export: 'strict_checks' must be a bool, got {strict_checks!r}.")
+    return RELAXED_CHECKS if strict_checks is False else ()
+
+
+def export(fun, *, lowering_platform=None, strict_checks=None,
+           lowering_platforms=None, disabled_checks=None, platforms=None):
     """Return a function taking argument specs and returning an ``Exported``.
 
     Args:
       fun: a plain function, a ``jax.jit`` function, or a ``pmapkit.pmap`` /
         ``pmapkit.pjit`` function (a pjit one is exported on the pmapkit mesh
         active when the returned function is called).
-      lowering_platform: one of 'cpu', 'cuda', 'rocm', 'tpu' (default: the
-        default backend).
-      strict_checks: keep the safety checks (only custom calls with stable
-        targets; the artifact runs only on its lowering platform(s)).
-      platforms: the modern spelling, a sequence of platforms (a module for
-        several platforms picks its branch at run time).
+      lowering_platform: (jax_export) one of 'cpu', 'cuda', 'rocm', 'tpu'.
+      strict_checks: (jax_export) ``True`` (the default) keeps the safety
+        checks (only custom calls with stable targets; the artifact runs only
+        on its lowering platform(s)); ``False`` turns them off.
+      lowering_platforms: (jax.experimental.export) a sequence of platforms.
+      disabled_checks: (jax.experimental.export, jax.export) a sequence of
+        ``DisabledSafetyCheck`` to turn off.
+      platforms: (jax.export) a sequence of platforms (a module for several
+        platforms picks its branch at run time). Default for all three
+        spellings: the default backend.
 
     The returned function takes the arguments' specs: ``jax.ShapeDtypeStruct``s
-    (from ``poly_spec``/``poly_specs``/``jax.export.symbolic_shape`` for shape
-    polymorphism) or anything with ``.shape`` and ``.dtype``, in the pytree
-    structure of the call; static arguments are passed as values.
+    (from ``poly_spec``/``poly_specs``/``symbolic_shape``/
+    ``symbolic_args_specs`` for shape polymorphism) or anything with
+    ``.shape`` and ``.dtype`` (arrays too), in the pytree structure of the
+    call; static arguments are passed as values.
     """
     if not callable(fun):
         raise TypeError(f"export: 'fun' must be callable, got {fun!r}.")
-    if not isinstance(strict_checks, bool):
-        raise TypeError(f"export: 'strict_checks' must be a bool, got {strict_checks!r}.")
-    chosen = _platforms(lowering_platform, platforms)
-    disabled = () if strict_checks else RELAXED_CHECKS
+    chosen = _platforms(lowering_platform, lowering_platforms, platforms)
+    disabled = _disabled_checks(strict_checks, disabled_checks)
     fun_name = getattr(fun, "__name__", None) or type(fun).__name__
 
     def do_export(*args_specs, **kwargs_specs) -> Exported:
@@ -110,7 +150,8 @@ def export(fun, *, lowering_platform=None, strict_checks=True, platforms=None):
                     f"module calls custom-call targets {targets}, which are not "
                     "on jax.export's list of stable targets, so the artifact "
                     "could break with any jaxlib upgrade. Pass "
-                    "strict_checks=False to export it anyway.") from exc
+                    "strict_checks=False (or disabled_checks=[DisabledSafetyCheck"
+                    ".custom_call(target)]) to export it anyway.") from exc
             raise
         return Exported(jexp)
 

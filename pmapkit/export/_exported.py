@@ -1,18 +1,21 @@
-"""``Exported``: the classic exported-function object, over jax.export's.
+"""``Exported``: the exported-function object of every vintage, as data.
 
-The classic attributes (``lowering_platform``, ``strict_checks``,
-``module_uses_dim_vars``, ``in_shardings`` for the kept inputs, ...) are read
-off the ``jax.export.Exported`` it wraps; the modern ones (``platforms``,
-``nr_devices``, ``calling_convention_version``, ``call``, ``serialize``)
-stand beside them. ``to_jax``/``from_jax`` cross between the two objects.
+It holds a ``jax.export.Exported`` and reads every vintage's attribute names
+off it: the seed's jax2tf ``jax_export`` (``lowering_platform``,
+``strict_checks``, ``module_uses_dim_vars``, ``in_shardings`` of the kept
+inputs, ...), ``jax.experimental.export`` of the 0.4.2x releases
+(``lowering_platforms``, ``disabled_safety_checks``,
+``uses_shape_polymorphism``, ...) and ``jax.export`` (``platforms``,
+``calling_convention_version``, ``in_shardings_hlo``, ...).
+
+This module is the bottom of ``pmapkit.export``: it imports none of its
+siblings. What runs an Exported (``_call``) and what writes it
+(``_serialize``) are built on it and give it its ``call`` and ``serialize``
+methods from above.
 """
 from __future__ import annotations
 
 from jax import export as jax_export
-
-PLATFORM_CHECK = jax_export.DisabledSafetyCheck.platform()
-ALL_CUSTOM_CALLS = jax_export.DisabledSafetyCheck.custom_call("ALL")
-RELAXED_CHECKS = (PLATFORM_CHECK, ALL_CUSTOM_CALLS)
 
 
 class Exported:
@@ -26,20 +29,24 @@ class Exported:
       out_tree, out_avals: the same for the results.
       in_shardings: the shardings of the inputs the module keeps (those in
         ``module_kept_var_idx``), ``None`` where unspecified; named shardings
-        over the export's abstract mesh.
+        over the export's abstract mesh (as the seed's jax_export had it;
+        ``in_shardings_jax(mesh)`` gives every input's).
       out_shardings: one per output, likewise.
       lowering_platform: the (first) platform it was lowered for;
-        ``platforms`` lists all of them.
-      strict_checks: whether the export ran with the safety checks on (only
-        stable custom-call targets; calls only on the lowering platform).
+        ``platforms`` (``lowering_platforms``) lists all of them.
+      strict_checks: whether the export ran with every safety check on;
+        ``disabled_safety_checks`` lists those turned off.
       mlir_module_serialized: the portable StableHLO bytecode.
       module_kept_var_idx: the sorted indices of the inputs the module uses.
       module_uses_dim_vars: whether the module uses dimension variables (shape
-        polymorphism) and needs shape refinement before compiling.
+        polymorphism) and needs shape refinement before compiling
+        (``uses_shape_polymorphism``, ``uses_global_constants``).
       nr_devices: the number of devices it was lowered for.
-      calling_convention_version: jax.export's calling-convention version.
+      calling_convention_version: jax.export's calling-convention version
+        (``mlir_module_serialization_version``, ``xla_call_module_version``).
     """
 
+    # _caller is the cache slot of the caller that ``_call`` builds on first use.
     __slots__ = ("_jax", "_caller", "_vjp", "__weakref__")
 
     def __init__(self, jax_exported):
@@ -50,7 +57,7 @@ class Exported:
         self._caller = None
         self._vjp = None
 
-    # -- classic attributes --------------------------------------------------
+    # -- every vintage -------------------------------------------------------
     @property
     def fun_name(self):
         return self._jax.fun_name
@@ -72,6 +79,39 @@ class Exported:
         return self._jax.out_avals
 
     @property
+    def nr_devices(self):
+        return self._jax.nr_devices
+
+    @property
+    def mlir_module_serialized(self):
+        return self._jax.mlir_module_serialized
+
+    @property
+    def module_kept_var_idx(self):
+        return self._jax.module_kept_var_idx
+
+    def mlir_module(self):
+        """The StableHLO module as text."""
+        return self._jax.mlir_module()
+
+    def has_vjp(self):
+        return self._jax.has_vjp()
+
+    def vjp(self):
+        """The exported VJP: flat primal inputs, then one cotangent per
+        primal output, in; one cotangent per primal input, out."""
+        if self._vjp is None:
+            if not self._jax.has_vjp():
+                raise ValueError(
+                    f"No VJP is available: the exported function "
+                    f"'{self.fun_name}' has no VJP; it was deserialized from an "
+                    "artifact serialized with vjp_order=0 (serialize with "
+                    "vjp_order >= 1 to differentiate the loaded function).")
+            self._vjp = Exported(self._jax.vjp())
+        return self._vjp
+
+    # -- the seed's jax2tf jax_export ------------------------------------------
+    @property
     def in_shardings(self):
         all_in = self._jax.in_shardings_jax(None)
         return tuple(all_in[i] for i in self._jax.module_kept_var_idx)
@@ -89,33 +129,58 @@ class Exported:
         return not self._jax.disabled_safety_checks
 
     @property
-    def mlir_module_serialized(self):
-        return self._jax.mlir_module_serialized
-
-    @property
-    def module_kept_var_idx(self):
-        return self._jax.module_kept_var_idx
-
-    @property
     def module_uses_dim_vars(self):
         return self._jax.uses_global_constants
 
-    # -- modern attributes ---------------------------------------------------
     @property
-    def platforms(self):
+    def xla_call_module_version(self):
+        return self._jax.calling_convention_version
+
+    # -- jax.experimental.export (0.4.2x) ----------------------------------------
+    @property
+    def lowering_platforms(self):
         return self._jax.platforms
 
     @property
-    def nr_devices(self):
-        return self._jax.nr_devices
+    def disabled_safety_checks(self):
+        return tuple(self._jax.disabled_safety_checks)
+
+    @property
+    def ordered_effects(self):
+        return self._jax.ordered_effects
+
+    @property
+    def unordered_effects(self):
+        return self._jax.unordered_effects
+
+    @property
+    def mlir_module_serialization_version(self):
+        return self._jax.calling_convention_version
+
+    @property
+    def uses_shape_polymorphism(self):
+        return self._jax.uses_global_constants
+
+    # -- jax.export ------------------------------------------------------------
+    @property
+    def platforms(self):
+        return self._jax.platforms
 
     @property
     def calling_convention_version(self):
         return self._jax.calling_convention_version
 
     @property
-    def disabled_safety_checks(self):
-        return tuple(self._jax.disabled_safety_checks)
+    def uses_global_constants(self):
+        return self._jax.uses_global_constants
+
+    @property
+    def in_shardings_hlo(self):
+        return self._jax.in_shardings_hlo
+
+    @property
+    def out_shardings_hlo(self):
+        return self._jax.out_shardings_hlo
 
     def in_shardings_jax(self, mesh):
         """Every input's sharding on ``mesh`` (a Mesh or AbstractMesh with the
@@ -124,36 +189,6 @@ class Exported:
 
     def out_shardings_jax(self, mesh):
         return self._jax.out_shardings_jax(mesh)
-
-    def mlir_module(self):
-        """The StableHLO module as text."""
-        return self._jax.mlir_module()
-
-    def has_vjp(self):
-        return self._jax.has_vjp()
-
-    def vjp(self):
-        """The exported VJP: flat primal inputs, then one cotangent per
-        primal output, in; one cotangent per primal input, out."""
-        if self._vjp is None:
-            if not self._jax.has_vjp():
-                raise ValueError(
-                    f"The exported function '{self.fun_name}' has no VJP: it "
-                    "was deserialized from an artifact serialized with "
-                    "vjp_order=0 (serialize with vjp_order >= 1 to "
-                    "differentiate the loaded function).")
-            self._vjp = Exported(self._jax.vjp())
-        return self._vjp
-
-    def call(self, *args, **kwargs):
-        """Run the exported function (top level, or inside jit/grad/vmap)."""
-        from pmapkit.export._call import caller_of
-        return caller_of(self)(*args, **kwargs)
-
-    def serialize(self, vjp_order=0):
-        """pmapkit's checked container bytes (see ``pmapkit.export.serialize``)."""
-        from pmapkit.export._serialize import serialize
-        return serialize(self, vjp_order=vjp_order)
 
     def __repr__(self):
         ins = ", ".join(a.str_short() for a in self.in_avals)

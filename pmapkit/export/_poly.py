@@ -8,6 +8,8 @@ calls name the same ``b`` (jax.export refuses to mix scopes in one export).
 """
 from __future__ import annotations
 
+import warnings
+
 import jax
 import numpy as np
 from jax import export as jax_export
@@ -71,36 +73,86 @@ def poly_spec(arg_shape, arg_dtype, polymorphic_shape, *, scope=None):
     if not isinstance(polymorphic_shape, str):
         raise TypeError("poly_spec: 'polymorphic_shape' must be a str or None, "
                         f"got {polymorphic_shape!r}.")
-    dims = symbolic_shape(polymorphic_shape, scope=scope, like=shape)
+    try:
+        dims = symbolic_shape(polymorphic_shape, scope=scope, like=shape)
+    except ValueError as exc:
+        raise ValueError(f"poly_spec: polymorphic_shape {polymorphic_shape!r} does "
+                         f"not fit arg_shape {arg_shape!r}: {exc}") from None
+    # jax.export's parser takes ``like`` as a hint only: "b" against (3, 4)
+    # parses to a rank-1 shape. The classic poly_spec refused it.
+    if len(dims) != len(shape):
+        raise ValueError(
+            f"poly_spec: polymorphic_shape {polymorphic_shape!r} has rank "
+            f"{len(dims)} but arg_shape {tuple(arg_shape)!r} has rank "
+            f"{len(shape)}; give one entry per dimension ('_' keeps a "
+            "dimension of arg_shape, a trailing '...' all the remaining ones).")
     return jax.ShapeDtypeStruct(dims, arg_dtype)
 
 
-def poly_specs(args, polymorphic_shapes, *, scope=None):
-    """A pytree of ``jax.ShapeDtypeStruct`` matching ``args``.
+def shape_and_dtype_jax_array(a):
+    """``(shape, dtype)`` of an array or a ``jax.ShapeDtypeStruct``."""
+    if isinstance(a, jax.ShapeDtypeStruct):
+        return a.shape, a.dtype
+    aval = jp.get_aval(a)
+    return aval.shape, aval.dtype
 
-    ``args`` is a pytree of arrays (or anything with ``.shape`` and
-    ``.dtype``); ``polymorphic_shapes`` is ``None`` (all constant), one spec
-    string for every argument, or a pytree prefix of ``args`` with
-    ``str | None`` leaves (a list is accepted where ``args`` has a tuple).
-    """
+
+def _specs_tree(args, shapes, scope, what):
     leaves, tree = jax.tree_util.tree_flatten(args)
     for k, leaf in enumerate(leaves):
         if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
             raise TypeError(
-                f"poly_specs: every leaf of 'args' needs .shape and .dtype; "
+                f"{what.split()[0]}: every leaf of 'args' needs .shape and .dtype; "
                 f"leaf {k} is {type(leaf).__name__}.")
-    shapes = polymorphic_shapes
     if isinstance(args, tuple) and isinstance(shapes, list):
         shapes = tuple(shapes)  # the classic spelling passed a list for args
     try:
         flat_shapes = jp.broadcast_prefix(shapes, args, is_leaf=lambda x: x is None)
     except ValueError:
         (error, *_) = jp.prefix_errors(shapes, args, is_leaf=lambda x: x is None)
-        raise error("pmapkit.export.poly_specs polymorphic_shapes") from None
+        raise error(what) from None
     for s in flat_shapes:
         if s is not None and not isinstance(s, str):
-            raise TypeError("poly_specs: the leaves of 'polymorphic_shapes' "
+            raise TypeError(f"{what.split()[0]}: the leaves of '{what.split()[-1]}' "
                             f"must be str or None, got {s!r}.")
     specs = [poly_spec(leaf.shape, leaf.dtype, s, scope=scope)
              for leaf, s in zip(leaves, flat_shapes)]
     return jax.tree_util.tree_unflatten(tree, specs)
+
+
+def poly_specs(args, polymorphic_shapes, *, scope=None):
+    """A pytree of ``jax.ShapeDtypeStruct`` matching ``args`` (the seed's
+    jax_export spelling).
+
+    ``args`` is a pytree of arrays (or anything with ``.shape`` and
+    ``.dtype``); ``polymorphic_shapes`` is ``None`` (all constant), one spec
+    string for every argument, or a pytree prefix of ``args`` with
+    ``str | None`` leaves (a list is accepted where ``args`` has a tuple).
+    """
+    return _specs_tree(args, polymorphic_shapes, scope,
+                       "poly_specs polymorphic_shapes")
+
+
+def symbolic_args_specs(args, shapes_specs, constraints=(), scope=None):
+    """``poly_specs`` in the spelling of jax.experimental.export and
+    jax.export: ``shapes_specs`` as ``polymorphic_shapes``; ``constraints``
+    (e.g. ``("b >= 4",)``) make a new scope for these specs, else pmapkit's
+    shared scope is used unless ``scope`` is given. Each spec must have the
+    rank of its argument (jax.export would take a spec of another rank)."""
+    if scope is not None and constraints:
+        raise ValueError("symbolic_args_specs: cannot use both 'scope' and "
+                         "'constraints' (constraints belong to a scope).")
+    if scope is None:
+        scope = jax_export.SymbolicScope(constraints) if constraints else _DEFAULT_SCOPE
+    return _specs_tree(args, shapes_specs, scope, "symbolic_args_specs shapes_specs")
+
+
+def args_specs(args, polymorphic_shapes, get_shape_and_dtype=shape_and_dtype_jax_array):
+    """jax.experimental.export's deprecated spelling of ``symbolic_args_specs``
+    (it warns, as it did there)."""
+    warnings.warn("export.args_specs is deprecated in favor of "
+                  "export.symbolic_args_specs", DeprecationWarning, stacklevel=2)
+    if get_shape_and_dtype is not shape_and_dtype_jax_array:
+        args = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(*get_shape_and_dtype(a)), args)
+    return symbolic_args_specs(args, polymorphic_shapes)

@@ -1,4 +1,8 @@
-"""``serialize``/``deserialize``: Exported <-> pmapkit's checked container."""
+"""``serialize``/``deserialize``: Exported <-> pmapkit's checked container.
+
+Built on ``_exported`` (the data) and ``_container`` (the bytes); gives
+``Exported`` its ``serialize`` method (jax.export's spelling).
+"""
 from __future__ import annotations
 
 import operator
@@ -59,3 +63,12 @@ def artifact_info(data) -> dict:
     info = dict(unpacked.header)
     info["container_version"] = unpacked.container_version
     return info
+
+
+def _serialize_method(self, vjp_order=0) -> bytes:
+    """pmapkit's checked container bytes (``pmapkit.export.serialize``)."""
+    return serialize(self, vjp_order=vjp_order)
+
+
+_serialize_method.__name__, _serialize_method.__qualname__ = "serialize", "Exported.serialize"
+Exported.serialize = _serialize_method
