@@ -14,12 +14,16 @@ Public surface (explicit re-exports only):
   clear_caches, set_cache_size
                  empty / bound pmapkit's caches (jax.clear_caches() empties
                  them too)
+  set_cpu_collectives_in_flight
+                 the bound on executions of collective programs in flight on
+                 XLA:CPU (see pmapkit.inflight)
   COMPILED       True when the Cython dispatch core is in use
 """
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit._compiled import COMPILED
 from pmapkit.caches import clear_caches, set_cache_size
+from pmapkit.inflight import set_cpu_collectives_in_flight
 from pmapkit.mesh import Mesh, mesh
 from pmapkit import maps
 from pmapkit.pjit import pjit, with_sharding_constraint
@@ -34,5 +38,5 @@ __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "PartitionSpec", "Replicated", "ShardedAxis", "ShardingSpec",
            "Unstacked", "clear_caches", "device_put_replicated", "device_put_sharded", "maps",
            "mesh", "parse_op_sharding", "pjit", "pmap", "set_cache_size",
-           "with_sharding_constraint"]
+           "set_cpu_collectives_in_flight", "with_sharding_constraint"]
 __version__ = "0.1.0"
