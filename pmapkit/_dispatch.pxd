@@ -112,3 +112,12 @@ cdef class DispatchFunction:
 
     cdef object _intern(self, object sig)
     cdef _forget_signatures(self)
+
+
+cdef bint _COMPILED
+
+@cython.locals(a=tuple, b=tuple, n=Py_ssize_t, i=Py_ssize_t)
+cdef bint _same_context(object cached, object ctx) except -1
+
+@cython.locals(i=Py_ssize_t)
+cdef bint _same_items(tuple a, tuple b, Py_ssize_t start) except -1

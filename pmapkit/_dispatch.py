@@ -297,7 +297,7 @@ class DispatchFunction:
         # it is compared, not hashed, per call: equal contexts share elements.
         ctx = self._trace_context()
         current = self._current
-        if current[0] != ctx:
+        if not _same_context(current[0], ctx):
             current = self._select_context(ctx)
         cache = current[1]
         try:
@@ -618,3 +618,41 @@ class DispatchFunction:
 
 def _first(item):
     return item[0]
+
+
+def _same_context(cached, ctx):
+    """``cached == ctx`` for two trace contexts (tuples, possibly nested one
+    level). Compiled, the usual case (nothing changed: the very same item
+    objects) is an identity scan in C, far cheaper than tuple equality;
+    plain Python keeps tuple equality."""
+    if not _COMPILED or type(cached) is not tuple:
+        return cached == ctx
+    a = cached
+    b = ctx
+    n = len(b)
+    if len(a) != n:
+        return False
+    for i in range(n):
+        if a[i] is not b[i]:
+            return _same_items(a, b, i)
+    return True
+
+
+def _same_items(a, b, start):
+    """Item-wise equality from ``start`` on (an item that is not the very
+    same object: a nested tuple, or an equal value made anew)."""
+    for i in range(start, len(b)):
+        x = a[i]
+        y = b[i]
+        if x is not y:
+            if type(x) is tuple and type(y) is tuple:
+                if not _same_context(x, y):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+# Cython turns module-level functions into its own function type; the plain
+# interpreter keeps ``function``.
+_COMPILED = type(_first).__name__ != "function"
