@@ -1,4 +1,4 @@
-"""pytest-benchmark suite of the dispatch cases in ``pmapkit._bench``.
+"""pytest-benchmark suite of the dispatch cases of ``pmapkit.bench``.
 
 Every case x impl is one test (ids like ``pmap_simple_8_devices-pmapkit``),
 grouped by case so the impls show side by side::
@@ -20,7 +20,7 @@ import gc
 
 import pytest
 
-from pmapkit import _bench
+from pmapkit.bench import engine as _bench
 
 
 def _params():

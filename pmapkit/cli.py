@@ -51,8 +51,8 @@ def main(argv=None):
     from pmapkit import demo
     demo.configure_devices()
     if command == "bench":
-        from pmapkit import _bench_cli
-        return _bench_cli.main(argv[1:])
+        from pmapkit.bench import cli as bench_cli
+        return bench_cli.main(argv[1:])
     return demo.demo()
 
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pmapkit import host_callback as hcb
-from pmapkit._bench_features import feature_case
+from pmapkit.bench.features import feature_case
 from pmapkit.pmap import pmap
 
 LOOP_TAPS = 1000

@@ -1,6 +1,6 @@
 """Benchmark cases that feed what real programs feed.
 
-The dispatch cases of ``pmapkit._bench`` feed every impl its own outputs.
+The dispatch cases (``cases_dispatch``) feed every impl its own outputs.
 A training loop feeds more: batches placed by ``jax.device_put`` on a mesh of
 flax's (``replicate`` / ``prefetch_to_device``), ``jax.pmap``'s outputs,
 ``jit`` outputs, host arrays, arrays of the classic placement helpers; pjit
@@ -35,7 +35,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
-from pmapkit import _bench as bench
+from pmapkit.bench import engine as bench
 
 FLAX_AXIS = "_device_put_sharded"  # flax's replicate/prefetch mesh axis name
 ORIGINS = ("pmapkit_same_axis", "pmapkit_other_axis", "jax_pmap",
@@ -147,7 +147,7 @@ def _build_input(case, impl, devices):
     if impl == "raw":
         fn, args = _raw_runner(case, fn, args)
     runner = bench.Runner(case, impl, fn, args)
-    bench._warm(runner)
+    bench.warm(runner)
     return runner
 
 
@@ -159,7 +159,7 @@ def _out_axes_none(case, impl, devices):
     if impl == "raw":
         fn, args = _raw_runner(case, fn, args)
     runner = bench.Runner(case, impl, fn, args)
-    bench._warm(runner)
+    bench.warm(runner)
     return runner
 
 
@@ -180,7 +180,7 @@ def _pmap_aot(case, impl, devices):
         runner = bench.Runner(case, impl, fn, args)
     else:
         runner = bench.Runner(case, impl, compiled, args)
-    bench._warm(runner)
+    bench.warm(runner)
     return runner
 
 
@@ -211,7 +211,7 @@ def _pjit_setup(form, impl, devices):
 
 def _build_pjit_form(case, impl, devices):
     fn, args, kwargs = _pjit_setup(case.origin, impl, devices)
-    context = contextlib.nullcontext if impl == "jax.jit" else bench._pjit_mesh(devices)
+    context = contextlib.nullcontext if impl == "jax.jit" else bench.pjit_mesh(devices)
     with context():
         if case.origin == "aot":
             fn = fn.lower(*args).compile()
@@ -222,7 +222,7 @@ def _build_pjit_form(case, impl, devices):
         fn, args = _raw_runner(case, pjitted, args, kwargs, context)
         kwargs, context = {}, contextlib.nullcontext
     runner = bench.Runner(case, impl, fn, args, context, kwargs)
-    bench._warm(runner)
+    bench.warm(runner)
     return runner
 
 
@@ -264,7 +264,7 @@ def _build_train_loop(case, impl, devices, prefetched=4):
         return loss
 
     runner = bench.Runner(case, impl, train_one_step, ())
-    bench._warm(runner)
+    bench.warm(runner)
     return runner
 
 

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmapkit._bench_features import feature_case
+from pmapkit.bench.features import feature_case
 
 LAYERS, WIDTH, BATCH = 10, 256, 8
 

@@ -14,7 +14,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from pmapkit._bench_features import feature_case
+from pmapkit.bench.features import feature_case
 
 
 def _identity(x):

@@ -1,9 +1,9 @@
 """Feature benchmark cases: host_callback, export, colocated_python, multi-process.
 
-The dispatch cases (``pmapkit._bench``) time one call under four impls. A
+The dispatch cases (``pmapkit.bench.engine``) time one call under four impls. A
 feature case measures something else (taps per second, serialize+load+first
 call, ...) for pmapkit and its JAX equivalent, side by side in one run. Each
-feature keeps its cases in a module of its own (``_bench_<feature>.py``) and
+feature keeps its cases in a module of its own (``features_<feature>.py``) and
 registers them with ``@feature_case``; the module is listed in
 ``FEATURE_MODULES`` so ``python -m pmapkit bench`` imports it.
 
@@ -21,12 +21,12 @@ from collections.abc import Callable
 
 #: Modules holding feature cases; one that fails to import is reported, not fatal.
 FEATURE_MODULES: tuple[str, ...] = (
-    "pmapkit._bench_fidelity",
-    "pmapkit._bench_nested",
-    "pmapkit._bench_host_callback",
-    "pmapkit._bench_export",
-    "pmapkit._bench_colocated",
-    "pmapkit._bench_multiprocess",
+    "pmapkit.bench.features_fidelity",
+    "pmapkit.bench.features_nested",
+    "pmapkit.bench.features_host_callback",
+    "pmapkit.bench.features_export",
+    "pmapkit.bench.features_colocated",
+    "pmapkit.bench.features_multiprocess",
 )
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import pmapkit
-from pmapkit._bench_features import feature_case
+from pmapkit.bench.features import feature_case
 
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 import pmapkit
-from pmapkit._bench_features import feature_case
+from pmapkit.bench.features import feature_case
 
 
 def _add_one(x):

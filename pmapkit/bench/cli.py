@@ -3,7 +3,7 @@
     python -m pmapkit bench [--quick | --full] [--json PATH] [--plot PATH]
                             [--cases SUBSTRING]
 
-Runs the cases of ``pmapkit._bench`` under every impl (jax.pmap, jax.jit,
+Runs the cases of ``pmapkit.bench`` under every impl (jax.pmap, jax.jit,
 pmapkit, raw) and prints one table: microseconds per call of caller-thread CPU
 time (``time.thread_time``; device execution on XLA's threads is left out),
 the median of interleaved rounds, with the ratios pmapkit/jax.pmap,
@@ -231,8 +231,8 @@ def main(argv=None):
     import jax
 
     import pmapkit
-    from pmapkit import _bench as bench
-    from pmapkit import _bench_features as features
+    from pmapkit.bench import engine as bench
+    from pmapkit.bench import features
 
     settings = SETTINGS[args.mode]
     load_start = _loadavg()

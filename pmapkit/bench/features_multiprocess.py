@@ -8,7 +8,7 @@ same number of steps (every process must make the same calls: each step is a
 collective). Rank 0 reports the medians: wall µs per step (dispatch plus the
 cross-process all-reduce) and the caller thread's CPU µs per step (dispatch).
 
-This module is also the worker: ``python -m pmapkit._bench_multiprocess OUT
+This module is also the worker: ``python -m pmapkit.bench.features_multiprocess OUT
 CALLS ROUNDS`` under the launcher.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from pmapkit._bench_features import feature_case
+from pmapkit.bench.features import feature_case
 
 PROCESSES, DEVICES_PER_PROCESS = 2, 4
 _TIMEOUT_S = 300
@@ -41,7 +41,7 @@ def _measure(settings):
         proc = subprocess.run(
             [sys.executable, "-m", "pmapkit", "launch", "-n", str(PROCESSES),
              "--devices-per-process", str(DEVICES_PER_PROCESS), "--timeout",
-             str(_TIMEOUT_S), "-m", "pmapkit._bench_multiprocess", out, str(calls),
+             str(_TIMEOUT_S), "-m", "pmapkit.bench.features_multiprocess", out, str(calls),
              str(settings["rounds"])],
             env=env, capture_output=True, text=True, timeout=_TIMEOUT_S + 30)
         if proc.returncode != 0:
