@@ -20,9 +20,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
 from pmapkit import caches, inflight
+from pmapkit.interning import intern_sharding
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
-from pmapkit import manual_regions, process_local
+from pmapkit import manual_regions
 from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
 from pmapkit.analysis import (dims_spec, mapped_dims, nested_in_dims,
                               nested_out_dims, nested_pmap_axes)
@@ -151,10 +152,8 @@ class FastpathData:
         self.shard_fallback = compiled.shard_fallback
         self.is_equivalent = compiled.is_equivalent
         # Whether global arrays must sign apart from local ones of the same
-        # shape (see the core): a program spanning processes that takes
-        # local data at local shapes (pjit).
-        self.signs_global = (compiled.spans_processes
-                             and _PROGRAMS[compiled.primitive].local_inputs_resized)
+        # shape (see the core).
+        self.signs_global = compiled.signs_global
         # Flat indices of donated leaves (None: the program donates nothing,
         # and the hit path checks nothing).
         self.donated = compiled.donated
@@ -162,7 +161,16 @@ class FastpathData:
 
 class CompiledProgram:
     """One compiled top-level program running one equation of ours (a pmap
-    or a pjit), and everything the fast path derives from it, once."""
+    or a pjit), and everything the fast path derives from it, once.
+
+    A program over several processes' devices is a subclass of the room
+    above (``process_local.SpanningProgram``, registered with
+    ``register_program_type``): it takes each process's local data."""
+
+    #: Over devices of several processes (see ``register_program_type``).
+    spans_processes = False
+    #: Global arrays sign apart from local ones of the same shape.
+    signs_global = False
 
     def __init__(self, primitive, params, in_avals, lowered, compiled):
         self.primitive = primitive
@@ -199,60 +207,6 @@ class CompiledProgram:
         self.cpu_collectives = inflight.has_collectives(compiled, {
             d for s in self.in_shardings + self.out_shardings if s is not None
             for d in s.device_set})
-        self.spans_processes = process_local.spans_processes(
-            self.in_shardings + self.out_shardings)
-        if self.spans_processes:
-            self._process_local_views(kept_idx)
-
-    def _process_local_views(self, kept_idx):
-        """A program over several processes' devices takes each process's
-        local data: the hit path compares inputs to the local shardings, puts
-        host values straight into global arrays, and the executable stands
-        behind a ``ProcessLocalExecutable`` (see ``process_local``)."""
-        self.physical_in_avals = tuple(
-            jp.physical_aval(a) if is_extended(a) else a for a in self.in_avals)
-        self.local_in_shardings = tuple(
-            process_local.local_sharding(s) for s in self.physical_in_shardings)
-        self.kept_in_shardings = tuple(self.local_in_shardings[i] for i in kept_idx)
-        self.host_specs = tuple(
-            _process_local_host_spec(a, s) if not is_float0(a) else h
-            for a, s, h in zip(self.physical_in_avals, self.physical_in_shardings,
-                               self.host_specs))
-        self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
-        self.kept_physical = tuple(
-            (self.physical_in_avals[i], self.physical_in_shardings[i]) for i in kept_idx)
-        # pmap returns this process's part of each result, pjit the global one.
-        self.out_views = (
-            tuple(process_local.local_view(a, s)
-                  for a, s in zip(self.out_avals, self.out_shardings))
-            if _PROGRAMS[self.primitive].local_outputs else None)
-
-    def _process_local_fallback(self, x, i):
-        """An input of a program spanning processes, as the global array of
-        its physical buffers: a global array as it is (moved if placed
-        otherwise), a local one re-wrapped, anything else put from the host."""
-        aval = self.physical_in_avals[i]
-        sharding = self.physical_in_shardings[i]
-        if is_float0(self.in_avals[i]):
-            return self.host_specs[i].put(np.asarray(x))
-        if isinstance(x, jp.PRNGKeyArray):
-            x = x._base_array
-        if isinstance(x, jp.ArrayImpl):
-            if x.is_deleted():
-                jp.raise_if_deleted(x)
-            if not x.is_fully_addressable:
-                if x.shape != aval.shape:
-                    raise ValueError(
-                        f"pmapkit: a global array of shape {x.shape} was passed "
-                        f"where the program takes shape {aval.shape}.")
-                if x.sharding.is_equivalent_to(sharding, x.ndim):
-                    return x._rewrap_with_aval_and_sharding(aval, sharding)
-                return jax.device_put(x, sharding)
-            local = self.local_in_shardings[i]
-            if (x.sharding.is_equivalent_to(local, x.ndim)
-                    and x.aval.dtype == aval.dtype):
-                return x._rewrap_with_aval_and_sharding(aval, sharding)
-        return self.host_specs[i].put(np.asarray(x))
 
     def is_equivalent(self, x, i):
         """Whether device array ``x`` (the physical buffers, for a key input)
@@ -261,19 +215,10 @@ class CompiledProgram:
         mesh or axis names its sharding uses. Decided once per sharding
         object by the hit path, which then passes such arrays on as they are.
         """
-        want = self.physical_in_shardings[i]
-        if self.spans_processes and x.is_fully_addressable:
-            # This process's local data (global arrays are taken as they are).
-            want = self.local_in_shardings[i]
-        try:
-            return bool(x.sharding.is_equivalent_to(want, x.ndim))
-        except Exception:  # noqa: BLE001 - shardings JAX cannot compare
-            return False
+        return same_layout(x, self.physical_in_shardings[i])
 
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
-        if self.spans_processes:
-            return self._process_local_fallback(x, i)
         sharding = self.in_shardings[i]
         aval = self.in_avals[i]
         if isinstance(x, jp.PRNGKeyArray):
@@ -308,6 +253,13 @@ class CompiledProgram:
         results = data.executable.execute_sharded(arrays)
         return results.consume_with_handlers(data.out_handlers)
 
+    def hit_executable(self):
+        """What the hit path executes: the program's executable, or with
+        effects (host callbacks) JAX's runner, which threads the effect
+        tokens around each run (the hit path still skips tracing, signing
+        and compiling)."""
+        return _TokenedExecutable(self) if self.has_effects else self.executable
+
     def fastpath(self, out_treedef, out_shardings=None):
         """The dispatch core's data for this program; ``out_shardings``
         replaces the results' shardings by equivalent ones (pjit's
@@ -316,14 +268,7 @@ class CompiledProgram:
         if out_shardings is not None:
             data.out_handlers = [jp.global_aval_to_result_handler(a, s, True)
                                  for a, s in zip(self.out_avals, out_shardings)]
-        if self.has_effects:
-            # Effects (host callbacks) need JAX's token threading around each
-            # run; the hit path still skips tracing, signing and compiling.
-            data.executable = _TokenedExecutable(self)
-        if self.spans_processes:
-            avals, shardings = zip(*self.kept_physical) if self.kept_physical else ((), ())
-            data.executable = process_local.ProcessLocalExecutable(
-                data.executable, avals, shardings, self.out_views)
+        data.executable = self.hit_executable()
         if self.cpu_collectives:
             data.executable = inflight.BoundedExecutable(data.executable)
         return data
@@ -362,6 +307,15 @@ class _Outputs:
     def consume_with_handlers(self, handlers):
         del handlers
         return self._outs
+
+
+def same_layout(x, want):
+    """Whether device array ``x`` is laid out as ``want`` places an array of
+    its rank (same devices in the same order, same split)."""
+    try:
+        return bool(x.sharding.is_equivalent_to(want, x.ndim))
+    except Exception:  # noqa: BLE001 - shardings JAX cannot compare
+        return False
 
 
 def find_donated_alias(flat, donated):
@@ -442,21 +396,6 @@ def _host_spec(aval, sharding):
         jp.batched_device_put)
 
 
-def _process_local_host_spec(aval, sharding):
-    """Puts this process's host data for an input of a program spanning
-    processes: sliced as the local array it is, sent as the global array
-    (``aval``, ``sharding``) of which those slices are the local shards."""
-    local = process_local.local_sharding(sharding)
-    local_shape = process_local.local_shape(aval.shape, sharding)
-    devices = list(local.mesh.devices.flat) if isinstance(local, NamedSharding) else \
-        list(local._device_assignment)
-    index_map = local.devices_indices_map(local_shape)
-    indices = [index_map[d] for d in devices]
-    return _shard_arg_mod.HostSpec(
-        aval, np.dtype(aval.dtype), indices, devices, sharding,
-        jp.batched_device_put)
-
-
 class Float0HostSpec:
     """Puts a float0 host value (zero-sized elements, e.g. the tangent of an
     integer) as what programs take for it: booleans, all False."""
@@ -525,6 +464,10 @@ class ProgramKind:
 _PROGRAMS = {}
 
 
+def program_kind(primitive):
+    return _PROGRAMS[primitive]
+
+
 def register_program(primitive, shardings, effects, local_outputs=False,
                      local_inputs_resized=False):
     _PROGRAMS[primitive] = ProgramKind(shardings, effects, local_outputs,
@@ -534,15 +477,6 @@ def register_program(primitive, shardings, effects, local_outputs=False,
 def program_shardings(primitive, params, in_avals):
     ins, outs = _PROGRAMS[primitive].shardings(params, in_avals)
     return tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
-
-
-_interned_shardings = {}
-
-
-def intern_sharding(sharding):
-    """One object per distinct sharding, so an output fed back into a program
-    that wants the same sharding passes the hit path's identity check."""
-    return _interned_shardings.setdefault(sharding, sharding)
 
 
 def _pmap_shardings(params, in_avals):
@@ -696,11 +630,32 @@ def lower_program(primitive, params, in_avals):
         return jitted.lower(*structs)
 
 
+# Kinds of program registered by rooms above this one (the multi-process
+# views): ``(applies(shardings), cls)``; the first that applies makes it.
+_program_types = []
+
+
+def register_program_type(applies, cls):
+    """Programs whose shardings satisfy ``applies`` are made as ``cls`` (a
+    ``CompiledProgram`` subclass)."""
+    _program_types.append((applies, cls))
+
+
+def make_program(primitive, params, in_avals, lowered, compiled) -> CompiledProgram:
+    """The ``CompiledProgram`` (or registered subclass) of a compiled lowering."""
+    cls = CompiledProgram
+    if _program_types:
+        ins, outs = program_shardings(primitive, params, in_avals)
+        shardings = [s for s in ins + outs if s is not None]
+        cls = next((c for applies, c in _program_types if applies(shardings)), cls)
+    return cls(primitive, params, in_avals, lowered, compiled)
+
+
 def compile_lowered(primitive, params, in_avals, lowered, *,
                     compiler_options=None, device_assignment=None) -> CompiledProgram:
     """Compile a ``lower_program`` result (``f.lower(...).compile(...)``)."""
     compiled = lowered.compile(compiler_options, device_assignment=device_assignment)
-    return CompiledProgram(primitive, params, in_avals, lowered, compiled)
+    return make_program(primitive, params, in_avals, lowered, compiled)
 
 
 def compile_pmap(params, in_avals) -> CompiledProgram:
@@ -715,8 +670,24 @@ def compile_program(primitive, params, in_avals) -> CompiledProgram:
             _compile_cache.move_to_end(key)
             return hit
     lowered = lower_program(primitive, params, in_avals)
-    result = CompiledProgram(primitive, params, in_avals, lowered, lowered.compile())
+    result = make_program(primitive, params, in_avals, lowered, lowered.compile())
     with _compile_lock:
         _compile_cache[key] = result
         _trim(_compile_cache, caches.programs_size())
     return result
+
+
+def _compiled_impl(primitive):
+    """Eager evaluation of one of our equations (e.g. eval_jaxpr of a jaxpr
+    that holds one): compile once per params and input avals, then run."""
+
+    def impl(*args, **params):
+        compiled = compile_program(
+            primitive, params, tuple(jp.shaped_abstractify(x) for x in args))
+        return compiled.run_flat(args)
+
+    return impl
+
+
+pmap_p.def_impl(_compiled_impl(pmap_p))
+pjit_p.def_impl(_compiled_impl(pjit_p))

@@ -518,8 +518,8 @@ def _compile(spec, prepared):
     if not spec.keep_unused:
         return lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
     lowered = _lower_program(spec, prepared)
-    return lowering.CompiledProgram(pjit_p, prepared.params, prepared.in_avals,
-                                    lowered, lowered.compile())
+    return lowering.make_program(pjit_p, prepared.params, prepared.in_avals,
+                                 lowered, lowered.compile())
 
 
 def _lower_program(spec, prepared):

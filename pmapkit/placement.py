@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit.lowering import intern_sharding
+from pmapkit.interning import intern_sharding
 from pmapkit.specs import INTERNAL_AXIS_NAME
 
 __all__ = ["device_put_replicated", "device_put_sharded"]

@@ -1,4 +1,6 @@
-"""pmapkit's own primitives: definition, abstract evaluation and impl.
+"""pmapkit's own primitives: definition and abstract evaluation (their impl
+rule, eager evaluation through a compiled program, is registered where
+programs are compiled: ``pmapkit.lowering``).
 
 ``pmap_p`` carries the per-device body as a closed jaxpr traced with the
 mapped axis name bound, so collectives inside it are ordinary named-axis
@@ -85,20 +87,6 @@ def _pmap_abstract_eval(*in_avals, jaxpr, axis_name, axis_size, devices,
 pmap_p.def_effectful_abstract_eval(_pmap_abstract_eval)
 
 
-def _compiled_impl(primitive):
-    """Eager evaluation of one of our equations (e.g. eval_jaxpr of a jaxpr
-    that holds one): compile once per params and input avals, then run."""
-
-    def impl(*args, **params):
-        from pmapkit import lowering
-        compiled = lowering.compile_program(
-            primitive, params, tuple(jp.shaped_abstractify(x) for x in args))
-        return compiled.run_flat(args)
-
-    return impl
-
-
-pmap_p.def_impl(_compiled_impl(pmap_p))
 
 
 # -- pjit ---------------------------------------------------------------------
@@ -121,5 +109,3 @@ def _pjit_abstract_eval(*in_avals, jaxpr, in_shardings, out_shardings,
 
 pjit_p.def_effectful_abstract_eval(_pjit_abstract_eval)
 
-
-pjit_p.def_impl(_compiled_impl(pjit_p))

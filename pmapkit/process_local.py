@@ -22,10 +22,13 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from pmapkit import _jax_private as jp
+from pmapkit import lowering
+from pmapkit._compiled import shard_arg as _shard_arg_mod
+from pmapkit.interning import intern_sharding
 
 __all__ = ["spans_processes", "spans_devices", "local_mesh", "local_sharding", "local_shape",
            "global_shape", "to_local", "to_global", "local_view", "is_global",
-           "ProcessLocalExecutable"]
+           "ProcessLocalExecutable", "SpanningProgram"]
 
 
 def spans_processes(shardings) -> bool:
@@ -100,7 +103,6 @@ def local_sharding(sharding):
         raise TypeError(
             "pmapkit: only NamedSharding programs can take process-local data "
             f"across processes, got {sharding}.")
-    from pmapkit.lowering import intern_sharding  # lowering imports this module
     result = intern_sharding(result)
     with _lock:
         return _local_shardings.setdefault(sharding, result)
@@ -205,3 +207,91 @@ class _LocalResults:
             return outs
         return [to_local(o) if v is None else o._rewrap_with_aval_and_sharding(*v)
                 for o, v in zip(outs, self._views)]
+
+
+class SpanningProgram(lowering.CompiledProgram):
+    """A compiled program over several processes' devices, taking each
+    process's local data: the hit path compares inputs to the local
+    shardings, puts host values straight into global arrays, and the
+    executable stands behind a ``ProcessLocalExecutable``. pmap returns this
+    process's part of each result, pjit the global one."""
+
+    spans_processes = True
+
+    def __init__(self, primitive, params, in_avals, lowered, compiled):
+        super().__init__(primitive, params, in_avals, lowered, compiled)
+        kind = lowering.program_kind(primitive)
+        # A local argument stands for a global one of another shape (pjit):
+        # global and local arrays of one shape are different programs.
+        self.signs_global = kind.local_inputs_resized
+        kept_idx = range(len(in_avals)) if self.kept is None else self.kept
+        self.physical_in_avals = tuple(
+            jp.physical_aval(a) if lowering.is_extended(a) else a for a in self.in_avals)
+        self.local_in_shardings = tuple(local_sharding(s) for s in self.physical_in_shardings)
+        self.kept_in_shardings = tuple(self.local_in_shardings[i] for i in kept_idx)
+        self.host_specs = tuple(
+            _local_host_spec(a, s) if not lowering.is_float0(a) else h
+            for a, s, h in zip(self.physical_in_avals, self.physical_in_shardings,
+                               self.host_specs))
+        self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
+        self.kept_physical = tuple(
+            (self.physical_in_avals[i], self.physical_in_shardings[i]) for i in kept_idx)
+        self.out_views = (
+            tuple(local_view(a, s) for a, s in zip(self.out_avals, self.out_shardings))
+            if kind.local_outputs else None)
+
+    def is_equivalent(self, x, i):
+        # This process's local data is compared to the local sharding; global
+        # arrays are taken as they are.
+        if x.is_fully_addressable:
+            return lowering.same_layout(x, self.local_in_shardings[i])
+        return super().is_equivalent(x, i)
+
+    def shard_fallback(self, x, i):
+        """An input as the global array of its physical buffers: a global
+        array as it is (moved if placed otherwise), a local one re-wrapped,
+        anything else put from the host."""
+        aval = self.physical_in_avals[i]
+        sharding = self.physical_in_shardings[i]
+        if lowering.is_float0(self.in_avals[i]):
+            return self.host_specs[i].put(np.asarray(x))
+        if isinstance(x, jp.PRNGKeyArray):
+            x = x._base_array
+        if isinstance(x, jp.ArrayImpl):
+            if x.is_deleted():
+                jp.raise_if_deleted(x)
+            if not x.is_fully_addressable:
+                if x.shape != aval.shape:
+                    raise ValueError(
+                        f"pmapkit: a global array of shape {x.shape} was passed "
+                        f"where the program takes shape {aval.shape}.")
+                if x.sharding.is_equivalent_to(sharding, x.ndim):
+                    return x._rewrap_with_aval_and_sharding(aval, sharding)
+                return jax.device_put(x, sharding)
+            local = self.local_in_shardings[i]
+            if (x.sharding.is_equivalent_to(local, x.ndim)
+                    and x.aval.dtype == aval.dtype):
+                return x._rewrap_with_aval_and_sharding(aval, sharding)
+        return self.host_specs[i].put(np.asarray(x))
+
+    def hit_executable(self):
+        avals, shardings = zip(*self.kept_physical) if self.kept_physical else ((), ())
+        return ProcessLocalExecutable(super().hit_executable(), avals, shardings,
+                                      self.out_views)
+
+
+def _local_host_spec(aval, sharding):
+    """Puts this process's host data for an input of a program spanning
+    processes: sliced as the local array it is, sent as the global array
+    (``aval``, ``sharding``) of which those slices are the local shards."""
+    local = local_sharding(sharding)
+    shape = local_shape(aval.shape, sharding)
+    devices = list(local.mesh.devices.flat) if isinstance(local, NamedSharding) else \
+        list(local._device_assignment)
+    index_map = local.devices_indices_map(shape)
+    indices = [index_map[d] for d in devices]
+    return _shard_arg_mod.HostSpec(
+        aval, np.dtype(aval.dtype), indices, devices, sharding, jp.batched_device_put)
+
+
+lowering.register_program_type(spans_processes, SpanningProgram)
