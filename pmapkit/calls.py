@@ -15,7 +15,7 @@ import numpy as np
 
 from pmapkit import _jax_private as jp
 from pmapkit import _cache_keys, caches, lowering
-from pmapkit import process_local  # noqa: F401  (registers programs spanning processes)
+from pmapkit.distributed import process_local  # noqa: F401  (registers programs spanning processes)
 from pmapkit._compiled import dispatch as _dispatch_mod
 
 # numpy dtypes that canonicalize to themselves whatever jax_enable_x64 says; a

@@ -44,7 +44,7 @@ def main(argv=None):
               f"{', '.join(COMMANDS)} (pmapkit --help)", file=sys.stderr)
         return 2
     if command == "launch":   # the children set up their own devices
-        from pmapkit import launch
+        from pmapkit.distributed import launch
         return launch.main(argv[1:])
     if command == "run":      # the script sets up its own devices
         return run(argv[1:])

@@ -26,7 +26,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering, pjit_across, specs
+from pmapkit import calls, lowering, specs
+from pmapkit.distributed import pjit_across
 from pmapkit import stages
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.mesh import active_mesh

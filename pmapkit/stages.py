@@ -15,7 +15,8 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering, process_local
+from pmapkit import calls, lowering
+from pmapkit.distributed import process_local
 
 
 def lower_prepared(primitive, api, spec, prepared, args, kwargs):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pmapkit import launch
+from pmapkit.distributed import launch
 
 LAUNCH = [sys.executable, "-m", "pmapkit", "launch"]
 

@@ -17,7 +17,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
 from pmapkit import _jax_private as jp
-from pmapkit import process_local, specs
+from pmapkit import specs
+from pmapkit.distributed import process_local
 
 
 def spans_processes(mesh) -> bool:

@@ -1,4 +1,12 @@
-"""Joining a multi-process run: ``pmapkit.distributed.initialize()``.
+"""Multi-process runs: joining one (``pmapkit.distributed.initialize()``,
+here) and what runs in them.
+
+    launch          ``pmapkit launch``: N local processes of one script
+    process_local   a process's local view of a program spanning processes
+                    (``SpanningProgram``) and back, without copies
+    pjit_across     pjit's positional semantics on a mesh over processes
+
+``initialize``:
 
 Under ``pmapkit launch`` the launcher's environment variables give the
 coordinator, the process count and this process's rank:
@@ -21,7 +29,7 @@ import sys
 
 import jax
 
-from pmapkit.launch import ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
+from pmapkit.distributed.launch import ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
 
 __all__ = ["initialize", "is_initialized", "launched", "shutdown"]
 
