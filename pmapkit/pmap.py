@@ -68,7 +68,7 @@ class _PmapSpec:
             raise TypeError(f"pmap requires a callable 'fun', got {fun!r} of "
                             f"type {type(fun).__name__}.")
         if devices is not None:
-            devices = tuple(devices)
+            devices = _check_devices(devices)
             if not devices:
                 raise ValueError(
                     "'devices' argument to pmap must be non-empty, or None.")
@@ -127,6 +127,30 @@ class _PmapSpec:
             "axis_size": self.axis_size,
             "donate_argnums": self.donate,
         }
+
+
+def _check_devices(devices):
+    """``devices`` as a tuple of ``jax.Device``s, or a TypeError saying what
+    was passed instead (ids, strings and the like are not devices)."""
+    if isinstance(devices, jax.Device):
+        raise TypeError(
+            "pmap 'devices' must be a sequence of jax.Device objects (such as "
+            f"jax.devices()[:2]), got a single device {devices!r}; pass "
+            f"[{devices!r}] to run on it alone.")
+    try:
+        devices = tuple(devices)
+    except TypeError:
+        raise TypeError(
+            "pmap 'devices' must be a sequence of jax.Device objects (such as "
+            f"jax.devices()[:2]), got {devices!r} of type "
+            f"{type(devices).__name__}.") from None
+    for k, d in enumerate(devices):
+        if not isinstance(d, jax.Device):
+            raise TypeError(
+                "pmap 'devices' must be a sequence of jax.Device objects (such "
+                f"as jax.devices()[:2]), got {list(devices)!r}: element {k} is "
+                f"{d!r} of type {type(d).__name__}.")
+    return devices
 
 
 # -- per call (miss path) ------------------------------------------------------

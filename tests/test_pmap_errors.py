@@ -265,3 +265,60 @@ def test_donate_overlapping_static():
         pmapkit.pmap(lambda x, k: x, static_broadcasted_argnums=1,
                      donate_argnums=(0, 1))
 
+
+
+# ------------------------------------------------------- non-JAX outputs --
+
+@pytest.mark.parametrize("api", ["pmap", "jit"])
+def test_non_jax_output_names_its_path_and_type(no_compile, api):
+    # jax.jit's wording (jax.pmap's own names no path): "at output component".
+    def f(x):
+        return x, {"a": x, "b": "s"}
+
+    if api == "pmap":
+        g = pmapkit.pmap(f)
+    else:
+        g = jax.jit(f)
+    with pytest.raises(TypeError) as info:
+        g(x8())
+    msg = str(info.value)
+    assert f"traced for {api} returned a value of type <class 'str'> at output " \
+           "component [1]['b'], which is not a valid JAX type" in msg, msg
+    assert msg.startswith("function f at "), msg
+    assert not no_compile
+
+
+def test_non_jax_output_at_the_top_has_no_path(no_compile):
+    g = pmapkit.pmap(lambda x: object())
+    ref = jax.jit(lambda x: object())
+    with pytest.raises(TypeError) as mine:
+        g(x8())
+    with pytest.raises(TypeError) as theirs:
+        ref(x8())
+    assert "traced for pmap returned a value of type <class 'object'>, which is " \
+           "not a valid JAX type" in str(mine.value)
+    # Same sentence as jax.jit, but for the transformation's name.
+    tail = lambda e: str(e.value).split(" traced for ")[1].split(" ", 1)[1]  # noqa: E731
+    assert tail(mine) == tail(theirs)
+
+
+# ------------------------------------------------------------- devices --
+
+@pytest.mark.parametrize("devices,shown", [
+    ([0, 1], "element 0 is 0 of type int"),
+    (["cpu:0"], "element 0 is 'cpu:0' of type str"),
+    (np.arange(2), "element 0 is np.int64(0) of type int64"),
+])
+def test_devices_that_are_not_devices(devices, shown):
+    with pytest.raises(TypeError, match=re.escape(
+            "pmap 'devices' must be a sequence of jax.Device objects")) as info:
+        pmapkit.pmap(lambda x: x, devices=devices)
+    assert shown in str(info.value)
+
+
+def test_devices_a_single_device_or_not_a_sequence():
+    d = jax.devices()[0]
+    with pytest.raises(TypeError, match=r"got a single device .*; pass \[.*\] to run on it alone"):
+        pmapkit.pmap(lambda x: x, devices=d)
+    with pytest.raises(TypeError, match="got 3 of type int"):
+        pmapkit.pmap(lambda x: x, devices=3)
