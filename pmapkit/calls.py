@@ -149,6 +149,17 @@ def abstractify(flat, describe, api, static_option):
     return avals
 
 
+def check_not_deleted(flat):
+    """JAX's own error for a deleted (donated, ``.delete()``d) input, raised
+    on the miss path before anything is traced or compiled (the hit path
+    raises the same)."""
+    for x in flat:
+        if isinstance(x, jp.ArrayImpl) and x.is_deleted():
+            jp.raise_if_deleted(x)
+        elif isinstance(x, jp.PRNGKeyArray) and x.is_deleted():
+            jp.raise_if_deleted(x._base_array)
+
+
 def close_jaxpr(jaxpr, consts):
     """``(ClosedJaxpr, hoisted)``: tracers of an enclosing trace closed over
     by the body cannot be baked in; they become leading explicit operands."""

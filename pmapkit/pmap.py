@@ -432,6 +432,7 @@ def _prepare_cached(spec, args, kwargs):
 
 
 def _cache_miss(spec, *args, **kwargs):
+    calls.check_not_deleted(jax.tree_util.tree_leaves((args, kwargs)))
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
     if _nested():

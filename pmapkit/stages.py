@@ -165,7 +165,11 @@ class ProgramExecutable(jp.StagesExecutable):
 
         def compiled_call(*args, **kwargs):
             dynamic = call_static.strip(args)
-            outs, _, _ = jax.stages.Compiled.call(params, *dynamic, **kwargs)
+            try:
+                outs, _, _ = jax.stages.Compiled.call(params, *dynamic, **kwargs)
+            except TypeError as exc:
+                _raise_with_classic_tree_mismatch(exc, params.in_tree, dynamic, kwargs)
+                raise
             if dynamic is not args:
                 # Static values repeated at their positions (accepted, as by
                 # pmapkit's earlier compiled objects): they would sign as
@@ -174,6 +178,18 @@ class ProgramExecutable(jp.StagesExecutable):
             return outs, program.fastpath(params.out_tree)
 
         return calls.make_compiled_call(compiled_call, self._debug_info.func_name)
+
+
+def _raise_with_classic_tree_mismatch(exc, compiled_tree, args, kwargs):
+    """A call whose argument pytree is not the compiled one: JAX's message
+    (the wording since jax 0.4.26), then the line earlier releases raised,
+    "function compiled for <tree>, called with <tree>", which code and
+    tests written for them match."""
+    called_tree = jax.tree_util.tree_structure((args, kwargs))
+    if called_tree == compiled_tree:
+        return
+    raise TypeError(f"{exc}\nfunction compiled for {compiled_tree}, called "
+                    f"with {called_tree}") from None
 
 
 def _global_view(x, aval, sharding):
