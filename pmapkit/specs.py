@@ -38,10 +38,23 @@ def flatten_in_axes(in_axes, dyn_args, kwargs, in_tree):
     except ValueError:
         errors = jp.prefix_errors((in_axes, 0), (dyn_args, kwargs))
         detail = str(errors[0]("pmap in_axes").args[0]) if errors else ""
-        raise ValueError(
-            "pmap in_axes specification must be a tree prefix of the tuple of "
-            f"positional arguments, got in_axes={in_axes!r} for arguments "
-            f"with structure {in_tree}.\n{detail}") from None
+        # Classic pmap's explanation, the keyword-argument rule included.
+        msg = ("pmap in_axes specification must be a tree prefix of the tuple "
+               f"of positional arguments, got in_axes={in_axes!r} for arguments "
+               f"with structure {in_tree}.\n{detail}\n\nThe 'full pytree' here "
+               "is the tuple of arguments passed positionally to the pmapped "
+               "function, and the value of `in_axes` must be a tree prefix of "
+               "that tuple. But it was not a prefix.")
+        if kwargs:
+            msg += ("\n\nWhen some arguments are passed by keyword to the "
+                    "pmapped function, they are not included in the comparison "
+                    "to `in_axes`. Instead, each argument passed by keyword is "
+                    "mapped over its leading axis. See the description of "
+                    "`in_axes` in the `pmap` docstring.")
+        msg += ("\n\nCheck that the value of the `in_axes` argument to `pmap` "
+                "is a tree prefix of the tuple of arguments passed positionally "
+                "to the pmapped function.")
+        raise ValueError(msg) from None
 
 
 def flatten_out_axes(out_axes, out_tree, out_shape_tree):
@@ -49,10 +62,14 @@ def flatten_out_axes(out_axes, out_tree, out_shape_tree):
         return tuple(jp.broadcast_prefix(out_axes, out_shape_tree,
                                          is_leaf=lambda x: x is None))
     except ValueError:
+        errors = jp.prefix_errors(out_axes, out_shape_tree)
+        detail = str(errors[0]("pmap out_axes").args[0]) if errors else ""
         raise ValueError(
             "pmap out_axes specification must be a tree prefix of the "
             f"function's output, got out_axes={out_axes!r} for an output with "
-            f"structure {out_tree}.") from None
+            f"structure {out_tree}.\n{detail}\n\nThe full pytree is the output "
+            "of the pmapped function. Ensure that the `out_axes` argument to "
+            "`pmap` is a pytree prefix of the pmapped function's output.") from None
 
 
 def axis_spec(axis_name, axis):

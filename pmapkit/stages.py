@@ -41,6 +41,10 @@ def lower_prepared(primitive, api, spec, prepared, args, kwargs):
                           arg_names, call_static)
 
 
+def _plain_aval(aval):
+    return jp.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
 class _StaticCall:
     """The static arguments a lowering was made for; pmapkit's earlier
     compiled objects took the full argument list, so a call that repeats the
@@ -92,6 +96,14 @@ class ProgramLowered(jax.stages.Lowered):
         # What pmapkit.export rebuilds the program from.
         self._prepared = prepared
         self._static = call_static.positions
+
+    @property
+    def in_avals(self):
+        """The ``(args, kwargs)`` pytree of plain ``ShapedArray``s, as
+        classic ``Lowered.in_avals`` gave (jax 0.10's carry the program's
+        abstract mesh in their shardings)."""
+        return jax.tree_util.tree_map(lambda info: _plain_aval(info._aval),
+                                      self.args_info)
 
     def compile(self, compiler_options=None, *, device_assignment=None):
         program = lowering.compile_lowered(

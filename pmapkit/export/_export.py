@@ -24,6 +24,7 @@ from jax import export as jax_export
 
 from pmapkit import calls, lowering, process_local
 from pmapkit._compiled import dispatch as _dispatch_mod
+from pmapkit.pmap import own_jit_of_pmap
 from pmapkit.export._exported import RELAXED_CHECKS, Exported
 
 KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
@@ -156,8 +157,9 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
     jitted = jax.jit(flat_program, in_shardings=in_shardings,
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in prepared.in_avals]
-    jexp = jax_export.export(jitted, platforms=platforms,
-                             disabled_checks=disabled)(*structs)
+    with own_jit_of_pmap():  # the export's jit, not the user's jit-of-pmap
+        jexp = jax_export.export(jitted, platforms=platforms,
+                                 disabled_checks=disabled)(*structs)
     return _with_trees(jexp, in_tree, out_tree, fun_name)
 
 
