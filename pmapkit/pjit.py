@@ -200,8 +200,8 @@ class _PjitSpec:
 
     def pickle_state(self):
         return {"version": _dispatch_mod.PICKLE_VERSION, "fun": self.fun,
-                "in": None if self.in_unspecified else self.user_in,
-                "out": None if self.out_unspecified else self.user_out,
+                "in": None if self.in_unspecified else _picklable(self.user_in),
+                "out": None if self.out_unspecified else _picklable(self.user_out),
                 "in_unspecified": self.in_unspecified,
                 "out_unspecified": self.out_unspecified,
                 "in_what": self.in_what, "out_what": self.out_what,
@@ -684,6 +684,49 @@ def _reduce(spec):
     return (_unpickle_pjit, (spec.pickle_state(),))
 
 
+class _ShardingState:
+    """A ``Sharding`` leaf as picklable data: devices by id (jax's Device
+    objects do not pickle), mesh shape and axes, spec."""
+
+    def __init__(self, sharding):
+        if isinstance(sharding, NamedSharding):
+            mesh = sharding.mesh
+            self.kind = "named"
+            self.ids = [d.id for d in mesh.devices.flat]
+            self.shape = mesh.devices.shape
+            self.axis_names = mesh.axis_names
+            self.axis_types = mesh.axis_types
+            self.spec = sharding.spec
+        else:  # SingleDeviceSharding, or another kind replicated over its devices
+            self.kind = "replicated"
+            self.ids = [d.id for d in sharding._device_assignment]
+
+    def restore(self):
+        by_id = {d.id: d for d in jax.devices()}
+        devices = [by_id[i] for i in self.ids]
+        if self.kind == "named":
+            mesh = jax.sharding.Mesh(
+                np.array(devices, dtype=object).reshape(self.shape),
+                self.axis_names, axis_types=self.axis_types)
+            return NamedSharding(mesh, self.spec)
+        if len(devices) == 1:
+            return jax.sharding.SingleDeviceSharding(devices[0])
+        return NamedSharding(jax.sharding.Mesh(np.array(devices, dtype=object),
+                                               (_DEVICE_AXIS,)), PartitionSpec())
+
+
+def _picklable(tree):
+    return jax.tree_util.tree_map(
+        lambda x: _ShardingState(x) if isinstance(x, jax.sharding.Sharding) else x,
+        tree, is_leaf=specs.is_spec_leaf)
+
+
+def _restored(tree):
+    return jax.tree_util.tree_map(
+        lambda x: x.restore() if isinstance(x, _ShardingState) else x,
+        tree, is_leaf=lambda x: specs.is_spec_leaf(x) or isinstance(x, _ShardingState))
+
+
 def _unpickle_pjit(state):
     if state.get("version") != _dispatch_mod.PICKLE_VERSION:
         raise ValueError(
@@ -692,9 +735,9 @@ def _unpickle_pjit(state):
             f"{_dispatch_mod.PICKLE_VERSION}.")
     options = {}
     if not state.get("in_unspecified", False):
-        options[state["in_what"]] = state["in"]
+        options[state["in_what"]] = _restored(state["in"])
     if not state.get("out_unspecified", False):
-        options[state["out_what"]] = state["out"]
+        options[state["out_what"]] = _restored(state["out"])
     device_id = state.get("device_id")
     if device_id is not None:
         options["device"] = next(d for d in jax.devices() if d.id == device_id)

@@ -8,6 +8,8 @@ specs on committed ``jax.Array``s. Results are checked against ``jax.jit``
 given the same shardings (values and shardings); messages against the texts
 0.3/0.4 releases raised, with the regexes their own tests used.
 """
+import operator
+import pickle
 import re
 
 import jax
@@ -259,3 +261,17 @@ def test_aot_pytree_mismatch_classic_message():
         exe = f.lower(x, x + 1).compile()
     with pytest.raises(TypeError, match="function compiled for .*, called with .*"):
         exe([x], [x + 1])
+
+
+@pytest.mark.parametrize("leaf", [ns(P("x")), SingleDeviceSharding(DEVICES[2]), None],
+                         ids=["named", "single_device", "prefix_with_none"])
+def test_pickles_with_sharding_leaves(leaf):
+    if leaf is None:
+        f = pmapkit.pjit(operator.add, in_axis_resources=(ns(P("x")), None),
+                         out_axis_resources=ns(P()))
+        args = (farange(8), farange(8))
+    else:
+        f = pmapkit.pjit(operator.neg, leaf, leaf)
+        args = (farange(8),)
+    g = pickle.loads(pickle.dumps(f))
+    same(g(*args), f(*args))
