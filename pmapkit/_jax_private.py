@@ -315,6 +315,20 @@ def concrete_mesh_context(mesh):
     return _sharding_impls._internal_use_concrete_mesh(mesh)
 
 
+def compiling_function_name(traced_for=("jit", "pjit")):
+    """The name of the function the innermost trace staging it for one of
+    ``traced_for`` (``jax.jit``, pmapkit's pjit) is tracing, or None when
+    no such trace is active (eager code, ``make_jaxpr`` ...)."""
+    trace = _core.trace_ctx.trace
+    while trace is not None:
+        if isinstance(trace, _pe.DynamicJaxprTrace):
+            info = trace.frame.debug_info
+            if info is not None and info.traced_for in traced_for:
+                return info.func_name
+        trace = getattr(trace, "parent_trace", None)
+    return None
+
+
 def staging_trace_active():
     """Whether some trace in the current chain stages a jaxpr (a jit, scan,
     make_jaxpr...), as opposed to only eager transformations (jvp,

@@ -100,19 +100,41 @@ def trace_user_fun(what, fun, static, statics, nargs, in_tree, avals, describe):
     (axis names bound, no ambient mesh).
     """
     out_trees = []
+    source = jp.fun_sourceinfo(fun)
 
     def flat_fun(*flat):
         dyn_args, kwargs = jax.tree_util.tree_unflatten(in_tree, flat)
         out = fun(*merge_static(static, statics, nargs, dyn_args), **kwargs)
         out_flat, out_tree = jax.tree_util.tree_flatten(out)
+        check_returned_values(what, source, out, out_flat)
         out_trees.append(out_tree)
         return out_flat
 
     arg_names = tuple(describe.short(k) for k in range(len(avals)))
-    debug = jp.DebugInfo(what, jp.fun_sourceinfo(fun), arg_names, None)
+    debug = jp.DebugInfo(what, source, arg_names, None)
     jaxpr, _, consts = jp.trace_to_jaxpr_dynamic(
         jp.wrap_init(flat_fun, debug_info=debug), avals)
     return jaxpr, consts, out_trees[-1]
+
+
+def check_returned_values(what, source, out, out_flat):
+    """Every output leaf must be a JAX value; the error names the first
+    that is not by its path in the output, as ``jax.jit`` words it."""
+    for k, x in enumerate(out_flat):
+        if isinstance(x, jp.Tracer):
+            continue
+        try:
+            jp.shaped_abstractify(x)
+        except TypeError:
+            pass
+        else:
+            continue
+        path = jax.tree_util.keystr(
+            jax.tree_util.tree_flatten_with_path(out)[0][k][0])
+        where = f" at output component {path}" if path else ""
+        raise TypeError(
+            f"function {source} traced for {what} returned a value of type "
+            f"{type(x)}{where}, which is not a valid JAX type") from None
 
 
 def abstractify(flat, describe, api, static_option):
@@ -126,6 +148,17 @@ def abstractify(flat, describe, api, static_option):
                 "type. Pass arrays, numpy arrays or Python scalars, or mark "
                 f"the argument static with {static_option}.") from None
     return avals
+
+
+def check_not_deleted(flat):
+    """JAX's own error for a deleted (donated, ``.delete()``d) input, raised
+    on the miss path before anything is traced or compiled (the hit path
+    raises the same)."""
+    for x in flat:
+        if isinstance(x, jp.ArrayImpl) and x.is_deleted():
+            jp.raise_if_deleted(x)
+        elif isinstance(x, jp.PRNGKeyArray) and x.is_deleted():
+            jp.raise_if_deleted(x._base_array)
 
 
 def close_jaxpr(jaxpr, consts):

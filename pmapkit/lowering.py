@@ -519,7 +519,7 @@ def _program(primitive, params):
 def bind_in_outer_trace(primitive, params, in_avals, args):
     """Bind one of our primitives under an outer JAX trace.
 
-    The equation is wrapped in a ``jit`` whose in/out shardings name its
+    The equation is wrapped in a ``jit`` whose in shardings name its
     devices: that is how an enclosing jit learns its device assignment (JAX
     reads shardings off jit equations, not off foreign primitives), and it
     moves operands onto those devices. Transformations see through it.
@@ -607,9 +607,12 @@ def _outer_jit(primitive, params, in_avals, named=True):
             _outer_jits.move_to_end(key)
             return hit
     if named:
-        in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
-        jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
-                         out_shardings=out_shardings)
+        # In shardings only: out_shardings would also be the in shardings of
+        # the cotangents in JAX's transpose of this jit, which refuses a
+        # committed cotangent placed otherwise (a replicated weight's, under
+        # eager grad); the program constrains its results itself.
+        in_shardings, _ = program_shardings(primitive, params, in_avals)
+        jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings)
     else:
         jitted = jax.jit(_program(primitive, params))
     with _compile_lock:

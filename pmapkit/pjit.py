@@ -7,7 +7,9 @@ donate_argnums)`` partitions ``fun`` over the mesh active *at the call site*
 pytree prefix of ``None | PartitionSpec``), results come back as
 ``jax.Array``s with ``NamedSharding``s of that mesh. The modern spelling
 ``in_shardings=`` / ``out_shardings=`` (NamedSharding or PartitionSpec) is
-accepted too. ``with_sharding_constraint`` pins intermediate values.
+accepted too. As in 0.4-era pjit, a leaf may also be a ``Sharding``
+(``NamedSharding``, ``SingleDeviceSharding``): it carries its devices, so no
+mesh context is needed. ``with_sharding_constraint`` pins intermediate values.
 
 As in later classic releases both may be omitted: an omitted
 ``in_axis_resources`` keeps a committed array's sharding (host values and
@@ -57,8 +59,9 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         chooses.
       static_argnums: positional arguments that are compile-time constants.
       donate_argnums: positional arguments whose buffers may be reused.
-      in_shardings / out_shardings: the modern spelling of the two above;
-        leaves may also be ``NamedSharding``s.
+      in_shardings / out_shardings: the modern spelling of the two above.
+        Leaves of either spelling may also be ``Sharding``s (NamedSharding,
+        SingleDeviceSharding), which need no mesh context.
       static_argnames: parameter names that are compile-time constants (by
         keyword or, for positional parameters, by position).
       device / backend: run on this one device (or the backend's first);
@@ -158,7 +161,7 @@ class _PjitSpec:
         if device is not None or backend is not None:
             for tree, what in ((in_tree, self.in_what), (out_tree, self.out_what)):
                 if tree is not _UNSET:
-                    raise ValueError("If backend or device is specified on pjit, "
+                    raise ValueError("If backend or device is specified on jit, "
                                      f"then {what} should not be specified.")
         self.device = (None if device is None and backend is None
                        else _one_device(device, backend))
@@ -198,8 +201,8 @@ class _PjitSpec:
 
     def pickle_state(self):
         return {"version": _dispatch_mod.PICKLE_VERSION, "fun": self.fun,
-                "in": None if self.in_unspecified else self.user_in,
-                "out": None if self.out_unspecified else self.user_out,
+                "in": None if self.in_unspecified else _picklable(self.user_in),
+                "out": None if self.out_unspecified else _picklable(self.user_out),
                 "in_unspecified": self.in_unspecified,
                 "out_unspecified": self.out_unspecified,
                 "in_what": self.in_what, "out_what": self.out_what,
@@ -214,13 +217,30 @@ def _device_mesh(device):
     return jax.sharding.Mesh(np.array([device], dtype=object), (_DEVICE_AXIS,))
 
 
+def _sharding_mesh(sharding):
+    """The mesh a ``Sharding`` leaf or a committed array's sharding runs
+    on: a NamedSharding's own, else one over its devices (a one-device mesh
+    for a SingleDeviceSharding)."""
+    if isinstance(sharding, NamedSharding):
+        return sharding.mesh
+    devices = list(sharding._device_assignment)
+    return jax.sharding.Mesh(np.array(devices, dtype=object), (_DEVICE_AXIS,))
+
+
+def _one_device_mesh(mesh):
+    """Whether ``mesh`` is pjit's own mesh of one device (``device=``, or
+    SingleDeviceSharding leaves/arguments): results come back as
+    SingleDeviceShardings there, as from ``jax.jit``."""
+    return mesh.axis_names == (_DEVICE_AXIS,) and mesh.devices.size == 1
+
+
 def _declared_mesh(spec):
     for tree in (spec.in_resources, spec.out_resources):
         if tree is None:
             continue
         for leaf in jax.tree_util.tree_leaves(tree, is_leaf=specs.is_spec_leaf):
-            if isinstance(leaf, NamedSharding):
-                return leaf.mesh
+            if isinstance(leaf, jax.sharding.Sharding):
+                return _sharding_mesh(leaf)
     return None
 
 
@@ -228,23 +248,24 @@ def _active_mesh(spec, flat_args=()):
     if spec.device is not None:
         if active_mesh() is not None:
             raise ValueError(
-                "pjit with device or backend runs on that one device; it "
-                "must not be called under a mesh context (with mesh: / "
-                "jax.set_mesh).")
+                "Mesh context manager should not be used with jit when backend "
+                "or device is also specified as an argument to jit: pjit with "
+                "device or backend runs on that one device; it must not be "
+                "called under a mesh context (with mesh: / jax.set_mesh).")
         return _device_mesh(spec.device)
     current = active_mesh()
     if current is not None:
         return current
-    # Without a mesh context, NamedSharding leaves still name their mesh, and
-    # so do committed arguments where in_axis_resources is omitted.
+    # Without a mesh context, Sharding leaves still name their devices (0.4
+    # pjit), and so do committed arguments where in_axis_resources is omitted.
     declared = _declared_mesh(spec)
     if declared is not None:
         return declared
     if spec.in_unspecified:
         for x in flat_args:
             if (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
-                    and x.committed and isinstance(x.sharding, NamedSharding)):
-                return x.sharding.mesh
+                    and x.committed):
+                return _sharding_mesh(x.sharding)
     raise RuntimeError("pjit requires a non-empty mesh! Are you sure that it's "
                        "defined at the call site? (enter one with "
                        "`with pmapkit.Mesh(devices, axis_names):`)")
@@ -253,9 +274,31 @@ def _active_mesh(spec, flat_args=()):
 def _to_sharding(leaf, mesh):
     if isinstance(leaf, NamedSharding):
         return leaf
+    if isinstance(leaf, jax.sharding.Sharding):
+        # A SingleDeviceSharding, or another kind replicated over its devices.
+        return NamedSharding(_sharding_mesh(leaf), PartitionSpec())
     if leaf is None:
         return NamedSharding(mesh, PartitionSpec())
     return NamedSharding(mesh, leaf.to_partition_spec())
+
+
+def _device_ids(devices):
+    return [d.id for d in devices]
+
+
+def _platform(devices):
+    return devices[0].platform.upper() if devices else "?"
+
+
+def _devices_mismatch(pjit_devices, array_devices, what):
+    """Classic 0.4 pjit's message for an argument committed to devices the
+    computation does not run on."""
+    return (
+        "Pjit's devices and Array's devices should be equal. Got Pjit's "
+        f"device ids {_device_ids(pjit_devices)} on platform "
+        f"{_platform(pjit_devices)} and Array's device ids "
+        f"{_device_ids(array_devices)} on platform {_platform(array_devices)} "
+        f"({what}; move it with jax.device_put first).")
 
 
 def _kept_sharding(x, mesh, describe, k, device_mode):
@@ -267,13 +310,14 @@ def _kept_sharding(x, mesh, describe, k, device_mode):
     if not (isinstance(x, jax.Array) and x.committed):
         return replicated
     sharding = x.sharding
-    mesh_devices = set(mesh.devices.flat)
-    if sharding.device_set != mesh_devices:
-        raise ValueError(
-            f"pjit: {describe(k)} is committed to devices "
-            f"{sorted(d.id for d in sharding.device_set)}, but the computation "
-            f"runs on the mesh's devices {sorted(d.id for d in mesh_devices)}; "
-            "move it with jax.device_put or give in_axis_resources.")
+    mesh_devices = list(mesh.devices.flat)
+    if sharding.device_set != set(mesh_devices):
+        have = sorted(sharding.device_set, key=lambda d: d.id)
+        raise ValueError(_devices_mismatch(
+            mesh_devices, list(sharding._device_assignment),
+            f"{describe(k)} is committed to devices {_device_ids(have)}, but "
+            "the computation runs on the mesh's devices "
+            f"{sorted(_device_ids(mesh_devices))}"))
     if isinstance(sharding, NamedSharding):
         return sharding
     if sharding.is_fully_replicated:
@@ -286,12 +330,42 @@ def _kept_sharding(x, mesh, describe, k, device_mode):
 
 def _check_against(what, resources, avals, mesh, describe):
     for k, (leaf, aval) in enumerate(zip(resources, avals)):
-        parsed = (specs.ParsedPartitionSpec.from_user_input(leaf.spec, what)
-                  if isinstance(leaf, NamedSharding) else leaf)
-        leaf_mesh = leaf.mesh if isinstance(leaf, NamedSharding) else mesh
-        if parsed is not None:
-            parsed.check_shape(aval.shape, leaf_mesh, what,
-                               describe(k) if describe else None)
+        if isinstance(leaf, NamedSharding):
+            parsed = specs.ParsedPartitionSpec.from_user_input(leaf.spec, what)
+            parsed.check_shape(aval.shape, leaf.mesh, what,
+                               describe(k) if describe else None, sharding=leaf)
+        elif isinstance(leaf, specs.ParsedPartitionSpec):
+            leaf.check_shape(aval.shape, mesh, what,
+                             describe(k) if describe else None)
+
+
+def _check_same_devices(spec, in_shardings, out_shardings, describe):
+    """Every sharding of one program is over the same devices, in one order
+    (0.4 pjit's device-assignment check), before anything compiles."""
+    def label(what, k):
+        if what == "in":
+            return f"{spec.in_what} of {describe(k)}"
+        return f"{spec.out_what} of output {k}"
+
+    first = None
+    for what, shardings in (("in", in_shardings), ("out", out_shardings)):
+        for k, s in enumerate(shardings):
+            if s is None:
+                continue
+            devices = tuple(s._device_assignment)
+            if first is None:
+                first = (what, k, devices)
+                continue
+            if devices == first[2]:
+                continue
+            ids = first[2]
+            raise ValueError(
+                "Received incompatible devices for pjitted computation. Got "
+                f"{label(first[0], first[1])} with device ids "
+                f"{_device_ids(ids)} on platform {_platform(ids)} and "
+                f"{label(what, k)} with device ids {_device_ids(devices)} on "
+                f"platform {_platform(devices)}: every sharding of one pjit "
+                "must be over the same devices, in the same order.")
 
 
 def _trace_context(mesh):
@@ -411,7 +485,8 @@ def _prepare(spec, args, kwargs):
         _check_against("pjit outputs", out_flat,
                        [v.aval for v in jaxpr.outvars], mesh, None)
         out_shardings = tuple(_to_sharding(leaf, mesh) for leaf in out_flat)
-    if spec.device is not None:
+    _check_same_devices(spec, in_shardings, out_shardings, describe)
+    if spec.device is not None or _one_device_mesh(mesh):
         out_shardings = (NamedSharding(mesh, PartitionSpec()),) * len(jaxpr.outvars)
 
     with _trace_context(mesh):  # as traced: checks retype the body
@@ -486,21 +561,85 @@ def _placement(x):
 
 
 def _cache_miss(spec, *args, **kwargs):
+    calls.check_not_deleted(jax.tree_util.tree_leaves((args, kwargs)))
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
     if _traced(flat):
         return _bind_traced(spec, prepared), None
+    _check_committed_devices(spec, prepared, args, kwargs)
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
     compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
     out_shardings = None
-    if spec.device is not None:
-        # As jit(device=...): results live on that one device.
-        single = jax.sharding.SingleDeviceSharding(spec.device)
+    device = _result_device(prepared)
+    if device is not None:
+        # As jax.jit on one device (device=, SingleDeviceShardings): results
+        # are SingleDeviceShardings.
+        single = jax.sharding.SingleDeviceSharding(device)
         outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
         out_shardings = (single,) * len(outs)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
-    return out, compiled.fastpath(prepared.out_tree, out_shardings)
+    fastpath = compiled.fastpath(prepared.out_tree, out_shardings)
+    if _refuses_other_devices(spec):
+        fastpath.shard_fallback = _refusing_other_devices(
+            fastpath.shard_fallback, prepared.params["in_shardings"], spec.name)
+    return out, fastpath
+
+
+def _result_device(prepared):
+    """The device of a program on pjit's one-device mesh, else None."""
+    for s in prepared.params["out_shardings"]:
+        if s is not None and _one_device_mesh(s.mesh):
+            return s.mesh.devices.flat[0]
+    return None
+
+
+def _refuses_other_devices(spec):
+    # With in_axis_resources given, a committed argument must already be on
+    # the computation's devices (0.4 pjit); with device= it is moved there
+    # (as jit(device=)); omitted, it decides the placement itself.
+    return not spec.in_unspecified and spec.device is None
+
+
+def _check_committed_devices(spec, prepared, args, kwargs):
+    """Before anything runs: no committed argument is on devices other than
+    the ones its in_axis_resources place it on."""
+    if not _refuses_other_devices(spec):
+        return
+    flat = prepared.flat_args
+    hoisted = len(flat) - len(prepared.params["in_shardings"])
+    for k, (x, want) in enumerate(zip(flat, prepared.params["in_shardings"])):
+        if not _committed_elsewhere(x, want):
+            continue
+        _, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
+        names = calls.LeafNames(spec.signature, dyn_positions, dyn_args,
+                                _split_kwargs(spec, kwargs)[1])
+        raise ValueError(_devices_mismatch(
+            list(want._device_assignment), list(x.sharding._device_assignment),
+            f"{names(k - hoisted)} of {spec.name} is committed there"))
+
+
+def _committed_elsewhere(x, want):
+    if not (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
+            and getattr(x, "committed", False)):
+        return False
+    if not want.is_fully_addressable and x.is_fully_addressable:
+        return False  # this process's local data of a program across processes
+    return x.sharding.device_set != want.device_set
+
+
+def _refusing_other_devices(fallback, in_shardings, name):
+    """The hit path's resharding fallback, refusing (as the miss path does)
+    a committed argument on devices the computation does not run on."""
+    def shard_fallback(x, i):
+        want = in_shardings[i]
+        if _committed_elsewhere(x, want):
+            raise ValueError(_devices_mismatch(
+                list(want._device_assignment), list(x.sharding._device_assignment),
+                f"flat argument {i} of {name} is committed there"))
+        return fallback(x, i)
+
+    return shard_fallback
 
 
 def _bind_traced(spec, prepared):
@@ -546,6 +685,49 @@ def _reduce(spec):
     return (_unpickle_pjit, (spec.pickle_state(),))
 
 
+class _ShardingState:
+    """A ``Sharding`` leaf as picklable data: devices by id (jax's Device
+    objects do not pickle), mesh shape and axes, spec."""
+
+    def __init__(self, sharding):
+        if isinstance(sharding, NamedSharding):
+            mesh = sharding.mesh
+            self.kind = "named"
+            self.ids = [d.id for d in mesh.devices.flat]
+            self.shape = mesh.devices.shape
+            self.axis_names = mesh.axis_names
+            self.axis_types = mesh.axis_types
+            self.spec = sharding.spec
+        else:  # SingleDeviceSharding, or another kind replicated over its devices
+            self.kind = "replicated"
+            self.ids = [d.id for d in sharding._device_assignment]
+
+    def restore(self):
+        by_id = {d.id: d for d in jax.devices()}
+        devices = [by_id[i] for i in self.ids]
+        if self.kind == "named":
+            mesh = jax.sharding.Mesh(
+                np.array(devices, dtype=object).reshape(self.shape),
+                self.axis_names, axis_types=self.axis_types)
+            return NamedSharding(mesh, self.spec)
+        if len(devices) == 1:
+            return jax.sharding.SingleDeviceSharding(devices[0])
+        return NamedSharding(jax.sharding.Mesh(np.array(devices, dtype=object),
+                                               (_DEVICE_AXIS,)), PartitionSpec())
+
+
+def _picklable(tree):
+    return jax.tree_util.tree_map(
+        lambda x: _ShardingState(x) if isinstance(x, jax.sharding.Sharding) else x,
+        tree, is_leaf=specs.is_spec_leaf)
+
+
+def _restored(tree):
+    return jax.tree_util.tree_map(
+        lambda x: x.restore() if isinstance(x, _ShardingState) else x,
+        tree, is_leaf=lambda x: specs.is_spec_leaf(x) or isinstance(x, _ShardingState))
+
+
 def _unpickle_pjit(state):
     if state.get("version") != _dispatch_mod.PICKLE_VERSION:
         raise ValueError(
@@ -554,9 +736,9 @@ def _unpickle_pjit(state):
             f"{_dispatch_mod.PICKLE_VERSION}.")
     options = {}
     if not state.get("in_unspecified", False):
-        options[state["in_what"]] = state["in"]
+        options[state["in_what"]] = _restored(state["in"])
     if not state.get("out_unspecified", False):
-        options[state["out_what"]] = state["out"]
+        options[state["out_what"]] = _restored(state["out"])
     device_id = state.get("device_id")
     if device_id is not None:
         options["device"] = next(d for d in jax.devices() if d.id == device_id)
@@ -579,7 +761,7 @@ def with_sharding_constraint(x, axis_resources):
     prepared = specs.prepare_axis_resources(axis_resources, "axis_resources")
     resources = specs.flatten_axis_resources("axis_resources", prepared, x, False)
     mesh = active_mesh()
-    if mesh is None and any(not isinstance(r, NamedSharding) for r in resources):
+    if mesh is None and any(not isinstance(r, jax.sharding.Sharding) for r in resources):
         raise RuntimeError(
             "with_sharding_constraint requires a non-empty mesh! Are you sure "
             "that it's defined at the call site?")

@@ -7,9 +7,11 @@ trace) or compiles and runs it, handing the fast-path data back to the core.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +70,7 @@ class _PmapSpec:
             raise TypeError(f"pmap requires a callable 'fun', got {fun!r} of "
                             f"type {type(fun).__name__}.")
         if devices is not None:
-            devices = tuple(devices)
+            devices = _check_devices(devices)
             if not devices:
                 raise ValueError(
                     "'devices' argument to pmap must be non-empty, or None.")
@@ -127,6 +129,30 @@ class _PmapSpec:
             "axis_size": self.axis_size,
             "donate_argnums": self.donate,
         }
+
+
+def _check_devices(devices):
+    """``devices`` as a tuple of ``jax.Device``s, or a TypeError saying what
+    was passed instead (ids, strings and the like are not devices)."""
+    if isinstance(devices, jax.Device):
+        raise TypeError(
+            "pmap 'devices' must be a sequence of jax.Device objects (such as "
+            f"jax.devices()[:2]), got a single device {devices!r}; pass "
+            f"[{devices!r}] to run on it alone.")
+    try:
+        devices = tuple(devices)
+    except TypeError:
+        raise TypeError(
+            "pmap 'devices' must be a sequence of jax.Device objects (such as "
+            f"jax.devices()[:2]), got {devices!r} of type "
+            f"{type(devices).__name__}.") from None
+    for k, d in enumerate(devices):
+        if not isinstance(d, jax.Device):
+            raise TypeError(
+                "pmap 'devices' must be a sequence of jax.Device objects (such "
+                f"as jax.devices()[:2]), got {list(devices)!r}: element {k} is "
+                f"{d!r} of type {type(d).__name__}.")
+    return devices
 
 
 # -- per call (miss path) ------------------------------------------------------
@@ -306,26 +332,37 @@ def _mapped_size(in_avals, in_axes_flat, describe):
 
 def _resolve_devices(spec, size, inner=()):
     """One device per program instance: ``size`` times the sizes of the
-    pmaps nested in the body."""
+    pmaps nested in the body. Given ``devices`` must be exactly that many,
+    as in classic pmap."""
     needed = size
     for _, inner_size in inner:
         needed *= inner_size
-    what = (f"an axis of size {size}" if not inner else
-            f"axes of sizes {[size, *[s for _, s in inner]]} (nested pmaps)")
     if spec.devices is not None:
-        if needed > len(spec.devices):
+        if needed != len(spec.devices):
+            shown = ", ".join(map(str, spec.devices))
+            if not inner:
+                raise ValueError(
+                    "Leading axis size of input to pmapped function must equal "
+                    "the number of local devices passed to pmap. Got axis_size="
+                    f"{size}, num_local_devices={len(spec.devices)}.\n"
+                    f"(Local devices available to pmap: {shown})")
             raise ValueError(
-                f"pmapped function {spec.name} maps {what}, which needs "
-                f"{needed} devices, but its 'devices' argument lists only "
-                f"{len(spec.devices)}: {list(spec.devices)}.")
-        return spec.devices[:needed]
+                f"pmapped function requires {needed} local devices to run due "
+                "to nested pmapped or other parallel functions, but only "
+                f"{len(spec.devices)} are available.\n(outer axis size: {size}, "
+                f"local devices available to pmap: {shown})")
+        return spec.devices
     available = jax.local_devices(backend=spec.backend)
     if needed > len(available):
         platform = available[0].platform if available else spec.backend
+        what = (f"an axis of size {size}" if not inner else
+                f"axes of sizes {[size, *[s for _, s in inner]]} (nested pmaps)")
         raise ValueError(
-            f"pmapped function {spec.name} requires {needed} devices to map "
-            f"{what}, but only {len(available)} XLA devices are available "
-            f"(platform {platform!r}).")
+            f"compiling computation that requires {needed} logical devices, "
+            f"but only {len(available)} XLA devices are available "
+            f"(num_replicas={needed}): pmapped function {spec.name} maps "
+            f"{what}, so it requires {needed} replicas, but only "
+            f"{len(available)} XLA devices are available (platform {platform!r}).")
     return tuple(available[:needed])
 
 
@@ -408,6 +445,7 @@ def _prepare_cached(spec, args, kwargs):
 
 
 def _cache_miss(spec, *args, **kwargs):
+    calls.check_not_deleted(jax.tree_util.tree_leaves((args, kwargs)))
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
     if _nested():
@@ -415,6 +453,7 @@ def _cache_miss(spec, *args, **kwargs):
         outs = pmap_p.bind(*flat, **prepared.params)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
+        _warn_if_staged(spec)
         outs = lowering.bind_in_outer_trace(pmap_p, prepared.params,
                                             prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
@@ -423,6 +462,44 @@ def _cache_miss(spec, *args, **kwargs):
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     return out, compiled.fastpath(prepared.out_tree)
+
+
+class _QuietJits(threading.local):
+    """Depth of pmapkit's own jits around a pmap on this thread."""
+
+    def __init__(self):
+        self.depth = 0
+
+
+_quiet_jits = _QuietJits()
+
+
+@contextlib.contextmanager
+def own_jit_of_pmap():
+    """A block where pmapkit itself wraps pmaps in a jit (export): not the
+    user's jit-of-pmap, so no warning."""
+    _quiet_jits.depth += 1
+    try:
+        yield
+    finally:
+        _quiet_jits.depth -= 1
+
+
+def _warn_if_staged(spec):
+    """Classic pmap warned once per compile of a jit that contains it (this
+    runs once per trace of the enclosing function, as jit traces once per
+    signature)."""
+    name = None if _quiet_jits.depth else jp.compiling_function_name()
+    if name is None:
+        return
+    warnings.warn(
+        f"The jitted function {name} includes a pmap. Using jit-of-pmap can "
+        "lead to inefficient data movement: the outer jit decides where its "
+        "inputs and outputs live, so the pmap's operands and results may be "
+        f"moved between devices at its boundary (pmapped function {spec.name}). "
+        "Consider removing the outer jit unless you know what you're doing. "
+        "See https://github.com/google/jax/issues/2926.", UserWarning,
+        stacklevel=2)
 
 
 def _lower(spec, *args, **kwargs):

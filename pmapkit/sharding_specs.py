@@ -412,31 +412,45 @@ class ParsedPartitionSpec:
                                for p in self.partitions])
 
     def check_shape(self, shape, mesh, what: str = "the values",
-                    describe: str | None = None):
+                    describe: str | None = None, sharding=None):
         """Classic pjit's checks of a shape against this spec on ``mesh``;
-        ``describe`` (which argument this is) is appended to the message."""
+        ``describe`` (which argument this is) is appended to the message.
+        ``sharding``: the ``Sharding`` leaf this spec came from (0.4-era
+        pjit), named in the messages as those releases named it."""
         mesh_shape = _mesh_shape(mesh)
         where = f" ({describe})" if describe else ""
+        spec = self.user_spec
         if len(shape) < len(self.partitions):
+            if sharding is not None:
+                raise ValueError(
+                    f"One of {what} is incompatible with its sharding "
+                    f"annotation {sharding}: Sharding {sharding} is only valid "
+                    f"for values of rank at least {len(self.partitions)}, but "
+                    f"was applied to a value of rank {len(shape)}{where}")
             raise ValueError(
                 f"One of {what} was given the resource assignment of "
-                f"{self.user_spec}, which implies that it has a rank of at "
+                f"{spec}, which implies that it has a rank of at "
                 f"least {len(self.partitions)}, but it is {len(shape)}{where}")
+        given = (f"the sharding of {sharding}" if sharding is not None else
+                 f"the resource assignment of {spec}")
         for i, axes in enumerate(self.partitions):
             size = 1
             for axis in axes:
                 if axis not in mesh_shape:
+                    # The 0.4 wording first, then the 0.3 one (code and
+                    # tests of both releases match their own).
                     raise ValueError(
-                        f"One of {what} was given the resource assignment of "
-                        f"{self.user_spec}, but resource axis {axis} is "
-                        f"undefined. Did you forget to declare the mesh?{where}")
+                        f"Resource axis: {axis} of {spec} is undefined. One of "
+                        f"{what} was given the resource assignment of {spec}, "
+                        f"but resource axis {axis} is undefined. Did you "
+                        f"forget to declare the mesh?{where}")
                 size *= mesh_shape[axis]
             if shape[i] % size:
                 raise ValueError(
-                    f"One of {what} was given the resource assignment of "
-                    f"{self.user_spec}, which implies that the size of its "
-                    f"dimension {i} should be divisible by {size}, but it is "
-                    f"equal to {shape[i]}{where}")
+                    f"One of {what} was given {given}, which implies that the "
+                    f"size of its dimension {i} should be divisible by {size}, "
+                    f"but it is equal to {shape[i]} (full shape: "
+                    f"{tuple(shape)}){where}")
 
     def __eq__(self, other):
         if not isinstance(other, ParsedPartitionSpec):

@@ -38,10 +38,23 @@ def flatten_in_axes(in_axes, dyn_args, kwargs, in_tree):
     except ValueError:
         errors = jp.prefix_errors((in_axes, 0), (dyn_args, kwargs))
         detail = str(errors[0]("pmap in_axes").args[0]) if errors else ""
-        raise ValueError(
-            "pmap in_axes specification must be a tree prefix of the tuple of "
-            f"positional arguments, got in_axes={in_axes!r} for arguments "
-            f"with structure {in_tree}.\n{detail}") from None
+        # Classic pmap's explanation, the keyword-argument rule included.
+        msg = ("pmap in_axes specification must be a tree prefix of the tuple "
+               f"of positional arguments, got in_axes={in_axes!r} for arguments "
+               f"with structure {in_tree}.\n{detail}\n\nThe 'full pytree' here "
+               "is the tuple of arguments passed positionally to the pmapped "
+               "function, and the value of `in_axes` must be a tree prefix of "
+               "that tuple. But it was not a prefix.")
+        if kwargs:
+            msg += ("\n\nWhen some arguments are passed by keyword to the "
+                    "pmapped function, they are not included in the comparison "
+                    "to `in_axes`. Instead, each argument passed by keyword is "
+                    "mapped over its leading axis. See the description of "
+                    "`in_axes` in the `pmap` docstring.")
+        msg += ("\n\nCheck that the value of the `in_axes` argument to `pmap` "
+                "is a tree prefix of the tuple of arguments passed positionally "
+                "to the pmapped function.")
+        raise ValueError(msg) from None
 
 
 def flatten_out_axes(out_axes, out_tree, out_shape_tree):
@@ -49,10 +62,14 @@ def flatten_out_axes(out_axes, out_tree, out_shape_tree):
         return tuple(jp.broadcast_prefix(out_axes, out_shape_tree,
                                          is_leaf=lambda x: x is None))
     except ValueError:
+        errors = jp.prefix_errors(out_axes, out_shape_tree)
+        detail = str(errors[0]("pmap out_axes").args[0]) if errors else ""
         raise ValueError(
             "pmap out_axes specification must be a tree prefix of the "
             f"function's output, got out_axes={out_axes!r} for an output with "
-            f"structure {out_tree}.") from None
+            f"structure {out_tree}.\n{detail}\n\nThe full pytree is the output "
+            "of the pmapped function. Ensure that the `out_axes` argument to "
+            "`pmap` is a pytree prefix of the pmapped function's output.") from None
 
 
 def axis_spec(axis_name, axis):
@@ -70,25 +87,42 @@ def normalize_axis(axis, ndim):
 
 # -- pjit: axis resources ------------------------------------------------------
 def is_spec_leaf(x):
-    return x is None or isinstance(x, (PartitionSpec, NamedSharding))
+    return x is None or isinstance(x, (PartitionSpec, jax.sharding.Sharding))
 
 
 def prepare_axis_resources(tree, what, tupled_args=False):
-    """Validate a pytree-prefix of ``None | PartitionSpec | NamedSharding``
-    leaves at decoration time; PartitionSpecs become ParsedPartitionSpecs.
+    """Validate a pytree-prefix of ``None | PartitionSpec | Sharding`` leaves
+    at decoration time; PartitionSpecs become ParsedPartitionSpecs.
 
-    With ``tupled_args`` (a prefix of the positional-arguments tuple) a list
-    means the same as a tuple, as in classic pjit; elsewhere (outputs) a list
-    is a list, to match a function returning one."""
+    A ``Sharding`` (0.4-era pjit: ``NamedSharding``, ``SingleDeviceSharding``)
+    carries its devices, so it needs no mesh context. With ``tupled_args`` (a
+    prefix of the positional-arguments tuple) a list means the same as a
+    tuple, as in classic pjit; elsewhere (outputs) a list is a list, to match
+    a function returning one."""
     if tupled_args and isinstance(tree, list):
         tree = tuple(tree)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_spec_leaf)
-    parsed = [leaf if isinstance(leaf, NamedSharding) else
+    parsed = [check_sharding_leaf(leaf, what)
+              if isinstance(leaf, jax.sharding.Sharding) else
               ParsedPartitionSpec.from_user_input(leaf, what) for leaf in leaves]
-    for leaf in parsed:
-        if isinstance(leaf, NamedSharding):
-            ParsedPartitionSpec.from_user_input(leaf.spec, what)
     return jax.tree_util.tree_unflatten(treedef, parsed)
+
+
+def check_sharding_leaf(sharding, what):
+    """A ``Sharding`` leaf pjit can place values with: a NamedSharding (its
+    spec parsed as classic pjit parsed specs), a SingleDeviceSharding, or
+    another kind that replicates over its devices."""
+    if isinstance(sharding, NamedSharding):
+        ParsedPartitionSpec.from_user_input(sharding.spec, what)
+        return sharding
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        return sharding
+    if sharding.is_fully_replicated:
+        return sharding
+    raise TypeError(
+        f"{what} leaf specifications are expected to be PartitionSpec "
+        "instances, None, a NamedSharding or a SingleDeviceSharding (or a "
+        f"Sharding replicated over its devices), but got {sharding!r}")
 
 
 def flatten_axis_resources(what, tree, full, tupled_args):
@@ -99,7 +133,7 @@ def flatten_axis_resources(what, tree, full, tupled_args):
     """
     if tupled_args and not isinstance(tree, tuple):
         tree = (tree,) * len(full)
-    is_leaf = lambda x: x is None or isinstance(x, (ParsedPartitionSpec, NamedSharding))  # noqa: E731
+    is_leaf = lambda x: x is None or isinstance(x, (ParsedPartitionSpec, jax.sharding.Sharding))  # noqa: E731
     try:
         return tuple(jp.broadcast_prefix(tree, full, is_leaf=is_leaf))
     except ValueError:

@@ -42,6 +42,10 @@ def lower_prepared(primitive, api, spec, prepared, args, kwargs):
                           arg_names, call_static)
 
 
+def _plain_aval(aval):
+    return jp.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
 class _StaticCall:
     """The static arguments a lowering was made for; pmapkit's earlier
     compiled objects took the full argument list, so a call that repeats the
@@ -93,6 +97,14 @@ class ProgramLowered(jax.stages.Lowered):
         # What pmapkit.export rebuilds the program from.
         self._prepared = prepared
         self._static = call_static.positions
+
+    @property
+    def in_avals(self):
+        """The ``(args, kwargs)`` pytree of plain ``ShapedArray``s, as
+        classic ``Lowered.in_avals`` gave (jax 0.10's carry the program's
+        abstract mesh in their shardings)."""
+        return jax.tree_util.tree_map(lambda info: _plain_aval(info._aval),
+                                      self.args_info)
 
     def compile(self, compiler_options=None, *, device_assignment=None):
         program = lowering.compile_lowered(
@@ -166,7 +178,11 @@ class ProgramExecutable(jp.StagesExecutable):
 
         def compiled_call(*args, **kwargs):
             dynamic = call_static.strip(args)
-            outs, _, _ = jax.stages.Compiled.call(params, *dynamic, **kwargs)
+            try:
+                outs, _, _ = jax.stages.Compiled.call(params, *dynamic, **kwargs)
+            except TypeError as exc:
+                _raise_with_classic_tree_mismatch(exc, params.in_tree, dynamic, kwargs)
+                raise
             if dynamic is not args:
                 # Static values repeated at their positions (accepted, as by
                 # pmapkit's earlier compiled objects): they would sign as
@@ -175,6 +191,18 @@ class ProgramExecutable(jp.StagesExecutable):
             return outs, program.fastpath(params.out_tree)
 
         return calls.make_compiled_call(compiled_call, self._debug_info.func_name)
+
+
+def _raise_with_classic_tree_mismatch(exc, compiled_tree, args, kwargs):
+    """A call whose argument pytree is not the compiled one: JAX's message
+    (the wording since jax 0.4.26), then the line earlier releases raised,
+    "function compiled for <tree>, called with <tree>", which code and
+    tests written for them match."""
+    called_tree = jax.tree_util.tree_structure((args, kwargs))
+    if called_tree == compiled_tree:
+        return
+    raise TypeError(f"{exc}\nfunction compiled for {compiled_tree}, called "
+                    f"with {called_tree}") from None
 
 
 def _global_view(x, aval, sharding):

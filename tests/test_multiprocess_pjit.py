@@ -243,8 +243,8 @@ def _check_errors(lines, processes):
     for rank in range(processes):
         bad = [ln for ln in lines if ln.startswith(f"[{rank}] ERROR1")]
         assert bad and ("which implies that the size of its dimension 1 should be "
-                        "divisible by 4, but it is equal to 3 (argument 'a' "
-                        "(positional argument 0))") in bad[0], lines[-40:]
+                        "divisible by 4, but it is equal to 3 (full shape: (4, 3)) "
+                        "(argument 'a' (positional argument 0))") in bad[0], lines[-40:]
         mixed = [ln for ln in lines if ln.startswith(f"[{rank}] ERROR2")]
         assert mixed and "inconsistent shapes" in mixed[0], lines[-40:]
 

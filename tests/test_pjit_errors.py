@@ -295,3 +295,24 @@ def test_with_sharding_constraint_under_jit_without_a_mesh():
     f = jax.jit(lambda a: pmapkit.with_sharding_constraint(a, P("x")))
     with raises(RuntimeError, "with_sharding_constraint requires a non-empty mesh"):
         f(farange(8))
+
+
+# ------------------------------------------------------- non-JAX outputs --
+
+def test_non_jax_output_names_its_path_and_type(mesh):
+    def f(a):
+        return [a, {"b": "s"}]
+
+    with mesh, raises(TypeError, "function f at", "traced for pjit returned a value "
+                      "of type <class 'str'> at output component [1]['b'], which "
+                      "is not a valid JAX type"):
+        pmapkit.pjit(f, None, None)(farange(8))
+    # the same sentence as jax.jit's for the same function
+    with raises(TypeError, "traced for jit returned a value of type <class 'str'> "
+                "at output component [1]['b'], which is not a valid JAX type"):
+        jax.jit(f)(farange(8))
+
+
+def test_device_that_is_not_a_device():
+    with raises(TypeError, "pjit device must be a jax.Device, got 0 of type int"):
+        pmapkit.pjit(double, device=0)

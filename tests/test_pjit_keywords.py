@@ -263,14 +263,20 @@ def test_device_and_backend_errors():
     d = jax.devices()[0]
     with pytest.raises(ValueError, match="can't specify both a device and a backend"):
         pmapkit.pjit(jnp.sin, device=d, backend="cpu")
-    with pytest.raises(ValueError, match="If backend or device is specified on pjit, "
+    # 0.4 pjit's text, "on jit" included (pjit was jit by then).
+    with pytest.raises(ValueError, match="If backend or device is specified on jit, "
                                          "then in_axis_resources should not be specified."):
         pmapkit.pjit(jnp.sin, P(), device=d)
+    with pytest.raises(ValueError, match="If backend or device is specified on jit, "
+                                         "then in_shardings should not be specified."):
+        pmapkit.pjit(jnp.sin, in_shardings=P(), backend="cpu")
     with pytest.raises(ValueError, match="then out_shardings should not be specified"):
         pmapkit.pjit(jnp.sin, out_shardings=P(), backend="cpu")
     with pytest.raises(TypeError, match="pjit device must be a jax.Device"):
         pmapkit.pjit(jnp.sin, device="cpu:0")
-    with MESH, pytest.raises(ValueError, match="must not be called under a mesh context"):
+    with MESH, pytest.raises(ValueError, match="Mesh context manager should not be used "
+                             "with jit when backend or device is also specified as an "
+                             "argument to jit.*must not be called under a mesh context"):
         pmapkit.pjit(jnp.sin, device=d)(farange(4))
 
 

@@ -345,3 +345,19 @@ def test_cached_call_skips_the_miss_path(monkeypatch):
     compare(o3, ref(X, np.asarray(o1)))
     assert o4.sharding == ns(P("x", "y"), MESH_4x2)
     np.testing.assert_allclose(np.asarray(o4), X * Y + 1, rtol=TOL)
+
+
+def test_eager_vjp_with_a_committed_cotangent_placed_otherwise():
+    # Shardings as leaves, no mesh context (0.4-era pjit): the equation runs
+    # in a jit naming its devices. A cotangent committed with another layout
+    # (a replicated weight's) is accepted, as pjit moves its operands (a
+    # jax.jit with out_shardings refuses it eagerly).
+    f = pmapkit.pjit(body, in_axis_resources=(ns(IN_SPECS[0]), ns(IN_SPECS[1])),
+                     out_axis_resources=ns(OUT_SPEC))
+    ct = jax.device_put(TX, ns(None))
+    out, pullback = jax.vjp(f, X, Y)
+    got = pullback(ct)
+    _, ref_pullback = jax.vjp(body, X, Y)
+    for g, r in zip(got, ref_pullback(TX)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=TOL, atol=TOL)
+    assert out.sharding == ns(OUT_SPEC)

@@ -10,11 +10,13 @@ hanging cache entry).
 """
 import inspect
 import re
+import warnings
 
 import numpy as np
 import pytest
 
 import jax
+import jax.numpy as jnp
 
 import pmapkit
 from pmapkit import lowering
@@ -174,16 +176,42 @@ def test_more_instances_than_devices(no_compile):
     def f(x):
         return x
     g = pmapkit.pmap(f)
-    raises_twice(ValueError, [f"requires {N + 1} devices", f"only {N}"],
+    # classic pxla's text (its pmap_test regex below) and the docstring's
+    raises_twice(ValueError, [f"compiling computation that requires {N + 1} logical "
+                              f"devices, but only {N} XLA devices are available "
+                              f"(num_replicas={N + 1})",
+                              f"requires {N + 1} replicas, but only {N} XLA devices "
+                              "are available", "pmapped function f"],
                  lambda: g(np.ones(N + 1, np.float32)), no_compile)
+    with pytest.raises(ValueError, match=r"compiling computation that requires \d+ "
+                       r"logical devices, but only \d+ XLA devices are available .*"):
+        g(np.ones(N + 1, np.float32))
 
 
-def test_devices_fewer_than_mapped_size(no_compile):
+@pytest.mark.parametrize("n_devices,size", [(2, 4), (N, 1), (4, 2)])
+def test_devices_and_mapped_size_differ(no_compile, n_devices, size):
+    # Classic pmap ran on exactly the given devices (jax.pmap 0.10 accepts a
+    # smaller axis and runs on the first ones).
     def f(x):
         return x
-    g = pmapkit.pmap(f, devices=jax.devices()[:2])
-    raises_twice(ValueError, ["needs 4 devices", "lists only 2"],
-                 lambda: g(np.ones(4, np.float32)), no_compile)
+    devices = jax.devices()[:n_devices]
+    g = pmapkit.pmap(f, devices=devices)
+    raises_twice(ValueError, [
+        "Leading axis size of input to pmapped function must equal the number of "
+        f"local devices passed to pmap. Got axis_size={size}, "
+        f"num_local_devices={n_devices}.\n(Local devices available to pmap: "
+        + ", ".join(map(str, devices)) + ")"],
+        lambda: g(np.ones(size, np.float32)), no_compile)
+
+
+def test_devices_and_nested_sizes_differ(no_compile):
+    inner = pmapkit.pmap(lambda v: v * 2)
+    g = pmapkit.pmap(inner, devices=jax.devices())
+    raises_twice(ValueError, [
+        "pmapped function requires 4 local devices to run due to nested pmapped "
+        "or other parallel functions, but only 8 are available.\n(outer axis "
+        "size: 2, local devices available to pmap: cpu:0"],
+        lambda: g(np.ones((2, 2), np.float32)), no_compile)
 
 
 def test_no_mapped_argument(no_compile):
@@ -265,3 +293,116 @@ def test_donate_overlapping_static():
         pmapkit.pmap(lambda x, k: x, static_broadcasted_argnums=1,
                      donate_argnums=(0, 1))
 
+
+
+# ------------------------------------------------------- non-JAX outputs --
+
+@pytest.mark.parametrize("api", ["pmap", "jit"])
+def test_non_jax_output_names_its_path_and_type(no_compile, api):
+    # jax.jit's wording (jax.pmap's own names no path): "at output component".
+    def f(x):
+        return x, {"a": x, "b": "s"}
+
+    if api == "pmap":
+        g = pmapkit.pmap(f)
+    else:
+        g = jax.jit(f)
+    with pytest.raises(TypeError) as info:
+        g(x8())
+    msg = str(info.value)
+    assert f"traced for {api} returned a value of type <class 'str'> at output " \
+           "component [1]['b'], which is not a valid JAX type" in msg, msg
+    assert msg.startswith("function f at "), msg
+    assert not no_compile
+
+
+def test_non_jax_output_at_the_top_has_no_path(no_compile):
+    g = pmapkit.pmap(lambda x: object())
+    ref = jax.jit(lambda x: object())
+    with pytest.raises(TypeError) as mine:
+        g(x8())
+    with pytest.raises(TypeError) as theirs:
+        ref(x8())
+    assert "traced for pmap returned a value of type <class 'object'>, which is " \
+           "not a valid JAX type" in str(mine.value)
+    # Same sentence as jax.jit, but for the transformation's name.
+    tail = lambda e: str(e.value).split(" traced for ")[1].split(" ", 1)[1]  # noqa: E731
+    assert tail(mine) == tail(theirs)
+
+
+# ------------------------------------------------------------- devices --
+
+@pytest.mark.parametrize("devices,shown", [
+    ([0, 1], "element 0 is 0 of type int"),
+    (["cpu:0"], "element 0 is 'cpu:0' of type str"),
+    (np.arange(2), "element 0 is np.int64(0) of type int64"),
+])
+def test_devices_that_are_not_devices(devices, shown):
+    with pytest.raises(TypeError, match=re.escape(
+            "pmap 'devices' must be a sequence of jax.Device objects")) as info:
+        pmapkit.pmap(lambda x: x, devices=devices)
+    assert shown in str(info.value)
+
+
+def test_devices_a_single_device_or_not_a_sequence():
+    d = jax.devices()[0]
+    with pytest.raises(TypeError, match=r"got a single device .*; pass \[.*\] to run on it alone"):
+        pmapkit.pmap(lambda x: x, devices=d)
+    with pytest.raises(TypeError, match="got 3 of type int"):
+        pmapkit.pmap(lambda x: x, devices=3)
+
+
+# ------------------------------------------- classic pmap_test expectations --
+
+@pytest.mark.parametrize("pmap_impl", [jax.pmap, pmapkit.pmap], ids=["jax", "pmapkit"])
+def test_keyword_arguments_against_a_tuple_in_axes(pmap_impl):
+    # jax's testInAxesPyTreePrefixMismatchErrorKwargs (jax.pmap 0.10 still says it)
+    x = jnp.array([3.14])
+    f = pmap_impl(lambda x, y: x, in_axes=((0, 0), 0))
+    with pytest.raises(ValueError, match=re.escape(
+            "each argument passed by keyword is mapped")) as info:
+        f(x=(x, x), y=x)
+    assert "The 'full pytree' here is the tuple of arguments passed positionally" \
+        in str(info.value)
+
+
+def test_in_axes_prefix_error_names_the_key_path():
+    # jax's testInAxesPyTreePrefixMismatchError
+    x = jnp.array([3.14])
+    f = pmapkit.pmap(lambda x, y: x, in_axes=((0, 0, 0), 0))
+    with pytest.raises(ValueError, match=re.escape("pmap in_axes[0][0]")) as info:
+        f((x, x), x)
+    assert "each argument passed by keyword" not in str(info.value)
+
+
+def test_out_axes_prefix_error_names_the_key_path():
+    # jax's testOutAxesPyTreePrefixMismatchError (jax.pmap 0.10 names
+    # "broadcast_prefix prefix_tree" there instead)
+    x = jnp.array([3.14])
+    f = pmapkit.pmap(lambda x, y: ((x, x), x), out_axes=((0, 0, 0), 0))
+    with pytest.raises(ValueError, match=re.escape("pmap out_axes[0]")) as info:
+        f(x, x)
+    assert "Ensure that the `out_axes` argument to `pmap` is a pytree prefix of the " \
+        "pmapped function's output." in str(info.value)
+
+
+def test_jit_of_pmap_warns_once_per_trace():
+    # jax's testJitOfPmapWarningMessage: the jitted function's name
+    def foo(x):
+        return x * 2
+
+    with pytest.warns(UserWarning, match="The jitted function foo includes a pmap"):
+        out = jax.jit(pmapkit.pmap(foo))(jnp.arange(N, dtype=jnp.float32))
+    np.testing.assert_array_equal(np.asarray(out), np.arange(N) * 2)
+
+    def outer(x):
+        return pmapkit.pmap(foo)(x) + 1
+
+    jitted = jax.jit(outer)
+    with pytest.warns(UserWarning, match="The jitted function outer includes a pmap"):
+        jitted(x8())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jitted(x8())                            # cached: no new trace, no warning
+        pmapkit.pmap(foo)(x8())                 # eager: none
+        jax.grad(lambda v: pmapkit.pmap(foo)(v).sum())(x8())   # eager grad: none

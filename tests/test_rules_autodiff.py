@@ -298,3 +298,32 @@ def test_grad_wrt_closed_over_tracer():
 
     s = np.float32(0.8)
     check(make(pmapkit.pmap)(s), make(jax.pmap)(s))
+
+
+# ------------------------------------------- committed cotangents (eager) --
+
+def _replicated(x):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("params",))
+    return jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+@pytest.mark.parametrize("how", ["grad", "vjp", "value_and_grad"])
+def test_eager_grad_with_committed_weights_through_cyclic_ppermute(how):
+    # A replicated weight (as flax's replicate makes) multiplies the pmap's
+    # output: its cotangent comes back committed, placed unlike the pmap's
+    # output. It must be accepted as classic pmap did (no "Sharding passed to
+    # jit does not match the sharding on the respective arg").
+    x = data(N, 4, seed=3)
+    w = _replicated(data(N, 4, seed=4))
+    ours, ref = both(lambda v: lax.ppermute(jnp.sin(v), "i", _PERM) * v, axis_name="i")
+
+    def run(mapped):
+        if how == "vjp":
+            _, pullback = jax.vjp(mapped, x)
+            return pullback(w)
+        loss = lambda v: jnp.sum(mapped(v) * w)  # noqa: E731
+        if how == "grad":
+            return jax.grad(loss)(x)
+        return jax.value_and_grad(loss)(x)
+
+    check(run(ours), run(ref))

@@ -38,6 +38,8 @@ def global_flags(flat):
 def _parsed(leaf, what):
     if isinstance(leaf, NamedSharding):
         return specs.ParsedPartitionSpec.from_user_input(leaf.spec, what)
+    if isinstance(leaf, jax.sharding.Sharding):
+        return None  # replicated over its devices: nothing to divide
     return leaf
 
 
