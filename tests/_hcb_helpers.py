@@ -1,6 +1,8 @@
-"""Shared helpers of the host_callback tests: a thread-safe recording tap."""
+"""Shared helpers of the host_callback tests: a thread-safe recording tap,
+a custom_jvp function that taps its tangent."""
 import threading
 
+import jax
 import numpy as np
 import pytest
 
@@ -56,3 +58,18 @@ def drained():
     except hcb.CallbackException:
         pass
     yield
+
+
+def square_tapping_its_tangent(tap, **tap_kwargs):
+    """``x * x`` as a custom_jvp whose jvp rule taps the tangent with
+    ``id_tap(tap, ...)``: under grad the tap sees transposed cotangents."""
+    @jax.custom_jvp
+    def f(x):
+        return x * x
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        x, = primals
+        return f(x), 2. * x * hcb.id_tap(tap, tangents[0], **tap_kwargs)
+
+    return f

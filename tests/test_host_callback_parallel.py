@@ -13,7 +13,8 @@ from jax.sharding import PartitionSpec as P
 import pmapkit
 from pmapkit import host_callback as hcb
 
-from _hcb_helpers import Recorder, drained, floats, rec  # noqa: F401  (fixtures)
+from _hcb_helpers import (Recorder, drained, floats, rec,  # noqa: F401  (fixtures)
+                          square_tapping_its_tangent)
 
 N = 8
 
@@ -193,14 +194,7 @@ def test_grad_of_pmap_taps_primals_per_device(rec):
 
 
 def test_grad_of_pmap_taps_transposed_tangents_per_device(rec):
-    @jax.custom_jvp
-    def f(x):
-        return x * x
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        x, = primals
-        return f(x), 2. * x * hcb.id_tap(rec, tangents[0], tap_with_device=True)
+    f = square_tapping_its_tangent(rec, tap_with_device=True)
     x = jnp.arange(4.0)
     g = jax.grad(lambda x: pmapkit.pmap(lambda v: f(v))(x).sum())(x)
     np.testing.assert_allclose(g, 2 * x)

@@ -11,7 +11,8 @@ import pytest
 
 from pmapkit import host_callback as hcb
 
-from _hcb_helpers import Recorder, drained, floats, rec  # noqa: F401  (fixtures)
+from _hcb_helpers import (Recorder, drained, floats, rec,  # noqa: F401  (fixtures)
+                          square_tapping_its_tangent)
 
 
 def batch(*dims):
@@ -358,14 +359,7 @@ def test_custom_jvp_grad_taps_transposed_tangent_without_scan():
 
 
 def test_vmap_of_grad_transposed_tap_sees_both_transforms(rec):
-    @jax.custom_jvp
-    def f(x):
-        return x * x
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        x, = primals
-        return f(x), 2. * x * hcb.id_tap(rec, tangents[0])
+    f = square_tapping_its_tangent(rec)
     g = jax.vmap(jax.grad(f))(jnp.array([1.0, 2.0]))
     np.testing.assert_allclose(g, [2.0, 4.0])
     (arg, transforms, _), = rec.take()

@@ -140,6 +140,17 @@ def test_the_rooms_are_in_order():
             assert not bench or name in allowed, (name, bench)
 
 
+def test_exported_is_the_bottom_of_export():
+    # Exported is the data class the caller and the serializer build on.
+    graph = import_graph()
+    export = {m for m in graph if m.startswith("pmapkit.export.")}
+    assert not graph["pmapkit.export._exported"] & export
+    assert "pmapkit.export._exported" in graph["pmapkit.export._call"]
+    assert "pmapkit.export._exported" in graph["pmapkit.export._serialize"]
+    assert "pmapkit.export._call" not in graph["pmapkit.export._serialize"]
+    assert "pmapkit.export._serialize" not in graph["pmapkit.export._call"]
+
+
 def test_import_pmapkit_loads_no_benchmark_module(tmp_path):
     code = ("import sys, pmapkit; "
             "print(sorted(m for m in sys.modules if m.startswith('pmapkit.bench')))")

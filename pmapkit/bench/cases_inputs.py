@@ -130,6 +130,16 @@ def _raw_runner(case, fn, args, kwargs=None, context=contextlib.nullcontext):
     return _raw(fp, _kept(fp, flat))
 
 
+def _pmap_runner(case, impl, fn, x):
+    """The warmed-up runner of ``fn(x)`` (raw: pmapkit's program bare)."""
+    args = (x,)
+    if impl == "raw":
+        fn, args = _raw_runner(case, fn, args)
+    runner = bench.Runner(case, impl, fn, args)
+    bench.warm(runner)
+    return runner
+
+
 # -- pmap fed inputs of every origin ---------------------------------------------
 def _build_input(case, impl, devices):
     x = _origin_input(case.origin, devices)
@@ -143,24 +153,14 @@ def _build_input(case, impl, devices):
             fn = jax.jit(add_one)  # keeps the input's (equivalent) sharding
     else:
         fn = pmapkit.pmap(add_one, axis_name="i", devices=devices)
-    args = (x,)
-    if impl == "raw":
-        fn, args = _raw_runner(case, fn, args)
-    runner = bench.Runner(case, impl, fn, args)
-    bench.warm(runner)
-    return runner
+    return _pmap_runner(case, impl, fn, x)
 
 
 def _out_axes_none(case, impl, devices):
     x = _origin_input("device_put_named", devices)
     pm = jax.pmap if impl == "jax.pmap" else pmapkit.pmap
     fn = pm(add_one, axis_name="i", out_axes=None, devices=devices)
-    args = (x,)
-    if impl == "raw":
-        fn, args = _raw_runner(case, fn, args)
-    runner = bench.Runner(case, impl, fn, args)
-    bench.warm(runner)
-    return runner
+    return _pmap_runner(case, impl, fn, x)
 
 
 def _pmap_aot(case, impl, devices):
