@@ -121,3 +121,8 @@ cdef bint _same_context(object cached, object ctx) except -1
 
 @cython.locals(i=Py_ssize_t)
 cdef bint _same_items(tuple a, tuple b, Py_ssize_t start) except -1
+
+cdef object DONATION_LOCK
+
+@cython.locals(arrays=list)
+cpdef object execute_donating(CacheEntry entry, object leaves)

@@ -316,13 +316,16 @@ class DispatchFunction:
                 raise entry.error
         if entry.fallback:
             return self._python_call(args, kwargs)
-        if entry.donated is not None and entry.aliases_donated(leaves):
-            # The miss path names both positions in its error, before running.
-            return self._python_call(args, kwargs)
         self._clock += 1
         entry.last_used = self._clock
-        arrays = entry.shard(leaves)
-        results = entry.executable.execute_sharded(arrays)
+        if entry.donated is not None:
+            if entry.aliases_donated(leaves):
+                # The miss path names both positions in its error, before running.
+                return self._python_call(args, kwargs)
+            results = execute_donating(entry, leaves)
+        else:
+            arrays = entry.shard(leaves)
+            results = entry.executable.execute_sharded(arrays)
         outs = results.consume_with_handlers(entry.out_handlers)
         return entry.out_treedef.unflatten(outs)
 
@@ -618,6 +621,20 @@ class DispatchFunction:
 
 def _first(item):
     return item[0]
+
+
+# One lock for every execution that donates: checking that an input is not
+# deleted and handing it to the executable (which deletes it) must not
+# interleave with another thread donating the same array (PjRt crashes on a
+# buffer donated twice).
+DONATION_LOCK = threading.Lock()
+
+
+def execute_donating(entry, leaves):
+    """``entry``'s executable run on ``leaves``, under ``DONATION_LOCK``."""
+    with DONATION_LOCK:
+        arrays = entry.shard(leaves)
+        return entry.executable.execute_sharded(arrays)
 
 
 def _same_context(cached, ctx):

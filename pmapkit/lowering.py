@@ -246,11 +246,14 @@ class CompiledProgram:
         entry = _dispatch_mod.CacheEntry()
         data = self.fastpath(None)
         entry.populate(data, LEAF_TYPES)
-        arrays = entry.shard(list(args))
         if self.has_effects and not self.spans_processes:
+            arrays = entry.shard(list(args))
             with inflight.bounded(self.cpu_collectives) as record:
                 return record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
-        results = data.executable.execute_sharded(arrays)
+        if self.donated is not None:
+            results = _dispatch_mod.execute_donating(entry, list(args))
+        else:
+            results = data.executable.execute_sharded(entry.shard(list(args)))
         return results.consume_with_handlers(data.out_handlers)
 
     def hit_executable(self):

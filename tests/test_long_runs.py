@@ -188,3 +188,44 @@ def test_in_flight_bound_is_configurable():
         import pmapkit
         assert pmapkit.inflight.cpu_collectives_in_flight() == 2
     """, timeout=120, env={"PMAPKIT_CPU_COLLECTIVES_IN_FLIGHT": "2"})
+
+
+# ----------------------------------------------------- donation across threads --
+
+def test_two_threads_donating_one_array_never_crash():
+    # PjRt crashes on a buffer donated twice (jax.pmap and jax.jit do, here);
+    # pmapkit checks and donates under one lock: one call runs, the other
+    # raises JAX's "Array has been deleted".
+    out = run_script("""
+        import threading
+        import numpy as np
+        import jax, jax.numpy as jnp, pmapkit
+        from pmapkit import PartitionSpec as P
+
+        mesh = pmapkit.Mesh(np.array(jax.devices()), ("x",))
+        pm = pmapkit.pmap(lambda v: v + 1, donate_argnums=0)
+        pj = pmapkit.pjit(lambda v: v + 1, P("x"), P("x"), donate_argnums=0)
+        outcomes = {}
+        for name, f in (("pmap", pm), ("pjit", pj)):
+            for _ in range(60):
+                x = jax.device_put(jnp.zeros((8, 16)), jax.sharding.NamedSharding(mesh, P("x")))
+                gate, seen = threading.Barrier(2), []
+
+                def call():
+                    gate.wait()
+                    try:
+                        with mesh:
+                            seen.append(float(np.asarray(f(x))[0, 0]))
+                    except RuntimeError as e:
+                        assert "Array has been deleted" in str(e), e
+                        seen.append("deleted")
+
+                threads = [threading.Thread(target=call) for _ in range(2)]
+                [t.start() for t in threads]
+                [t.join(60) for t in threads]
+                outcomes[(name, tuple(sorted(map(str, seen))))] = \\
+                    outcomes.get((name, tuple(sorted(map(str, seen)))), 0) + 1
+        print(sorted(outcomes.items()))
+    """, timeout=300)
+    assert "('pmap', ('1.0', 'deleted')), 60)" in out, out
+    assert "('pjit', ('1.0', 'deleted')), 60)" in out, out
