@@ -29,7 +29,14 @@ def argnum_tuple(fun, argnums, what, api):
     """Normalize int | iterable of ints to a sorted tuple of non-negative ints."""
     if argnums is None:
         return ()
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if isinstance(argnums, int):
+        nums = (argnums,)
+    else:
+        try:
+            nums = tuple(argnums)
+        except TypeError:
+            raise TypeError(f"{api} {what} must be an int or a collection of "
+                            f"ints, got {argnums!r}.") from None
     for n in nums:
         if type(n) is not int:
             raise TypeError(f"{api} {what} must be an int or a collection of "

@@ -80,6 +80,14 @@ def _check_devices(devices, axis_names):
             f"{devices.shape}) but {len(axis_names)} axis names "
             f"{axis_names} were given; give one name per dimension.")
     flat = list(devices.flat)
+    if not flat:
+        raise ValueError(f"Mesh devices must hold at least one device, got shape "
+                         f"{devices.shape}.")
+    for d in flat:
+        if not isinstance(d, jax.Device):
+            raise TypeError(
+                "Mesh devices must be jax.Device objects (e.g. "
+                f"np.array(jax.devices())), got {d!r} of type {type(d).__name__}.")
     if len(set(flat)) != len(flat):
         raise ValueError("Mesh devices must not repeat a device.")
     return devices, axis_names

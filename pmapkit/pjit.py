@@ -107,7 +107,10 @@ def _static_names(fun, signature, static_argnames, static):
     elif isinstance(static_argnames, str):
         names = (static_argnames,)
     else:
-        names = tuple(static_argnames)
+        try:
+            names = tuple(static_argnames)
+        except TypeError:
+            names = (static_argnames,)  # rejected just below
     for name in names:
         if not isinstance(name, str):
             raise TypeError("pjit static_argnames must be a string or a "

@@ -94,6 +94,12 @@ class _PmapSpec:
                 "pmapkit.pmap axis_name must be a str on jax 0.10 (device "
                 f"meshes name their axes with strings), got {axis_name!r} of "
                 f"type {type(axis_name).__name__}.")
+        if not self.axis_name:
+            raise ValueError("pmapkit.pmap axis_name must be a non-empty str (or "
+                             "None for an unnamed axis), got ''.")
+        if backend is not None and not isinstance(backend, str):
+            raise TypeError(f"pmap backend must be a platform name such as 'cpu' "
+                            f"or None, got {backend!r} of type {type(backend).__name__}.")
         self.in_axes = in_axes
         self.out_axes = out_axes
         self.static = calls.argnum_tuple(fun, static_broadcasted_argnums,
@@ -327,7 +333,15 @@ def _mapped_size(in_avals, in_axes_flat, describe):
                 lines.append(f"  * ... and {len(ks) - 3} more of size {size}")
         raise ValueError("pmap got inconsistent sizes for array axes to be "
                          "mapped:\n" + "\n".join(lines))
-    return next(iter(sizes))
+    size = next(iter(sizes))
+    if size == 0:
+        k = sizes[0][0]
+        raise ValueError(
+            f"pmap got a mapped axis of size 0 ({describe(k)} has axis "
+            f"{in_axes_flat[k]} of size 0, type {in_avals[k].str_short()}): a "
+            "pmap runs one program instance per element of the mapped axis, "
+            "so it needs at least one.")
+    return size
 
 
 def _resolve_devices(spec, size, inner=()):

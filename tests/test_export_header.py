@@ -240,3 +240,18 @@ def test_property_any_crafted_header_is_loaded_or_a_deserialization_error(parts,
             load(crafted)
         except pe.DeserializationError:
             pass   # anything else propagates and fails the property
+
+
+def test_a_payload_whose_module_does_not_parse_is_rejected_at_load(parts):
+    # The flatbuffer is intact and every checksum matches, but the StableHLO
+    # bytecode inside it is not a module: rejected by deserialize, not at
+    # the first call (never half-loaded).
+    header, payload = parts
+    magic = b"ML\xefR"  # MLIR bytecode starts with it
+    at = payload.find(magic)
+    assert at > 0
+    broken = payload[:at] + b"XXXX" + payload[at + 4:]
+    header = copy.deepcopy(header)
+    header["payload"]["sha256"] = __import__("hashlib").sha256(broken).hexdigest()
+    with pytest.raises(pe.DeserializationError, match="StableHLO module does not parse"):
+        pe.deserialize(_crafted(header, broken))

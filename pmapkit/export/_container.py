@@ -180,4 +180,11 @@ def parse_payload(unpacked):
         if key in summary and summary[key] != value:
             _fail(f"the header records {key}={summary[key]!r} but the payload "
                   f"has {value!r}.")
+    try:
+        # jax.export parses the module only when it is first called; a module
+        # that does not parse is rejected now, not half-loaded.
+        exported.mlir_module()
+    except Exception as exc:  # noqa: BLE001 — any parse failure means a bad blob
+        _fail(f"the payload's StableHLO module does not parse "
+              f"({type(exc).__name__}: {str(exc)[:200]}).")
     return exported

@@ -32,8 +32,14 @@ def symbolic_shape(shape_spec, *, constraints=(), scope=None, like=None):
     """
     if scope is None and not constraints:
         scope = _DEFAULT_SCOPE
-    return jax_export.symbolic_shape(shape_spec, constraints=constraints,
-                                     scope=scope, like=like)
+    try:
+        return jax_export.symbolic_shape(shape_spec, constraints=constraints,
+                                         scope=scope, like=like)
+    except (ValueError, TypeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the parser's own (tokenize) errors
+        raise ValueError(f"Cannot parse the shape specification {shape_spec!r}: "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def _check_shape_arg(arg_shape):

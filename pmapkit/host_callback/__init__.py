@@ -93,6 +93,10 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
     ``numpy.array2string(threshold=threshold)``), to ``output_stream.write``
     or ``print``."""
     _check_flavor(callback_flavor, "id_print")
+    if output_stream is not None and not callable(getattr(output_stream, "write", None)):
+        raise TypeError("id_print output_stream must be a text stream with a write "
+                        f"method (such as sys.stdout), got {output_stream!r} of type "
+                        f"{type(output_stream).__name__}.")
     printer = _printing.Printer(output_stream, threshold, kwargs)
     return _outside_call(printer, arg, identity=True, with_device=tap_with_device,
                          device_index=device_index, result=result, api="id_print")
