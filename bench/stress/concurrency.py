@@ -18,7 +18,7 @@ from stress.common import P, Result, Wrong, jax, jnp, mesh1d, mesh2d, np, pmapki
 from stress.runner import Hang, Unclear
 
 SECTION = "concurrency"
-TOTAL = {"quick": 5000, "full": 77000}
+TOTAL = {"quick": 5000, "full": 77200}
 #: (probe, share of the calls)
 SHARES = (("pmap, one signature, 16 threads", 0.25),
           ("pmap, 6 signatures, 12 threads", 0.20),
