@@ -41,15 +41,18 @@ def _parse(argv):
     parser = argparse.ArgumentParser(prog="python bench/stress_pass.py",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="fewer fuzzed artifacts, calls and steps (~5 min on 2 cores)")
+                        help="fewer fuzzed artifacts, calls and steps (~2 min on 2 cores)")
     parser.add_argument("--json", metavar="PATH", help="write every probe's record here")
     parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help=f"comma-separated subset of {', '.join(SECTIONS)}")
+                        help=f"comma-separated subset of {', '.join(SECTIONS)} (or selftest)")
     parser.add_argument("--only", metavar="TEXT",
                         help="run only probes whose name contains TEXT")
     parser.add_argument("--verbose", action="store_true", help="print every probe's outcome")
     parser.add_argument("--keep-workdir", action="store_true",
                         help="keep the workers' logs and batch files")
+    parser.add_argument("--artifacts", metavar="DIR",
+                        help="keep the fuzzed artifacts of probes that are not clean here "
+                             "(default: beside --json, as <json>.artifacts/)")
     opts = parser.parse_args(argv)
     opts.sections = [s.strip() for s in opts.sections.split(",") if s.strip()]
     unknown = [s for s in opts.sections if s not in SECTIONS + EXTRA_SECTIONS]
@@ -106,6 +109,9 @@ def main(argv):
               "NOT as announced: " + ", ".join(f"{r['name']} -> {r['outcome']}" for r in off)))
         if off:
             return 2
+    if "fuzz" in by_section:
+        _keep_mutants(by_section["fuzz"], workdir, opts.artifacts or (
+            opts.json and opts.json + ".artifacts"))
     everything = [r for records in by_section.values() for r in records]
     total_s = round(time.time() - started, 1)
     print(f"all sections: {report.summary_line(everything)} in {total_s} s")
@@ -124,6 +130,23 @@ def main(argv):
         shutil.rmtree(workdir, ignore_errors=True)
     clean = all(r["outcome"] == "clean" for r in everything if not r["reference"])
     return 0 if clean else 1
+
+
+def _keep_mutants(records, workdir, keep_dir):
+    """Copy the fuzzed artifacts of non-clean probes to ``keep_dir``."""
+    import shutil
+    from stress.fuzz import mutant_of
+    bad = [r for r in records if r["outcome"] != "clean"]
+    if not bad or not keep_dir:
+        return
+    os.makedirs(keep_dir, exist_ok=True)
+    for r in bad:
+        source = os.path.join(workdir, mutant_of(r["name"]))
+        if os.path.exists(source):
+            target = os.path.join(keep_dir, os.path.basename(source))
+            shutil.copyfile(source, target)
+            r["details"] = dict(r.get("details") or {}, mutant=target)
+    print(f"kept the artifacts of {len(bad)} fuzz probes that are not clean in {keep_dir}")
 
 
 if __name__ == "__main__":

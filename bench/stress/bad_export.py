@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from stress import artifacts as art
-from stress.common import P, Result, Wrong, jax, jnp, mesh1d, np, pe, pmapkit, x8
+from stress.common import P, Result, Wrong, jax, jnp, np, pe, pmapkit, x8
 
 SECTION = "bad_inputs"
 F32 = jnp.float32

@@ -6,7 +6,6 @@ probes, only workers (8 simulated CPU devices) run them.
 from __future__ import annotations
 
 import os
-import resource  # noqa: F401  (memory probes)
 
 import jax
 import jax.numpy as jnp

@@ -13,7 +13,11 @@ seeded generator and loads it:
   payload       1-4 random bytes of jax.export's payload XORed (or the payload
                 cut), its length and SHA-256 and the header digest recomputed
 
-Every rejection must be an ``export.DeserializationError``. A mutant that
+Every rejection must be an ``export.DeserializationError``. Each mutant is
+written to the worker's directory first; the pass keeps those of the probes
+that are not clean (``--artifacts``), to load again by hand (the payload
+holds source locations of the exporting call, so re-exporting elsewhere
+gives other bytes). A mutant that
 loads must compute what the original did (a harmless edit: a version string,
 an unknown key); anything else it does — an exception at the call, another
 result — is reported. No mutant may crash or hang the process.
@@ -145,12 +149,27 @@ MUTATE = {"flip": _flip, "truncate": _truncate, "header": _header,
 
 
 # -- one probe -----------------------------------------------------------------------------
+def mutant_file(family, kind, index):
+    return f"mutant-{family}-{kind}-{index}.pmkx"
+
+
+def mutant_of(probe_name):
+    """The file name the mutant of fuzz probe ``family/kind/index`` is saved as."""
+    family, kind, index = probe_name.split("/")
+    return mutant_file(family, kind, index)
+
+
+
 def _probe(family, kind, index):
     def body():
         blob, args, expected = art.artifacts()[kind]
         mutant, what = MUTATE[family](blob, _rng(family, kind, index))
         if mutant == blob:
             return Result(f"unchanged ({what})")
+        # In the worker's directory: the pass keeps the mutants of probes
+        # that are not clean (a crash leaves no other trace of the bytes).
+        with open(mutant_file(family, kind, index), "wb") as f:
+            f.write(mutant)
         digest = hashlib.sha256(mutant).hexdigest()[:12]
         try:
             loaded = pe.deserialize(mutant)

@@ -49,6 +49,8 @@ INTERNAL_MARKERS = (
     "maximum recursion depth")
 
 DEFAULT_TIMEOUT_S = 60.0
+#: How long a worker may go without starting or ending a probe.
+IDLE_LIMIT_S = 120.0
 #: The most probes one worker runs before the next gets a fresh process.
 BATCH_SIZE = 80
 #: The devices every worker simulates.
@@ -292,11 +294,10 @@ class Runner:
                     alone, alone_failed = self._run_worker([self.reg[name]])
                     if alone_failed is None:
                         again = alone[name]
-                        record = dict(again, message=(
-                            f"{again['message']}  [crashed the worker only after the "
-                            f"probes before it: {record['message']}]"))
-                        if again["outcome"] == "clean":
-                            record["outcome"] = "crash"
+                        record = dict(record, message=(
+                            f"{record['message']}  [it crashed only after the probes "
+                            f"before it in one worker; alone it is {again['outcome']}: "
+                            f"{again['message'][:200]}]"))
                     else:
                         record = alone_failed[1]
                 records[name] = record
@@ -322,11 +323,12 @@ class Runner:
                                     stdin=subprocess.DEVNULL, env=worker_environment(),
                                     cwd=self.workdir, start_new_session=True)
         done, current, started_at, offset = {}, None, None, 0
-        startup_deadline = time.monotonic() + 120
+        idle_since = time.monotonic()
         try:
             while True:
                 offset, lines = _read_lines(results_path, offset)
                 for line in lines:
+                    idle_since = time.monotonic()
                     event = json.loads(line)
                     if "start" in event:
                         current, started_at = event["start"], time.monotonic()
@@ -350,9 +352,20 @@ class Runner:
                                                       f"killed. {_log_tail(log_path)}")
                         self.log(_progress(record))
                         return done, (current, record)
-                elif not done and time.monotonic() > startup_deadline:
+                elif time.monotonic() - idle_since > IDLE_LIMIT_S:
+                    # Stuck outside any probe: starting, between two, or exiting.
                     _kill_group(proc)
-                    raise RuntimeError(f"worker did not start: {_log_tail(log_path)}")
+                    if not done:
+                        raise RuntimeError(f"worker did not start: {_log_tail(log_path)}")
+                    if len(done) == len(probes):
+                        self.log(f"  (worker {tag} did not exit after its last probe; killed)")
+                        return done, None
+                    last = next(reversed(done))
+                    record = dict(done.pop(last), outcome="hang", message=(
+                        f"the worker hung right after this probe returned (nothing for "
+                        f"{IDLE_LIMIT_S:g} s). {_log_tail(log_path)}"))
+                    self.log(_progress(record))
+                    return done, (last, record)
                 time.sleep(0.05)
         finally:
             if proc.poll() is None:
