@@ -92,13 +92,13 @@ def register(reg):
 
     # -- devices -------------------------------------------------------------------------
     add("devices=[]", _call(_twice, x, devices=[]), names="devices")
-    add("devices=[0, 1] (ints)", _call(_twice, x[:2], devices=[0, 1]), names="Device")
-    add("devices='cpu'", _call(_twice, x, devices="cpu"), names="Device")
-    add("devices=5", _call(_twice, x, devices=5), names="Device")
+    add("devices=[0, 1] (ints)", _call(_twice, x[:2], devices=[0, 1]), names="jax.Device")
+    add("devices='cpu'", _call(_twice, x, devices="cpu"), names="jax.Device")
+    add("devices=5", _call(_twice, x, devices=5), names="jax.Device")
     add("devices=a Device, not a list", lambda: pmapkit.pmap(
-        _twice, devices=jax.devices()[0])(x[:1]), names="Device")
+        _twice, devices=jax.devices()[0])(x[:1]), names="jax.Device")
     add("devices=[d0, None]", lambda: pmapkit.pmap(
-        _twice, devices=[jax.devices()[0], None])(x[:2]), names="Device")
+        _twice, devices=[jax.devices()[0], None])(x[:2]), names="jax.Device")
     add("devices=[d0, d0]", lambda: pmapkit.pmap(
         _twice, devices=[jax.devices()[0]] * 2)(x[:2]), names="devices")
     add("4 devices for an axis of 8", lambda: pmapkit.pmap(
