@@ -141,3 +141,19 @@ def test_failing_call_gives_zeros_and_reports_at_barrier(call_reports, where, fa
         assert "interrupted by KeyboardInterrupt" in barrier["message"]
     assert rep["second_barrier"] is None
     assert rep["later_result"] == rep["expected"]
+
+
+def test_barrier_wait_inside_a_tap_is_an_error_not_a_deadlock(drained):
+    # It would wait for the computation running the tap (it hung, now and
+    # then); it raises instead, and the outer barrier_wait reports it.
+    def tap(arg, transforms):
+        hcb.barrier_wait()
+
+    f = pmapkit.pmap(lambda v: hcb.id_tap(tap, v) * 2)
+    for _ in range(5):
+        out = f(jnp.arange(4.0))
+        np.testing.assert_array_equal(np.asarray(out), np.arange(4.0) * 2)
+        with pytest.raises(hcb.CallbackException) as info:
+            hcb.barrier_wait()
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert "called from inside a host callback" in str(info.value.__cause__)

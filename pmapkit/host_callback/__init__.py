@@ -121,6 +121,13 @@ def barrier_wait(logging_name=None):
     from every thread, has run. Raises ``CallbackException`` (chained to it)
     if a callback function raised since the previous ``barrier_wait`` — the
     last exception, or an interrupt (``KeyboardInterrupt``) if one came."""
+    if _runtime.inside_callback():
+        # It would wait for the computation that is running this callback.
+        raise RuntimeError(
+            "host_callback.barrier_wait() was called from inside a host callback "
+            "function; it waits for every callback issued so far, including the "
+            "one calling it, and would never return. Call it after the "
+            "computation, from the code that launched it.")
     _runtime.logger.debug("barrier_wait[%s]: waiting", logging_name or "")
     _runtime.wait_for_callbacks()
     last = _runtime.exceptions.take()

@@ -137,6 +137,7 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
     Never raises: an exception (an interrupt included) is logged and kept
     for ``barrier_wait``, and a ``call`` then returns zeros of its declared
     shapes and dtypes, so the device computation runs on."""
+    _inside.depth += 1
     try:
         arg = jax.tree_util.tree_unflatten(arg_treedef, [_host_copy(x) for x in flat])
         result = wrapper(arg, device, unpack_transforms(transforms))
@@ -154,6 +155,22 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
         if wrapper.identity:
             return ()
         return tuple(np.zeros(a.shape, a.dtype) for a in result_avals)
+    finally:
+        _inside.depth -= 1
+
+
+class _Inside(threading.local):
+    """How deep this thread is in callback functions being invoked."""
+
+    depth = 0
+
+
+_inside = _Inside()
+
+
+def inside_callback():
+    """Whether this thread is running a callback function right now."""
+    return _inside.depth > 0
 
 
 def check_results(wrapper, result, result_treedef, result_avals):
