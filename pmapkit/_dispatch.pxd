@@ -30,6 +30,7 @@ cdef class CacheEntry:
     cdef public tuple donated
     cdef public Py_ssize_t resharded
     cdef public unsigned long long last_used
+    cdef public Py_ssize_t n_inputs
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
                    out=list, in_shardings=tuple)
@@ -70,6 +71,7 @@ cdef class DispatchFunction:
     cdef frozenset _canonical_dtypes
     cdef object _flatten
     cdef object _trace_context
+    cdef object _context_state
     cdef object _trace_state
     cdef object _eval_ref
     cdef object _axis_env_state
@@ -92,7 +94,7 @@ cdef class DispatchFunction:
     cdef object _dispatch(self, tuple args, dict kwargs)
     cdef object _python_call(self, tuple args, dict kwargs)
     cdef bint _is_top_level(self)
-    cdef tuple _select_context(self, object ctx)
+    cdef tuple _select_context(self, object ctx, object extra)
     @cython.locals(drop=bint)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
                                dict cache, object key, list leaves)
@@ -108,6 +110,7 @@ cdef class DispatchFunction:
 
     @cython.locals(leaf_id=object)
     cdef Py_ssize_t _leaf_id(self, object x) except -2
+    @cython.locals(by_leaf=dict)
     cdef Py_ssize_t _placed_id(self, Py_ssize_t leaf_id, object sharding) except -2
 
     cdef object _intern(self, object sig)

@@ -17,7 +17,7 @@ import threading
 import types
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
-FASTPATH_VERSION = 3
+FASTPATH_VERSION = 4
 # Sharding objects remembered per input as equivalent to the compiled one
 # (each distinct producer of inputs brings one; more evict the oldest).
 MAX_EQUIVALENTS = 8
@@ -84,6 +84,7 @@ class CacheEntry:
         self.donated = None
         self.resharded = 0
         self.last_used = 0
+        self.n_inputs = 0
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -93,6 +94,7 @@ class CacheEntry:
                 f"the dispatch core's version {FASTPATH_VERSION}; the "
                 "installed pmapkit is inconsistent (reinstall it).")
         self.fastpath = fastpath
+        self.n_inputs = fastpath.n_inputs
         self.executable = fastpath.executable
         self.kept = fastpath.kept
         self.in_shardings = tuple(fastpath.in_shardings)
@@ -139,6 +141,11 @@ class CacheEntry:
         sharding object (``_first_sight``) and remembered, or goes to the
         Python ``shard_fallback`` (resharding).
         """
+        if len(leaves) != self.n_inputs:
+            # Indexing below is unchecked in the compiled build: never guess.
+            raise RuntimeError(
+                f"pmapkit internal error: a call signed {len(leaves)} argument "
+                f"leaves for a program of {self.n_inputs} inputs.")
         leaf_types = self.types
         kept = self.kept
         in_shardings = self.in_shardings
@@ -215,8 +222,11 @@ class DispatchFunction:
       canonical_dtypes: numpy dtypes that need no canonicalization, so a numpy
         leaf of such a dtype signs like a device array of the same aval.
       flatten: pytree flatten returning ``(leaves, treedef)``.
-      trace_context: returns the hashable context that selects a cache
-        (JAX's trace context, plus whatever else the program depends on).
+      trace_context: returns JAX's trace context (x64, mesh contexts, ...),
+        which selects a cache.
+      context_state: optional object whose ``.value`` selects a cache too
+        (pjit: the concrete mesh of ``jax.set_mesh``, not in JAX's trace
+        context); the cache key is then ``(trace context, value)``.
       probe: ``(trace_state, eval_ref, axis_env_state, top_env)``; see
         ``_jax_private.top_level_probe``.
       lower: ``lower(*args, **kwargs)`` for ``.lower``.
@@ -235,7 +245,7 @@ class DispatchFunction:
     def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
                  flatten, trace_context, probe, lower, reduce_fn,
                  static_argnames=(), sign_shardings=False, cache_size=None,
-                 describe=None):
+                 describe=None, context_state=None):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
@@ -270,7 +280,8 @@ class DispatchFunction:
         self._reduce_fn = reduce_fn
         self._describe = describe
         self._caches = {}
-        self._current = (None, {})
+        self._current = (None, None, {})
+        self._context_state = context_state
         self._always_fallback = False
         self._cache_size_limit = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
         self._clock = 0
@@ -296,10 +307,12 @@ class DispatchFunction:
         # The trace context (x64, default device, mesh ...) selects a cache;
         # it is compared, not hashed, per call: equal contexts share elements.
         ctx = self._trace_context()
+        extra = None if self._context_state is None else self._context_state.value
         current = self._current
-        if not _same_context(current[0], ctx):
-            current = self._select_context(ctx)
-        cache = current[1]
+        if (not _same_context(current[0], ctx)
+                or (current[1] is not extra and current[1] != extra)):
+            current = self._select_context(ctx, extra)
+        cache = current[2]
         try:
             entry = cache.get(key)
         except TypeError:
@@ -333,9 +346,10 @@ class DispatchFunction:
         self._misses += 1
         return self._cache_miss(*args, **kwargs)[0]
 
-    def _select_context(self, ctx):
-        cache = self._caches.setdefault(ctx, {})
-        current = (ctx, cache)
+    def _select_context(self, ctx, extra):
+        key = ctx if self._context_state is None else (ctx, extra)
+        cache = self._caches.setdefault(key, {})
+        current = (ctx, extra, cache)
         self._current = current
         return current
 
@@ -410,12 +424,15 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
-        if self._max_static < 0 and not kwargs:
+        if self._max_static < 0:
             # Common shapes signed without pytree flattening: each argument a
-            # leaf, or a plain list/tuple of leaves. Such keys start with an
+            # leaf, or a plain list/tuple of leaves, and keyword arguments
+            # that are leaves (or static by name). Such keys start with an
             # int and mark each list/tuple with a negative int encoding its
             # type and length (leaf ids are >= 0), so they never collide with
-            # the treedef-keyed ones below.
+            # the treedef-keyed ones below; keywords follow KWARGS_MARK in
+            # name order (JAX's order for a dict), each as its name and leaf
+            # id, or as (name, type, value) when static.
             key = [nargs]
             leaves = []
             simple = True
@@ -437,6 +454,20 @@ class DispatchFunction:
                     if leaf_id < 0:
                         simple = False
                         break
+                    key.append(leaf_id)
+                    leaves.append(x)
+            if simple and kwargs:
+                key.append(KWARGS_MARK)
+                for name in sorted(kwargs):
+                    x = kwargs[name]
+                    if name in self._static_names:
+                        key.append((name, type(x), x))
+                        continue
+                    leaf_id = self._leaf_id(x)
+                    if leaf_id < 0:
+                        simple = False
+                        break
+                    key.append(name)
                     key.append(leaf_id)
                     leaves.append(x)
             if simple:
@@ -526,13 +557,14 @@ class DispatchFunction:
     def _placed_id(self, leaf_id, sharding):
         """The id of a committed array of signature ``leaf_id`` placed with
         ``sharding`` (uncommitted arrays sign like host values)."""
-        key = (leaf_id, sharding)
-        found = self._placed_ids.get(key)
-        if found is None:
-            found = self._intern(("placed", leaf_id, sharding))
+        by_leaf = self._placed_ids.get(sharding)
+        if by_leaf is None:
             if len(self._placed_ids) >= 256:
                 self._placed_ids = {}
-            self._placed_ids[key] = found
+            by_leaf = self._placed_ids.setdefault(sharding, {})
+        found = by_leaf.get(leaf_id)
+        if found is None:
+            found = by_leaf.setdefault(leaf_id, self._intern(("placed", leaf_id, sharding)))
         return found
 
     def _intern(self, sig):
@@ -597,7 +629,7 @@ class DispatchFunction:
 
     def clear_cache(self):
         self._caches = {}
-        self._current = (None, {})
+        self._current = (None, None, {})
         self._forget_signatures()
         if self._on_clear is not None:
             self._on_clear()

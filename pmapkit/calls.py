@@ -242,15 +242,16 @@ class LeafNames:
 
 
 def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature, *,
-                  static_argnames=(), sign_shardings=False, trace_context=None):
+                  static_argnames=(), sign_shardings=False, context_state=None):
     """The compiled-dispatch callable of one user function, with the classic
     introspection attributes (functools.wraps metadata, __signature__)."""
     fn = _dispatch_mod.DispatchFunction(
         fun, cache_miss, static, lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
-        jp.tree_registry.flatten, trace_context or jp.trace_context,
+        jp.tree_registry.flatten, jp.trace_context,
         jp.top_level_probe(), lower, reduce_fn,
         static_argnames=static_argnames, sign_shardings=sign_shardings,
-        cache_size=caches.per_function_size(), describe=_cache_keys.describe)
+        cache_size=caches.per_function_size(), describe=_cache_keys.describe,
+        context_state=context_state)
     caches.register_function(fn)
     # functools.wraps metadata, without update_wrapper's __dict__ merge: when
     # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its

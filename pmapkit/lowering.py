@@ -138,11 +138,12 @@ class FastpathData:
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
                  "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
-                 "compiled", "donated", "signs_global")
+                 "compiled", "donated", "signs_global", "n_inputs")
 
     def __init__(self, compiled, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
         self.compiled = compiled
+        self.n_inputs = len(compiled.in_avals)  # flat leaves a call passes
         self.executable = compiled.executable
         self.kept = compiled.kept
         self.in_shardings = compiled.kept_in_shardings

@@ -80,16 +80,13 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
         spec.signature, static_argnames=spec.static_names,
-        sign_shardings=spec.placement_matters, trace_context=_pjit_trace_context)
+        sign_shardings=spec.placement_matters,
+        # JAX's trace context holds pmapkit's mesh state and JAX's classic
+        # resource env, but of jax.set_mesh only the abstract mesh (which
+        # meshes over other devices share): the concrete one selects too.
+        context_state=jp.device_context)
     fn._on_clear = spec.clear_caches
     return fn
-
-
-def _pjit_trace_context():
-    # The cache selector: JAX's trace context holds pmapkit's mesh state and
-    # JAX's classic resource env, but of ``jax.set_mesh`` only the abstract
-    # mesh (which meshes over other devices share); pjit reads the concrete one.
-    return (jp.trace_context(), jp.device_context.value)
 
 
 def _pick(classic, modern, classic_name, modern_name):

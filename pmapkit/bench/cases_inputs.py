@@ -119,7 +119,10 @@ def _kept(fp, flat):
 def _raw_runner(case, fn, args, kwargs=None, context=contextlib.nullcontext):
     with context():
         fp = _fastpath(fn, args, kwargs)
-    flat = jax.tree_util.tree_leaves((args, kwargs or {}))
+    # The program's inputs: the dynamic leaves (static keywords are not).
+    static = getattr(fn, "_static_names", frozenset())
+    dynamic = {k: v for k, v in (kwargs or {}).items() if k not in static}
+    flat = jax.tree_util.tree_leaves((args, dynamic))
     if any(isinstance(x, np.ndarray) for x in flat):
         (spec,) = fp.host_specs
         raw, _ = _raw(fp, [])
