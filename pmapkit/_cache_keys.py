@@ -67,7 +67,7 @@ def _decode(key, static_argnums):
     """``(statics, static keywords, per-argument treedefs, keyword names,
     leaf ids)``; see ``DispatchFunction._sign`` for the key layouts."""
     if type(key[0]) is int:
-        return (), *_decode_simple(key)
+        return _decode_simple(key)
     treedef = key[0]
     rest = list(key[1:])
     statics = ()
@@ -90,15 +90,19 @@ def _decode(key, static_argnums):
 
 def _decode_simple(key):
     # (nargs, item, ..., [KWARGS_MARK, kw, ...]): an item is a leaf id (>= 0),
-    # or a negative marker -2 - 2n (a list of n leaves) / -3 - 2n (a tuple
-    # of n leaves) followed by the n leaf ids; a keyword is its name and
-    # leaf id, or (name, type, value) when static.
+    # a static argument (position, type, value), or a negative marker
+    # -2 - 2n (a list of n leaves) / -3 - 2n (a tuple of n leaves) followed
+    # by the n leaf ids; a keyword is its name and leaf id, or (name, type,
+    # value) when static.
     nargs = key[0]
     pos = 1
-    trees, leaf_ids = [], []
+    trees, leaf_ids, statics = [], [], []
     for _ in range(nargs):
         item = key[pos]
         pos += 1
+        if type(item) is tuple:
+            statics.append(item)
+            continue
         if item >= 0:
             trees.append(jax.tree_util.tree_structure(0))
             leaf_ids.append(item)
@@ -122,7 +126,7 @@ def _decode_simple(key):
             trees.append(jax.tree_util.tree_structure(0))
             leaf_ids.append(key[pos + 1])
             pos += 2
-    return tuple(static_kw), trees, kw_names, leaf_ids
+    return tuple(statics), tuple(static_kw), trees, kw_names, leaf_ids
 
 
 def _leaf_words(signatures, leaf_id):

@@ -103,8 +103,11 @@ cdef class DispatchFunction:
     cdef _evict(self, dict cache)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
-                   flat=tuple, leaf_id=Py_ssize_t, leaves=list, simple=bint)
+                   flat=tuple, leaf_id=Py_ssize_t, leaves=list, signed=tuple)
     cdef object _sign(self, tuple args, dict kwargs)
+    @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, leaf_id=Py_ssize_t,
+                   leaves=list)
+    cdef tuple _sign_simple(self, tuple args, dict kwargs)
     @cython.locals(static_kw=list, dyn_kw=dict)
     cdef tuple _split_static_kwargs(self, dict kwargs)
 

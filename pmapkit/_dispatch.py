@@ -424,57 +424,12 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
-        if self._max_static < 0:
-            # Common shapes signed without pytree flattening: each argument a
-            # leaf, or a plain list/tuple of leaves, and keyword arguments
-            # that are leaves (or static by name). Such keys start with an
-            # int and mark each list/tuple with a negative int encoding its
-            # type and length (leaf ids are >= 0), so they never collide with
-            # the treedef-keyed ones below; keywords follow KWARGS_MARK in
-            # name order (JAX's order for a dict), each as its name and leaf
-            # id, or as (name, type, value) when static.
-            key = [nargs]
-            leaves = []
-            simple = True
-            for x in args:
-                t = type(x)
-                if t is list or t is tuple:
-                    key.append((-2 if t is list else -3) - 2 * len(x))
-                    for y in x:
-                        leaf_id = self._leaf_id(y)
-                        if leaf_id < 0:
-                            simple = False
-                            break
-                        key.append(leaf_id)
-                        leaves.append(y)
-                    if not simple:
-                        break
-                else:
-                    leaf_id = self._leaf_id(x)
-                    if leaf_id < 0:
-                        simple = False
-                        break
-                    key.append(leaf_id)
-                    leaves.append(x)
-            if simple and kwargs:
-                key.append(KWARGS_MARK)
-                for name in sorted(kwargs):
-                    x = kwargs[name]
-                    if name in self._static_names:
-                        key.append((name, type(x), x))
-                        continue
-                    leaf_id = self._leaf_id(x)
-                    if leaf_id < 0:
-                        simple = False
-                        break
-                    key.append(name)
-                    key.append(leaf_id)
-                    leaves.append(x)
-            if simple:
-                return (tuple(key), leaves)
+        if self._max_static >= nargs and not self._static_names:
+            return None  # the miss path says which static is missing
+        signed = self._sign_simple(args, kwargs)
+        if signed is not None:
+            return signed
         if self._max_static >= 0:
-            if self._max_static >= nargs and not self._static_names:
-                return None  # the miss path says which static is missing
             statics = []
             dyn = []
             for i in range(nargs):
@@ -506,6 +461,57 @@ class DispatchFunction:
             if leaf_id < 0:
                 return None
             key.append(leaf_id)
+        return (tuple(key), leaves)
+
+    def _sign_simple(self, args, kwargs):
+        """The common shapes, signed without pytree flattening: each argument
+        a leaf, a plain list/tuple of leaves or static (by position), and
+        keyword arguments that are leaves or static (by name); None for any
+        other shape (``_sign`` then flattens).
+
+        Such keys start with an int (the argument count) and mark each
+        list/tuple with a negative int encoding its type and length (leaf ids
+        are >= 0), so they never collide with the treedef-keyed ones; a
+        static argument is (position, type, value) (the type too: 1, 1.0 and
+        True are == but trace differently); keywords follow KWARGS_MARK in
+        name order (JAX's order for a dict), each as its name and leaf id, or
+        as (name, type, value) when static."""
+        nargs = len(args)
+        key = [nargs]
+        leaves = []
+        for i in range(nargs):
+            x = args[i]
+            if self._max_static >= i and i in self._static_set:
+                key.append((i, type(x), x))
+                continue
+            t = type(x)
+            if t is list or t is tuple:
+                key.append((-2 if t is list else -3) - 2 * len(x))
+                for y in x:
+                    leaf_id = self._leaf_id(y)
+                    if leaf_id < 0:
+                        return None
+                    key.append(leaf_id)
+                    leaves.append(y)
+            else:
+                leaf_id = self._leaf_id(x)
+                if leaf_id < 0:
+                    return None
+                key.append(leaf_id)
+                leaves.append(x)
+        if kwargs:
+            key.append(KWARGS_MARK)
+            for name in sorted(kwargs):
+                x = kwargs[name]
+                if name in self._static_names:
+                    key.append((name, type(x), x))
+                    continue
+                leaf_id = self._leaf_id(x)
+                if leaf_id < 0:
+                    return None
+                key.append(name)
+                key.append(leaf_id)
+                leaves.append(x)
         return (tuple(key), leaves)
 
     def _split_static_kwargs(self, kwargs):
