@@ -67,6 +67,10 @@ class _Ring:
         if self.limit and outputs:
             self._pending.append(outputs[0])
 
+    def record_token(self, token):
+        if self.limit:
+            self._pending.append(token)
+
     def drain(self):
         while self._pending:
             with self._lock:
@@ -75,10 +79,11 @@ class _Ring:
                 _wait(oldest)
 
 
-def _wait(array):
+def _wait(pending):
+    """Wait for an execution: its token, or one of its outputs."""
     try:
-        array.block_until_ready()
-    except Exception:  # noqa: BLE001 - deleted by a later donation: it ran before that one
+        pending.block_until_ready()
+    except Exception:  # noqa: BLE001 - an output deleted by a later donation ran before it
         pass
 
 
@@ -139,15 +144,23 @@ class bounded:
 
 class BoundedExecutable:
     """Stands in for a collective program's executable: waits for room in the
-    ring before each execution and records its first output."""
+    ring before each execution and records the execution in it. ``tokens``:
+    the inner executable is jaxlib's own, so the ring holds the execution's
+    token (holding output buffers instead keeps them from being recycled,
+    which costs XLA:CPU more than the wait); otherwise its first output."""
 
-    __slots__ = ("_inner",)
+    __slots__ = ("_inner", "_tokens")
 
-    def __init__(self, inner):
+    def __init__(self, inner, tokens=False):
         self._inner = inner
+        self._tokens = tokens
 
     def execute_sharded(self, arrays):
         _ring.make_room()
+        if self._tokens:
+            results = self._inner.execute_sharded(arrays, with_tokens=True)
+            _ring.record_token(results.consume_token())
+            return results
         return _Recorded(self._inner.execute_sharded(arrays))
 
 

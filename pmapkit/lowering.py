@@ -274,7 +274,8 @@ class CompiledProgram:
                                  for a, s in zip(self.out_avals, out_shardings)]
         data.executable = self.hit_executable()
         if self.cpu_collectives:
-            data.executable = inflight.BoundedExecutable(data.executable)
+            data.executable = inflight.BoundedExecutable(
+                data.executable, tokens=data.executable is self.executable)
         return data
 
 
