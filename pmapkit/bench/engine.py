@@ -57,7 +57,7 @@ class Unavailable(Exception):
 class Case:
     name: str
     family: str           # "pmap", "pjit", "first_call", "pmap_input", ...
-    mode: str             # "blocking" | "dispatch" | "first_call"
+    mode: str             # "blocking" | "dispatch" | "step" | "first_call"
     ndev: int
     fun: Callable
     make_inputs: Callable  # ndev -> tuple of host (numpy) positional args
@@ -216,7 +216,8 @@ def measure(runner: Runner, calls: int):
     CPU is caller-thread CPU (``time.thread_time``): the dispatch work, without
     device execution on XLA's threads. Blocking (and first-call) cases time
     call + ``block_until_ready`` each call; dispatch cases time only the calls,
-    in chunks of at most ``BLOCK_EVERY``, blocking untimed between chunks.
+    in chunks of at most ``BLOCK_EVERY``, blocking untimed between chunks;
+    step cases time each call alone and block untimed after it.
     """
     fn, args, kwargs = runner.fn, runner.args, runner.kwargs
     block = jax.block_until_ready
@@ -226,10 +227,13 @@ def measure(runner: Runner, calls: int):
     # (callers do one per case).
     gc.collect(0)
     with runner.context():
-        if runner.case.mode == "dispatch":
+        if runner.case.mode in ("dispatch", "step"):
+            # "step": one call timed at a time, its result waited for untimed
+            # (a training step: the loop reads the loss, not timed here).
+            chunk = 1 if runner.case.mode == "step" else BLOCK_EVERY
             done = 0
             while done < calls:
-                k = min(BLOCK_EVERY, calls - done)
+                k = min(chunk, calls - done)
                 w0 = perf_counter()
                 c0 = thread_time()
                 if kwargs:
