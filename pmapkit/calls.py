@@ -25,22 +25,26 @@ CANONICAL_HOST_DTYPES = tuple(np.dtype(d) for d in (
     np.uint8, np.bool_, np.complex64, jax.numpy.bfloat16))
 
 
+def one_or_many(value, kind, what, api):
+    """``value`` (one ``kind`` or a collection of them) as a tuple; anything
+    else is a TypeError naming the option."""
+    items = (value,) if isinstance(value, kind) else value
+    try:
+        items = tuple(items)
+    except TypeError:
+        items = (value,)
+    if not all(isinstance(v, kind) and type(v) is not bool for v in items):
+        one, many = {int: ("an int", "ints"), str: ("a string", "strings")}[kind]
+        raise TypeError(f"{api} {what} must be {one} or a collection of {many}, "
+                        f"got {value!r}.")
+    return items
+
+
 def argnum_tuple(fun, argnums, what, api):
     """Normalize int | iterable of ints to a sorted tuple of non-negative ints."""
     if argnums is None:
         return ()
-    if isinstance(argnums, int):
-        nums = (argnums,)
-    else:
-        try:
-            nums = tuple(argnums)
-        except TypeError:
-            raise TypeError(f"{api} {what} must be an int or a collection of "
-                            f"ints, got {argnums!r}.") from None
-    for n in nums:
-        if type(n) is not int:
-            raise TypeError(f"{api} {what} must be an int or a collection of "
-                            f"ints, got {argnums!r}.")
+    nums = one_or_many(argnums, int, what, api)
     if any(n < 0 for n in nums):
         nparams = _positional_param_count(fun)
         if nparams is None:

@@ -99,19 +99,8 @@ def _pick(classic, modern, classic_name, modern_name):
 def _static_names(fun, signature, static_argnames, static):
     """``(static positions, static names)`` with each completed from the
     other through the signature, as classic jit did."""
-    if static_argnames is None:
-        names = ()
-    elif isinstance(static_argnames, str):
-        names = (static_argnames,)
-    else:
-        try:
-            names = tuple(static_argnames)
-        except TypeError:
-            names = (static_argnames,)  # rejected just below
-    for name in names:
-        if not isinstance(name, str):
-            raise TypeError("pjit static_argnames must be a string or a "
-                            f"collection of strings, got {static_argnames!r}.")
+    names = () if static_argnames is None else calls.one_or_many(
+        static_argnames, str, "static_argnames", "pjit")
     if signature is None:
         return static, frozenset(names)
     params = list(signature.parameters.values())

@@ -24,18 +24,7 @@ def _launch(args, tmp_path, timeout=120):
                           timeout=timeout)
 
 
-def _alive(pid):
-    """Whether ``pid`` runs: a zombie (ended, not yet reaped by its new parent,
-    PID 1, once its own parent is gone) is not alive."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+_alive = launch.process_alive  # a zombie counts as ended
 
 
 def test_process_environment_sets_rank_count_coordinator_and_devices():

@@ -18,6 +18,8 @@ import time
 
 from stress.runner import Crash, Hang, Result, Unclear, Wrong
 
+from pmapkit.distributed import launch
+
 SECTION = "bad_inputs"
 LAUNCH = [sys.executable, "-m", "pmapkit", "launch"]
 
@@ -43,17 +45,7 @@ RANK_SCRIPT = textwrap.dedent("""\
 """)
 
 
-def _alive(pid):
-    """Running, and not a zombie waiting for its reaper."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+_alive = launch.process_alive  # a zombie counts as ended
 
 
 def _usage(args, *, names, code=2, limit=30):

@@ -360,12 +360,9 @@ class Runner:
                     if len(done) == len(probes):
                         self.log(f"  (worker {tag} did not exit after its last probe; killed)")
                         return done, None
-                    last = next(reversed(done))
-                    record = dict(done.pop(last), outcome="hang", message=(
+                    return self._blame_last(done, "hang", (
                         f"the worker hung right after this probe returned (nothing for "
                         f"{IDLE_LIMIT_S:g} s). {_log_tail(log_path)}"))
-                    self.log(_progress(record))
-                    return done, (last, record)
                 time.sleep(0.05)
         finally:
             if proc.poll() is None:
@@ -381,13 +378,18 @@ class Runner:
                 raise RuntimeError(f"worker ended ({_exit_description(code)}) before "
                                    f"starting a probe: {_log_tail(log_path)}")
             # It died between two probes: a late effect of the last one.
-            last = next(reversed(done))
-            record = dict(done.pop(last), outcome="crash", message=(
+            return self._blame_last(done, "crash", (
                 f"the worker died right after this probe returned "
                 f"({_exit_description(code)}). {_log_tail(log_path)}"))
-            self.log(_progress(record))
-            return done, (last, record)
         return done, None
+
+    def _blame_last(self, done, outcome, message):
+        """The last probe that returned takes the blame for what the worker
+        did after it: ``(done without it, (its name, its record))``."""
+        last = next(reversed(done))
+        record = dict(done.pop(last), outcome=outcome, message=message)
+        self.log(_progress(record))
+        return done, (last, record)
 
     def _record(self, name, outcome, message, seconds, details=None):
         probe = self.reg[name]

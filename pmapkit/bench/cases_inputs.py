@@ -18,7 +18,7 @@ impl fed the same thing:
     pjit under ``with mesh:`` called with explicit specs, omitted specs,
     keyword arguments, ``static_argnames``, and ``lower().compile()``d;
     jax.jit is the equivalent jit (same shardings, same call form).
-``pmap_aot_{1,8}_devices``, ``pmap_out_axes_none_{1,8}_devices``
+``pmap_aot_{1,8}_devices``, ``pmap_out_axes_none_dispatch_{1,8}_devices``
     a pmap's ``lower().compile()`` called; ``out_axes=None``.
 ``pmap_train_loop_{1,8}_devices``
     a tiny MLP step (``value_and_grad``, ``pmean`` of the gradients) on state
@@ -309,7 +309,7 @@ def _cases():
             f"pmap_aot_{n}_devices", family="pmap_aot", mode="dispatch", ndev=n,
             fun=add_one, make_inputs=_host, impls=bench.PMAP_IMPLS, build=_pmap_aot))
         cases.append(bench.Case(
-            f"pmap_out_axes_none_{n}_devices", family="pmap_out_axes_none",
+            f"pmap_out_axes_none_dispatch_{n}_devices", family="pmap_out_axes_none",
             mode="dispatch", ndev=n, fun=add_one, make_inputs=_host,
             impls=("jax.pmap", "pmapkit", "raw"), build=_out_axes_none))
     for n in (1, 4):

@@ -10,8 +10,10 @@ the way it wants:
 - ``pmap_nested_2x4_devices``: ``pmap(pmap(f))`` over a 2x4 mesh fed its own
   output, against ``jax.jit`` of the same body with the same shardings
   (nested jax.pmap no longer runs).
-- ``pmap_out_axes_none_8_devices``: an unmapped varying output (the first
-  device's value, broadcast) against jax.pmap's (each device keeps its own).
+- ``pmap_out_axes_none_8_devices``: an unmapped output (each device keeps
+  its own value, no collective) against jax.pmap's, blocking every call;
+  its dispatch-only twin is ``pmap_out_axes_none_dispatch_8_devices`` in
+  ``cases_inputs``.
 """
 from __future__ import annotations
 

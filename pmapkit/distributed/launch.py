@@ -132,6 +132,21 @@ def _stop_all(procs):
             proc.wait()
 
 
+def process_alive(pid) -> bool:
+    """Whether process ``pid`` still runs. A zombie (ended, not yet reaped by
+    its new parent, PID 1, once its own parent is gone) is not alive: what
+    a supervisor checks to see that no rank of a stopped run is left."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _signal_group(proc, sig):
     try:
         os.killpg(proc.pid, sig)
