@@ -53,8 +53,9 @@ def register(reg):
     add("in_axis_resources=P(P.UNCONSTRAINED)", _under(
         mesh1d, (_twice, P(P.UNCONSTRAINED), None), (x,)),
         names=("UNCONSTRAINED", "unconstrained", "in_axis_resources"))
+    # 0.4-era pjit: a Sharding carries its devices (it runs there, as jax.jit).
     add("in_shardings=SingleDeviceSharding", lambda: _single_device_sharding(x),
-        names=("in_shardings", "Sharding", "sharding"))
+        names=("in_shardings", "Sharding", "sharding"), ref=lambda: x * 2)
     add("in_shardings=NamedSharding of another mesh", lambda: _other_mesh_named(x),
         names=("mesh", "device"), ref=lambda: x * 2)
     add("in_axis_resources=[P('x')] (a list)", _under(mesh1d, (_twice, [P("x")], None), (x,)),
