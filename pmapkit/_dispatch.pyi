@@ -3,6 +3,10 @@ from typing import Any, Callable
 FASTPATH_VERSION: int
 PICKLE_VERSION: int
 KWARGS_MARK: str
+MAX_EQUIVALENTS: int
+DEFAULT_CACHE_SIZE: int
+MAX_SIGNATURES: int
+DONATION_LOCK: Any
 
 class ArgumentAliasError(ValueError): ...
 
@@ -24,16 +28,28 @@ class CacheEntry:
     fallback: bool
     error: BaseException | None
     fastpath: Any
+    n_inputs: int
+    equivalents: list[tuple[Any, ...]] | None
+    resharded: int
+    last_used: int
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...
     def shard(self, leaves: Any) -> list[Any]: ...
     def aliases_donated(self, leaves: Any) -> bool: ...
 
+def execute_donating(entry: CacheEntry, leaves: Any) -> Any: ...
+
 class DispatchFunction:
     fun: Callable[..., Any]
     _cache_miss: Callable[..., tuple[Any, Any]]
     _static_argnums: tuple[int, ...]
+    _static_names: frozenset[str]
+    _sign_shardings: bool
+    _sign_global: bool
     _always_fallback: bool
+    _cache_size_limit: int
+    _misses: int
+    _evictions: int
     _on_clear: Callable[[], None] | None
     def __init__(
         self,
@@ -47,6 +63,11 @@ class DispatchFunction:
         probe: tuple[Any, Any, Any, Any],
         lower: Callable[..., Any],
         reduce_fn: Callable[[], tuple[Any, ...]],
+        static_argnames: Any = ...,
+        sign_shardings: bool = ...,
+        cache_size: int | None = ...,
+        describe: Callable[..., str] | None = ...,
+        context_state: Any = ...,
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, obj: Any, objtype: Any) -> Any: ...
@@ -54,5 +75,7 @@ class DispatchFunction:
     def _cache_size(self) -> int: ...
     def _debug_cache_keys(self) -> str: ...
     def _debug_compute_cache_key(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _debug_dispatch_stats(self) -> dict[str, int]: ...
+    def _set_cache_size(self, size: int) -> None: ...
     def clear_cache(self) -> None: ...
     def lower(self, *args: Any, **kwargs: Any) -> Any: ...
