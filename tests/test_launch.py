@@ -47,6 +47,17 @@ def test_free_loopback_port_is_bindable():
         sock.bind(("127.0.0.1", port))
 
 
+def _every_rank_says(argv, tmp_path, said):
+    """Launch ``argv``: it succeeds and every rank prints ``said(rank)``'s
+    lines, each prefixed with the rank."""
+    proc = _launch(argv, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    for rank in range(int(argv[argv.index("-n") + 1])):
+        for line in said(rank):
+            assert f"[{rank}] {line}" in lines, (rank, line, proc.stdout)
+
+
 def test_output_is_prefixed_with_the_rank(tmp_path):
     script = _script(tmp_path, """
         import os, sys
@@ -54,12 +65,9 @@ def test_output_is_prefixed_with_the_rank(tmp_path):
               os.environ["PMAPKIT_NUM_PROCESSES"], sys.argv[1:])
         print("to stderr", file=sys.stderr)
     """)
-    proc = _launch(["-n", "3", "--devices-per-process", "2", script, "a", "--b"], tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    for rank in range(3):
-        assert f"[{rank}] hello from {rank} of 3 ['a', '--b']" in lines
-        assert f"[{rank}] to stderr" in lines
+    _every_rank_says(["-n", "3", "--devices-per-process", "2", script, "a", "--b"],
+                     tmp_path, lambda rank: [f"hello from {rank} of 3 ['a', '--b']",
+                                             "to stderr"])
 
 
 def test_a_rank_runs_its_script_as_python_would(tmp_path):
@@ -76,12 +84,9 @@ def test_a_rank_runs_its_script_as_python_would(tmp_path):
         print(__name__, sys.argv[1:], __file__, sys.path[0] == __file__.rsplit("/", 1)[0])
         print(helper.VALUE, specs.WHERE)
     """)
-    proc = _launch(["-n", "2", "--devices-per-process", "1", script, "x", "-m", "y"], tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    for rank in range(2):
-        assert f"[{rank}] __main__ ['x', '-m', 'y'] {script} True" in lines
-        assert f"[{rank}] beside the script the script directory" in lines
+    _every_rank_says(["-n", "2", "--devices-per-process", "1", script, "x", "-m", "y"],
+                     tmp_path, lambda rank: [f"__main__ ['x', '-m', 'y'] {script} True",
+                                             "beside the script the script directory"])
 
 
 def test_pmapkit_run_under_the_launcher(tmp_path):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import statistics
+import time
 from collections.abc import Callable
 
 #: Modules holding feature cases; one that fails to import is reported, not fatal.
@@ -96,3 +98,28 @@ def format_table(results):
         better = "higher" if case.higher_is_better else "lower"
         lines.append(f"{'':<{w0}}  ({better} is better; baseline {case.baseline})")
     return "\n".join(lines)
+
+
+def interleaved_cpu_us(impls, cpu_us, settings, baseline, warmup, max_calls):
+    """Rows of the median caller-CPU µs per call of each impl.
+
+    ``cpu_us(fn, calls)`` times ``calls`` calls of one impl. Each impl is
+    warmed up with ``warmup`` calls; calls per round are calibrated on
+    ``baseline`` to ``settings["target_s"]`` (at most ``max_calls``); rounds
+    run every impl, alternating their order, so drift hits all alike."""
+    for fn in impls.values():
+        cpu_us(fn, warmup)  # first call (discovery, compile) and warm-up
+    probe = time.perf_counter()
+    cpu_us(impls[baseline], warmup)
+    per_call = max((time.perf_counter() - probe) / warmup, 1e-7)
+    calls = int(min(max_calls, max(warmup, settings["target_s"] / per_call)))
+    samples = {name: [] for name in impls}
+    for k in range(settings["rounds"]):
+        order = list(impls.items())
+        if k % 2:
+            order.reverse()
+        for name, fn in order:
+            samples[name].append(cpu_us(fn, calls))
+    return [{"impl": name, "value": statistics.median(values), "unit": "us/call cpu",
+             "calls": calls, "rounds": settings["rounds"]}
+            for name, values in samples.items()]

@@ -8,13 +8,12 @@ fallback runs the function on the calling thread, as pmapkit's does) and
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import jax
 import jax.numpy as jnp
 
-from pmapkit.bench.features import feature_case
+from pmapkit.bench.features import feature_case, interleaved_cpu_us
 
 
 def _identity(x):
@@ -39,17 +38,5 @@ def cached_call(settings):
     x = jax.device_put(jnp.arange(16, dtype=jnp.float32), jax.devices()[0])
     impls = {"jax.colocated_python": jax_colocated.colocated_python(_identity),
              "pmapkit": pmapkit_colocated.colocated_python(_identity)}
-    for fn in impls.values():
-        for _ in range(200):  # first call (discovery) and warm-up
-            fn(x)
-    probe = time.perf_counter()
-    _cpu_us(impls["jax.colocated_python"], x, 200)
-    per_call = max((time.perf_counter() - probe) / 200, 1e-7)
-    calls = int(min(50_000, max(200, settings["target_s"] / per_call)))
-    samples = {name: [] for name in impls}
-    for _ in range(settings["rounds"]):
-        for name, fn in impls.items():
-            samples[name].append(_cpu_us(fn, x, calls))
-    return [{"impl": name, "value": statistics.median(values), "unit": "us/call cpu",
-             "calls": calls, "rounds": settings["rounds"]}
-            for name, values in samples.items()]
+    return interleaved_cpu_us(impls, lambda fn, n: _cpu_us(fn, x, n), settings,
+                              "jax.colocated_python", warmup=200, max_calls=50_000)

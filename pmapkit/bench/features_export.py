@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pmapkit.bench.features import feature_case
+from pmapkit.bench.features import feature_case, interleaved_cpu_us
 
 LAYERS, WIDTH, BATCH = 10, 256, 8
 
@@ -117,19 +117,5 @@ def cached_call(settings):
         "pmapkit": pe.deserialize(pe.serialize(pe.export(layer)(*specs))).call,
     }
     args = (jnp.ones((8, 16), jnp.float32), jnp.ones((8, 16), jnp.float32))
-    for call in impls.values():
-        _call_cpu_us(call, args, 50)   # first call and warm-up
-    probe = time.perf_counter()
-    _call_cpu_us(impls["jax.export"], args, 50)
-    per_call = max((time.perf_counter() - probe) / 50, 1e-7)
-    calls = int(min(20_000, max(50, settings["target_s"] / per_call)))
-    samples = {name: [] for name in impls}
-    for k in range(settings["rounds"]):
-        order = list(impls.items())
-        if k % 2:
-            order.reverse()
-        for name, call in order:
-            samples[name].append(_call_cpu_us(call, args, calls))
-    return [{"impl": name, "value": statistics.median(values), "unit": "us/call cpu",
-             "calls": calls, "rounds": settings["rounds"]}
-            for name, values in samples.items()]
+    return interleaved_cpu_us(impls, lambda call, n: _call_cpu_us(call, args, n),
+                              settings, "jax.export", warmup=50, max_calls=20_000)
