@@ -26,6 +26,7 @@ cdef class CacheEntry:
     cdef public object shard_fallback
     cdef public object is_equivalent
     cdef public list equivalents
+    cdef public list differents
     cdef public LeafTypes types
     cdef public tuple donated
     cdef public Py_ssize_t resharded
@@ -39,7 +40,7 @@ cdef class CacheEntry:
     @cython.locals(seen=tuple)
     cdef bint _seen_equivalent(self, Py_ssize_t j, object have) except -1
 
-    @cython.locals(seen=tuple)
+    @cython.locals(other=tuple)
     cdef object _first_sight(self, object x, object physical, object have,
                              Py_ssize_t i, Py_ssize_t j)
 
@@ -132,3 +133,5 @@ cdef object DONATION_LOCK
 
 @cython.locals(arrays=list)
 cpdef object execute_donating(CacheEntry entry, object leaves)
+
+cdef tuple _remember(tuple seen, object sharding)

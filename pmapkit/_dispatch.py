@@ -18,8 +18,9 @@ import types
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
 FASTPATH_VERSION = 4
-# Sharding objects remembered per input as equivalent to the compiled one
-# (each distinct producer of inputs brings one; more evict the oldest).
+# Sharding objects remembered per input as equivalent to the compiled one,
+# and as not (each distinct producer of inputs brings one; more evict the
+# oldest).
 MAX_EQUIVALENTS = 8
 # Cached signatures per function (per trace context) unless set otherwise;
 # the least recently used is evicted beyond it.
@@ -80,6 +81,7 @@ class CacheEntry:
         self.shard_fallback = None
         self.is_equivalent = None
         self.equivalents = None
+        self.differents = None
         self.types = None
         self.donated = None
         self.resharded = 0
@@ -107,6 +109,8 @@ class CacheEntry:
         # out exactly as the compiled one (other mesh axis names, jax.pmap's
         # or device_put's meshes); their arrays are passed on as they are.
         self.equivalents = [()] * len(self.in_shardings)
+        # ... and those found to lay it out otherwise (resharded every call).
+        self.differents = [()] * len(self.in_shardings)
         self.types = types
         donated = fastpath.donated
         self.donated = tuple(donated) if donated else None
@@ -198,17 +202,32 @@ class CacheEntry:
         return False
 
     def _first_sight(self, x, physical, have, i, j):
-        """A sharding object not seen before on input ``j``: if it lays the
-        array out as the program wants, remember it (bounded) and pass the
-        buffers on; otherwise the Python fallback moves them."""
-        if not physical.is_deleted() and self.is_equivalent(physical, i):
-            seen = self.equivalents[j]
-            if len(seen) >= MAX_EQUIVALENTS:
-                seen = seen[1:]
-            self.equivalents[j] = seen + (have,)
+        """A sharding object not remembered as equivalent on input ``j``:
+        decided once per object (both ways, bounded): one that lays the
+        array out as the program wants is remembered and its buffers passed
+        on; one that does not goes to the Python fallback, which moves them,
+        without asking again."""
+        if physical.is_deleted():
+            self.resharded += 1
+            return self.shard_fallback(x, i)  # raises JAX's deleted-array error
+        other = self.differents[j]
+        for s in other:
+            if s is have:
+                self.resharded += 1
+                return self.shard_fallback(x, i)
+        if self.is_equivalent(physical, i):
+            self.equivalents[j] = _remember(self.equivalents[j], have)
             return physical
+        self.differents[j] = _remember(other, have)
         self.resharded += 1
         return self.shard_fallback(x, i)
+
+
+def _remember(seen, sharding):
+    """``seen`` with ``sharding`` added, the oldest dropped beyond the bound."""
+    if len(seen) >= MAX_EQUIVALENTS:
+        seen = seen[1:]
+    return seen + (sharding,)
 
 
 class DispatchFunction:

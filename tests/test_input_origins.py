@@ -350,3 +350,24 @@ def test_placement_helpers_classic_errors():
     with pytest.raises(TypeError, match="`devices` must be a sequence of jax.Device "
                                         "objects .* got an element 0 of type int"):
         pmapkit.device_put_replicated(np.ones(2), [0, 1])
+
+
+def test_a_different_layout_is_decided_once_too(monkeypatch):
+    # The layout question is asked once per sharding object, both ways: an
+    # input laid out otherwise is resharded on later calls without asking.
+    asked = []
+    real = lowering.CompiledProgram.is_equivalent
+
+    def counting(self, x, i):
+        asked.append(i)
+        return real(self, x, i)
+
+    monkeypatch.setattr(lowering.CompiledProgram, "is_equivalent", counting)
+    devices = jax.devices()
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i", devices=devices)
+    f(host(N))
+    x = jax.device_put(host(N), NamedSharding(Mesh(np.array(devices[::-1]), ("r",)), P("r")))
+    for _ in range(4):
+        np.testing.assert_array_equal(np.asarray(f(x)), host(N) + 1)
+    assert len(asked) == 1
+    assert stats(f)["resharded"] == 4 and stats(f)["misses"] == 1
