@@ -76,6 +76,10 @@ def top_level_probe():
 
 # --- devices, sharding, execution ----------------------------------------------
 batched_device_put = _xc.batched_device_put
+# Copies whole arrays to other devices keeping their split, many in one call
+# (what jax.jit does with inputs laid out right on the wrong devices).
+batched_copy_array_to_devices_with_sharding = _xc.batched_copy_array_to_devices_with_sharding
+ArrayCopySemantics = _xc.ArrayCopySemantics
 # The attribute a jax.Array keeps its sharding in (the public ``.sharding`` is
 # a Python property over it, twice as slow on the hit path).
 ARRAY_SHARDING_ATTR = "_sharding"
