@@ -22,6 +22,9 @@ from jax._src.lib import xla_client as _xc
 
 # --- arrays, avals, dtypes -------------------------------------------------
 ArrayImpl = _xc.ArrayImpl
+# jax.extend.core.Primitive is this class; importing it from there loads
+# jax.extend's whole package (pallas and more: tens of ms at start-up).
+Primitive = _core.Primitive
 Tracer = _core.Tracer
 ShapedArray = _core.ShapedArray
 ClosedJaxpr = _core.ClosedJaxpr
