@@ -160,7 +160,8 @@ class Mover:
             aval = self.in_avals[i]
             plan = plan_move(have, self.in_shardings[i], aval, physical.aval)
             if len(plans) >= MAX_PLANS:
-                del plans[next(iter(plans))]
+                # pop, not del: another thread may have dropped it already.
+                plans.pop(next(iter(plans), None), None)
             plans[have] = plan
         return plan
 
