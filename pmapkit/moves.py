@@ -20,10 +20,10 @@ remembers it (bounded):
 * anything else, or a source not ready yet: the program's Python fallback
   (``jax.device_put``), as before.
 
-Moved inputs are always new buffers, or buffers of the caller's array that
-the program only reads: a donated input is copied, so donating a moved array
-never consumes the caller's one (the caller's array stays alive, as the
-fallback has always left it).
+Moved inputs are new buffers, or buffers (or host views) of the caller's
+array that the program only reads: a donated input is always a copy, so
+donating a moved array never consumes or overwrites the caller's one (the
+caller's array stays alive, as the fallback has always left it).
 """
 from __future__ import annotations
 
@@ -194,12 +194,18 @@ class Mover:
                     plan.aval, plan.sharding, [shards[p] for p in plan.positions],
                     plan.devices, True, force_copy=donated)
             elif kind is HOST and x.is_ready():
-                # A zero-copy view of the CPU buffer; force_copy: the
-                # program's buffers never alias the caller's array.
+                # A zero-copy view of the CPU buffer, whose slices the put may
+                # alias (the program only reads them); a donated input's
+                # slices are copies, one per device: the program may write
+                # into what it is given.
+                # (Not force_copy=: jaxlib fails on it for host slices that
+                # repeat, as partly replicated shardings have.)
                 view = np.asarray(x)
+                slices = [view[idx] for idx in plan.indices]
+                if donated:
+                    slices = [piece.copy() for piece in slices]
                 out[k] = jp.batched_device_put(
-                    plan.aval, plan.sharding, [view[idx] for idx in plan.indices],
-                    plan.devices, True, force_copy=True)
+                    plan.aval, plan.sharding, slices, plan.devices, True)
             else:
                 out[k] = fallback(x, i)
         if copies is not None:

@@ -490,3 +490,18 @@ def test_pjit_still_refuses_arrays_committed_elsewhere_on_the_hit_path():
         np.testing.assert_array_equal(np.asarray(out), host(4) + 1)
         with pytest.raises(ValueError, match="committed"):
             f(jax.device_put(host(4), jax.devices()[6]))
+
+
+def test_moved_into_a_partly_replicated_pjit_input():
+    # A 2x4 mesh, P("x"): each row block on 4 devices (repeated host slices).
+    mesh = pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    f = pmapkit.pjit(lambda a: a * 2, in_axis_resources=P("x"), out_axis_resources=P("x"),
+                     donate_argnums=0)
+    h = np.arange(64, dtype=np.float32).reshape(8, 8)
+    for _ in range(3):
+        x = jnp.asarray(h)  # uncommitted, device 0
+        with mesh:
+            out = f(x)
+        np.testing.assert_array_equal(np.asarray(out), h * 2)
+        assert not x.is_deleted()
+        np.testing.assert_array_equal(np.asarray(x), h)
