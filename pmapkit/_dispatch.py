@@ -235,6 +235,11 @@ class CacheEntry:
         for s in other:
             if s is have:
                 return self._misplaced(x, i)
+        # A fresh object equal to a known one (``jax.device_put(x, device)``
+        # makes its sharding anew per call): not asked again either.
+        for s in other:
+            if have == s:
+                return self._misplaced(x, i)
         if self.is_equivalent(physical, i):
             self.equivalents[j] = _remember(self.equivalents[j], have)
             return physical

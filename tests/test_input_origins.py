@@ -505,3 +505,23 @@ def test_moved_into_a_partly_replicated_pjit_input():
         np.testing.assert_array_equal(np.asarray(out), h * 2)
         assert not x.is_deleted()
         np.testing.assert_array_equal(np.asarray(x), h)
+
+
+def test_fresh_equal_source_shardings_are_decided_once(monkeypatch):
+    # jax.device_put(x, device) makes a new SingleDeviceSharding per call: an
+    # equal one is known, so the layout question is not asked again.
+    asked = []
+    real = lowering.CompiledProgram.is_equivalent
+
+    def counting(self, x, i):
+        asked.append(i)
+        return real(self, x, i)
+
+    monkeypatch.setattr(lowering.CompiledProgram, "is_equivalent", counting)
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i")
+    f(host(N))
+    for _ in range(4):
+        x = jax.device_put(host(N), jax.devices()[2])
+        np.testing.assert_array_equal(np.asarray(f(x)), host(N) + 1)
+    assert len(asked) == 1
+    assert stats(f)["resharded"] == 4 and stats(f)["misses"] == 1
