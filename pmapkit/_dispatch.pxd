@@ -24,6 +24,7 @@ cdef class CacheEntry:
     cdef public list out_handlers
     cdef public object out_treedef
     cdef public object shard_fallback
+    cdef public object mover
     cdef public object is_equivalent
     cdef public list equivalents
     cdef public list differents
@@ -34,8 +35,13 @@ cdef class CacheEntry:
     cdef public Py_ssize_t n_inputs
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
-                   out=list, in_shardings=tuple)
+                   out=list, in_shardings=tuple, pending=list)
     cpdef list shard(self, leaves)
+
+    @cython.locals(flat=list, moved=list, k=Py_ssize_t)
+    cdef _move(self, leaves, list out, list pending)
+
+    cdef object _misplaced(self, object x, Py_ssize_t i)
 
     @cython.locals(seen=tuple)
     cdef bint _seen_equivalent(self, Py_ssize_t j, object have) except -1
@@ -135,3 +141,5 @@ cdef object DONATION_LOCK
 cpdef object execute_donating(CacheEntry entry, object leaves)
 
 cdef tuple _remember(tuple seen, object sharding)
+
+cdef list _pend(list pending, Py_ssize_t j)

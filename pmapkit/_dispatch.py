@@ -79,6 +79,7 @@ class CacheEntry:
         self.out_handlers = None
         self.out_treedef = None
         self.shard_fallback = None
+        self.mover = None
         self.is_equivalent = None
         self.equivalents = None
         self.differents = None
@@ -104,6 +105,9 @@ class CacheEntry:
         self.out_handlers = list(fastpath.out_handlers)
         self.out_treedef = fastpath.out_treedef
         self.shard_fallback = fastpath.shard_fallback
+        # Moves misplaced device arrays, all of a call's in one go (None:
+        # each goes to ``shard_fallback``).
+        self.mover = getattr(fastpath, "mover", None)
         self.is_equivalent = fastpath.is_equivalent
         # Per kept input: sharding objects seen and found to lay the array
         # out exactly as the compiled one (other mesh axis names, jax.pmap's
@@ -142,8 +146,8 @@ class CacheEntry:
         An array whose sharding is the compiled one, or one remembered as
         equivalent to it, is passed as is (no copy); host arrays and scalars
         are sliced and put per device; anything else is classified once per
-        sharding object (``_first_sight``) and remembered, or goes to the
-        Python ``shard_fallback`` (resharding).
+        sharding object (``_first_sight``) and remembered, or is moved:
+        all such arrays of the call by one ``mover.move`` (resharding).
         """
         if len(leaves) != self.n_inputs:
             # Indexing below is unchecked in the compiled build: never guess.
@@ -155,6 +159,7 @@ class CacheEntry:
         in_shardings = self.in_shardings
         n = len(in_shardings)
         out = [None] * n
+        pending = None
         for j in range(n):
             i = j if kept is None else kept[j]
             x = leaves[i]
@@ -167,6 +172,8 @@ class CacheEntry:
                     out[j] = x
                 else:
                     out[j] = self._first_sight(x, x, have, i, j)
+                    if out[j] is None:
+                        pending = _pend(pending, j)
             elif t is leaf_types.ndarray_type:
                 out[j] = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
@@ -182,10 +189,24 @@ class CacheEntry:
                     out[j] = base
                 else:
                     out[j] = self._first_sight(x, base, have, i, j)
+                    if out[j] is None:
+                        pending = _pend(pending, j)
             else:
                 self.resharded += 1
                 out[j] = self.shard_fallback(x, i)
+        if pending is not None:
+            self._move(leaves, out, pending)
         return out
+
+    def _move(self, leaves, out, pending):
+        """Fill ``out[j]`` for the kept inputs ``pending`` with the moved
+        arrays, in one ``mover.move`` call."""
+        kept = self.kept
+        flat = [j if kept is None else kept[j] for j in pending]
+        moved = self.mover.move([leaves[i] for i in flat], flat, self.shard_fallback)
+        self.resharded += len(pending)
+        for k in range(len(pending)):
+            out[pending[k]] = moved[k]
 
     def _seen_equivalent(self, j, have):
         seen = self.equivalents[j]
@@ -205,22 +226,39 @@ class CacheEntry:
         """A sharding object not remembered as equivalent on input ``j``:
         decided once per object (both ways, bounded): one that lays the
         array out as the program wants is remembered and its buffers passed
-        on; one that does not goes to the Python fallback, which moves them,
-        without asking again."""
+        on; one that does not is moved, without asking again: None (the
+        caller collects it for ``mover``), or the fallback's array."""
         if physical.is_deleted():
             self.resharded += 1
             return self.shard_fallback(x, i)  # raises JAX's deleted-array error
         other = self.differents[j]
         for s in other:
             if s is have:
-                self.resharded += 1
-                return self.shard_fallback(x, i)
+                return self._misplaced(x, i)
+        # A fresh object equal to a known one (``jax.device_put(x, device)``
+        # makes its sharding anew per call): not asked again either.
+        for s in other:
+            if have == s:
+                return self._misplaced(x, i)
         if self.is_equivalent(physical, i):
             self.equivalents[j] = _remember(self.equivalents[j], have)
             return physical
         self.differents[j] = _remember(other, have)
+        return self._misplaced(x, i)
+
+    def _misplaced(self, x, i):
+        if self.mover is not None:
+            return None
         self.resharded += 1
         return self.shard_fallback(x, i)
+
+
+def _pend(pending, j):
+    """``pending`` (a list or None) with kept input ``j`` appended."""
+    if pending is None:
+        return [j]
+    pending.append(j)
+    return pending
 
 
 def _remember(seen, sharding):

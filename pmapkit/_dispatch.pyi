@@ -31,6 +31,7 @@ class CacheEntry:
     n_inputs: int
     equivalents: list[tuple[Any, ...]] | None
     resharded: int
+    mover: Any
     last_used: int
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...

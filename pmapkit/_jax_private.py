@@ -22,6 +22,9 @@ from jax._src.lib import xla_client as _xc
 
 # --- arrays, avals, dtypes -------------------------------------------------
 ArrayImpl = _xc.ArrayImpl
+# jax.extend.core.Primitive is this class; importing it from there loads
+# jax.extend's whole package (pallas and more: tens of ms at start-up).
+Primitive = _core.Primitive
 Tracer = _core.Tracer
 ShapedArray = _core.ShapedArray
 ClosedJaxpr = _core.ClosedJaxpr
@@ -76,6 +79,10 @@ def top_level_probe():
 
 # --- devices, sharding, execution ----------------------------------------------
 batched_device_put = _xc.batched_device_put
+# Copies whole arrays to other devices keeping their split, many in one call
+# (what jax.jit does with inputs laid out right on the wrong devices).
+batched_copy_array_to_devices_with_sharding = _xc.batched_copy_array_to_devices_with_sharding
+ArrayCopySemantics = _xc.ArrayCopySemantics
 # The attribute a jax.Array keeps its sharding in (the public ``.sharding`` is
 # a Python property over it, twice as slow on the hit path).
 ARRAY_SHARDING_ATTR = "_sharding"

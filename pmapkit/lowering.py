@@ -19,7 +19,7 @@ from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import caches, inflight
+from pmapkit import caches, inflight, moves
 from pmapkit.interning import intern_sharding
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
@@ -138,7 +138,7 @@ class FastpathData:
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
                  "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
-                 "compiled", "donated", "signs_global", "n_inputs")
+                 "mover", "compiled", "donated", "signs_global", "n_inputs")
 
     def __init__(self, compiled, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -152,6 +152,7 @@ class FastpathData:
         self.out_treedef = out_treedef
         self.shard_fallback = compiled.shard_fallback
         self.is_equivalent = compiled.is_equivalent
+        self.mover = compiled.mover()
         # Whether global arrays must sign apart from local ones of the same
         # shape (see the core).
         self.signs_global = compiled.signs_global
@@ -217,6 +218,18 @@ class CompiledProgram:
         object by the hit path, which then passes such arrays on as they are.
         """
         return same_layout(x, self.physical_in_shardings[i])
+
+    def mover(self):
+        """What moves misplaced device arrays on the hit path (one per
+        program: its plans are shared by every signature running it); None
+        for programs across processes, which take each process's data."""
+        if self.spans_processes:
+            return None
+        mover = self.__dict__.get("_mover")
+        if mover is None:
+            mover = self._mover = moves.Mover(
+                self.physical_in_shardings, self.in_avals, self.donated)
+        return mover
 
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""

@@ -570,8 +570,10 @@ def _cache_miss(spec, *args, **kwargs):
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     fastpath = compiled.fastpath(prepared.out_tree, out_shardings)
     if _refuses_other_devices(spec):
-        fastpath.shard_fallback = _refusing_other_devices(
-            fastpath.shard_fallback, prepared.params["in_shardings"], spec.name)
+        check = _other_devices_check(prepared.params["in_shardings"], spec.name)
+        fastpath.shard_fallback = _refusing_other_devices(fastpath.shard_fallback, check)
+        if fastpath.mover is not None:
+            fastpath.mover = fastpath.mover.checking(check)
     return out, fastpath
 
 
@@ -617,15 +619,23 @@ def _committed_elsewhere(x, want):
     return x.sharding.device_set != want.device_set
 
 
-def _refusing_other_devices(fallback, in_shardings, name):
-    """The hit path's resharding fallback, refusing (as the miss path does)
-    a committed argument on devices the computation does not run on."""
-    def shard_fallback(x, i):
+def _other_devices_check(in_shardings, name):
+    """``check(x, i)`` refusing (as the miss path does) a committed argument
+    on devices the computation does not run on."""
+    def check(x, i):
         want = in_shardings[i]
         if _committed_elsewhere(x, want):
             raise ValueError(_devices_mismatch(
                 list(want._device_assignment), list(x.sharding._device_assignment),
                 f"flat argument {i} of {name} is committed there"))
+
+    return check
+
+
+def _refusing_other_devices(fallback, check):
+    """The hit path's resharding fallback, running ``check`` first."""
+    def shard_fallback(x, i):
+        check(x, i)
         return fallback(x, i)
 
     return shard_fallback
