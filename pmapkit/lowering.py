@@ -423,6 +423,9 @@ class Float0HostSpec:
 # Compiled programs by (primitive, params, input avals), least recently used
 # evicted beyond ``caches.programs_size()``.
 _compile_cache: collections.OrderedDict = collections.OrderedDict()
+# The same programs by what was lowered (``_program_identity``): equal
+# programs traced from different function objects share one compile.
+_by_program: collections.OrderedDict = collections.OrderedDict()
 _compile_lock = threading.Lock()
 
 
@@ -434,12 +437,14 @@ def _trim(cache, size):
 def _clear_program_caches():
     with _compile_lock:
         _compile_cache.clear()
+        _by_program.clear()
         _outer_jits.clear()
 
 
 def _resize_program_caches(size):
     with _compile_lock:
         _trim(_compile_cache, size)
+        _trim(_by_program, size)
         _trim(_outer_jits, size)
 
 
@@ -678,11 +683,33 @@ def compile_program(primitive, params, in_avals) -> CompiledProgram:
             _compile_cache.move_to_end(key)
             return hit
     lowered = lower_program(primitive, params, in_avals)
-    result = make_program(primitive, params, in_avals, lowered, lowered.compile())
+    # A body traced anew (a lambda made per call, a closure) that lowers to
+    # the very program compiled before runs that program: one compile per
+    # program, whichever function object it came from.
+    same = _program_identity(primitive, params, lowered)
+    with _compile_lock:
+        result = None if same is None else _by_program.get(same)
+    if result is None:
+        result = make_program(primitive, params, in_avals, lowered, lowered.compile())
     with _compile_lock:
         _compile_cache[key] = result
         _trim(_compile_cache, caches.programs_size())
+        if same is not None and type(result) is CompiledProgram:
+            _by_program[same] = result
+            _by_program.move_to_end(same)
+            _trim(_by_program, caches.programs_size())
     return result
+
+
+def _program_identity(primitive, params, lowered):
+    """What the compiled program is (see ``jp.program_identity``), or None
+    when it cannot be shared (effects). Only plain ``CompiledProgram``s are
+    kept by it: a program kind of a room above (spanning processes) may
+    hold more than the module says."""
+    if _PROGRAMS[primitive].effects(params):
+        return None
+    same = jp.program_identity(lowered)
+    return None if same is None else (primitive, same)
 
 
 def _compiled_impl(primitive):
