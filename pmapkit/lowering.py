@@ -438,6 +438,7 @@ def _clear_program_caches():
     with _compile_lock:
         _compile_cache.clear()
         _by_program.clear()
+        _shardings_memo.clear()
         _outer_jits.clear()
 
 
@@ -445,6 +446,7 @@ def _resize_program_caches(size):
     with _compile_lock:
         _trim(_compile_cache, size)
         _trim(_by_program, size)
+        _trim(_shardings_memo, size)
         _trim(_outer_jits, size)
 
 
@@ -484,9 +486,22 @@ def register_program(primitive, shardings, effects, local_outputs=False,
                                        local_inputs_resized)
 
 
+# program_shardings per equation: a traced call reused from a trace cache
+# (under grad, jvp, an outer jit) brings the same params dict every time.
+_shardings_memo: collections.OrderedDict = collections.OrderedDict()
+
+
 def program_shardings(primitive, params, in_avals):
+    key = (primitive, id(params), tuple(in_avals))
+    hit = _shardings_memo.get(key)
+    if hit is not None and hit[0] is params:  # (the id of a live dict)
+        return hit[1]
     ins, outs = _PROGRAMS[primitive].shardings(params, in_avals)
-    return tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
+    result = tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
+    with _compile_lock:
+        _shardings_memo[key] = (params, result)
+        _trim(_shardings_memo, caches.programs_size())
+    return result
 
 
 def _pmap_shardings(params, in_avals):

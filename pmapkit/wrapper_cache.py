@@ -23,8 +23,12 @@ import threading
 import types
 import weakref
 
+import jax
+
 from pmapkit import caches
 from pmapkit._compiled import dispatch as _dispatch_mod
+
+_DEVICE = jax.Device
 
 # Distinct parameter sets kept per function; more evict the oldest (they
 # only cost a trace and a compile when used again).
@@ -73,10 +77,22 @@ def typed_key(value):
 
 def params_key(*params):
     """``typed_key`` of a wrapper's parameters, or None when one has none."""
+    key = []
     try:
-        return tuple([typed_key(v) for v in params])
+        for value in params:
+            t = type(value)
+            if t is str or value is None:
+                key.append(value)
+            elif t is int:
+                key.append((int, value))
+            elif (t is tuple or t is list) and all([type(v) is _DEVICE for v in value]):
+                # ``devices``: Devices are equal only to themselves.
+                key.append((t, *value))
+            else:
+                key.append(typed_key(value))
     except _Unkeyable:
         return None
+    return tuple(key)
 
 
 def _anchor(fun, key):
