@@ -701,7 +701,7 @@ def compile_program(primitive, params, in_avals) -> CompiledProgram:
     # A body traced anew (a lambda made per call, a closure) that lowers to
     # the very program compiled before runs that program: one compile per
     # program, whichever function object it came from.
-    same = _program_identity(primitive, params, lowered)
+    same = _program_identity(primitive, params, in_avals, lowered)
     with _compile_lock:
         result = None if same is None else _by_program.get(same)
     if result is None:
@@ -716,15 +716,20 @@ def compile_program(primitive, params, in_avals) -> CompiledProgram:
     return result
 
 
-def _program_identity(primitive, params, lowered):
-    """What the compiled program is (see ``jp.program_identity``), or None
-    when it cannot be shared (effects). Only plain ``CompiledProgram``s are
-    kept by it: a program kind of a room above (spanning processes) may
-    hold more than the module says."""
+def _program_identity(primitive, params, in_avals, lowered):
+    """What the compiled program is (see ``jp.program_identity``) and what a
+    ``CompiledProgram`` derives from its equation besides the module: every
+    flat input's aval, donation and sharding (an unused input is pruned from
+    the module), the outputs' shardings. None when it cannot be shared
+    (effects). Only plain ``CompiledProgram``s are kept by it: a program
+    kind of a room above (spanning processes) may hold more than that."""
     if _PROGRAMS[primitive].effects(params):
         return None
     same = jp.program_identity(lowered)
-    return None if same is None else (primitive, same)
+    if same is None:
+        return None
+    return (primitive, same, tuple(in_avals), tuple(params["donated_invars"]),
+            program_shardings(primitive, params, in_avals))
 
 
 def _compiled_impl(primitive):

@@ -96,7 +96,7 @@ def params_key(*params):
 
 
 def _anchor(fun, key):
-    """``(object held weakly, key within it)`` for ``fun``, or None."""
+    """``(object held weakly, key within it)`` for ``fun``."""
     if type(fun) is types.MethodType:
         return fun.__self__, (fun.__func__, key)
     return fun, key

@@ -430,3 +430,18 @@ def test_route_pmap_script_traces_each_function_once(tmp_path):
     for _ in range(4):
         x = x * 0.5 + 1.0
     assert float(total) == pytest.approx(float(x.sum()) * 8)
+
+
+def test_programs_differing_only_in_pruned_inputs_never_share():
+    # Unused inputs are pruned from the module: its text alone is the same.
+    x = jnp.asarray(_x(N))
+    with _mesh():
+        one = pmapkit.pjit(lambda v: v + 1)
+        np.testing.assert_allclose(one(x), _x(N) + 1)
+        two = pmapkit.pjit(lambda v, unused: v + 1, donate_argnums=1)
+        np.testing.assert_allclose(two(x, jnp.zeros(3)), _x(N) + 1)
+        again = pmapkit.pjit(lambda v: v + 1)
+        np.testing.assert_allclose(again(x), _x(N) + 1)
+        dropped = pmapkit.pmap(lambda v, unused: v * 2, in_axes=(0, None))
+        np.testing.assert_allclose(dropped(_x(N, 2), np.float32(3)), _x(N, 2) * 2)
+        np.testing.assert_allclose(pmapkit.pmap(lambda v: v * 2)(_x(N, 2)), _x(N, 2) * 2)
