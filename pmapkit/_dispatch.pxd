@@ -54,6 +54,20 @@ cdef class CacheEntry:
     cpdef bint aliases_donated(self, leaves) except -1
 
 
+cdef class SharedCaches:
+    cdef readonly dict caches
+    cdef readonly dict sig_ids
+    cdef readonly dict aval_ids
+    cdef readonly dict placed_ids
+    cdef readonly object next_id
+    cdef readonly object lock
+    cdef public bint sign_global
+    cdef public unsigned long long clock
+    cdef readonly object members
+    cdef public tuple current
+    cdef object __weakref__
+
+
 cdef class DispatchFunction:
     cdef dict __dict__
     cdef object __weakref__
@@ -95,6 +109,7 @@ cdef class DispatchFunction:
     cdef readonly Py_ssize_t _evictions
     cdef object _lock
     cdef public object _on_clear
+    cdef readonly SharedCaches _shared
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
                    signed=tuple, arrays=list)
@@ -105,6 +120,7 @@ cdef class DispatchFunction:
     @cython.locals(drop=bint)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
                                dict cache, object key, list leaves)
+    cdef _set_sign_global(self)
     cdef bint _has_global(self, list leaves) except -1
     @cython.locals(excess=Py_ssize_t, ready=list)
     cdef _evict(self, dict cache)

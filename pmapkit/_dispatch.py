@@ -15,6 +15,7 @@ tracing or compiling lives behind ``cache_miss``, a Python callable returning
 import itertools
 import threading
 import types
+import weakref
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
 FASTPATH_VERSION = 4
@@ -268,6 +269,31 @@ def _remember(seen, sharding):
     return seen + (sharding,)
 
 
+class SharedCaches:
+    """What every wrapper of one function with one set of parameters shares:
+    the signature caches (per trace context), the leaf-signature tables that
+    key them, the id counter, the lock, and whether global arrays sign apart.
+
+    Held by the wrappers and by the Python side's weak registry (keyed by the
+    function), so it must not refer to the function: entries hold compiled
+    programs only. Its containers are only ever mutated in place (cleared,
+    never replaced), so every sharer keeps seeing the same ones.
+    """
+
+    def __init__(self):
+        self.caches = {}
+        self.sig_ids = {}
+        self.aval_ids = {}
+        self.placed_ids = {}
+        self.next_id = itertools.count()
+        self.lock = threading.Lock()
+        self.sign_global = False
+        self.clock = 0
+        self.members = weakref.WeakSet()
+        # The context last selected by a sharer: a new wrapper starts there.
+        self.current = (None, None, {})
+
+
 class DispatchFunction:
     """A compiled-dispatch callable wrapping one user function.
 
@@ -297,12 +323,15 @@ class DispatchFunction:
         evicted beyond it); None: ``DEFAULT_CACHE_SIZE``.
       describe: ``describe(elements, sig_ids, static_argnums)`` for
         ``_debug_cache_keys`` (the core itself imports nothing of JAX).
+      shared: a ``SharedCaches`` of another wrapper of the same function with
+        the same parameters and static/signing options: this one then starts
+        with (and keeps adding to) that one's compiled entries. None: its own.
     """
 
     def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
                  flatten, trace_context, probe, lower, reduce_fn,
                  static_argnames=(), sign_shardings=False, cache_size=None,
-                 describe=None, context_state=None):
+                 describe=None, context_state=None, shared=None):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
@@ -310,9 +339,13 @@ class DispatchFunction:
         self._max_static = max(static_argnums) if static_argnums else -1
         self._static_names = frozenset(static_argnames)
         self._sign_shardings = bool(sign_shardings)
+        if shared is None:
+            shared = SharedCaches()
+        self._shared = shared
+        shared.members.add(self)
         # Set (at a miss) once a program spans processes: arrays that are not
         # fully addressable (global arrays) then sign apart from local ones.
-        self._sign_global = False
+        self._sign_global = shared.sign_global
         self._types = types
         self._array_type = types.array_type
         self._ndarray_type = types.ndarray_type
@@ -322,10 +355,10 @@ class DispatchFunction:
         # Leaf signatures are interned to small ints, so keys hash and compare
         # fast; device arrays made by one result handler share an aval object,
         # so their ids are found by identity without rebuilding the signature.
-        self._sig_ids = {}
-        self._aval_ids = {}
-        self._placed_ids = {}
-        self._next_id = itertools.count()
+        self._sig_ids = shared.sig_ids
+        self._aval_ids = shared.aval_ids
+        self._placed_ids = shared.placed_ids
+        self._next_id = shared.next_id
         self._canonical_dtypes = frozenset(canonical_dtypes)
         self._flatten = flatten
         self._trace_context = trace_context
@@ -336,15 +369,15 @@ class DispatchFunction:
         self._lower = lower
         self._reduce_fn = reduce_fn
         self._describe = describe
-        self._caches = {}
-        self._current = (None, None, {})
+        self._caches = shared.caches
+        self._current = shared.current
         self._context_state = context_state
         self._always_fallback = False
         self._cache_size_limit = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
-        self._clock = 0
+        self._clock = shared.clock
         self._misses = 0
         self._evictions = 0
-        self._lock = threading.Lock()
+        self._lock = shared.lock
         # Called by clear_cache: the Python side's caches of traced bodies.
         self._on_clear = None
 
@@ -408,6 +441,7 @@ class DispatchFunction:
         cache = self._caches.setdefault(key, {})
         current = (ctx, extra, cache)
         self._current = current
+        self._shared.current = current
         return current
 
     def _is_top_level(self):
@@ -428,12 +462,12 @@ class DispatchFunction:
                 # shape, and this key was made without telling them apart:
                 # sign them apart from now on and key this call anew. (A key
                 # of local arrays only stays valid: they sign the same.)
-                self._sign_global = True
+                self._set_sign_global()
                 entry.fallback = True
                 drop = True
             else:
                 if fastpath.signs_global:
-                    self._sign_global = True
+                    self._set_sign_global()
                 entry.populate(fastpath, self._types)
         except ArgumentAliasError:
             # About this call's values only: waiters take Python with their
@@ -448,6 +482,8 @@ class DispatchFunction:
         finally:
             self._clock += 1
             entry.last_used = self._clock
+            if self._shared.clock < self._clock:
+                self._shared.clock = self._clock  # a new sharer starts from here
             entry.ready = True
             entry.event.set()
             with self._lock:
@@ -457,6 +493,13 @@ class DispatchFunction:
                 elif len(cache) > self._cache_size_limit:
                     self._evict(cache)
         return result[0]
+
+    def _set_sign_global(self):
+        # Keys of every sharer must tell global arrays apart from now on.
+        shared = self._shared
+        shared.sign_global = True
+        for member in list(shared.members):
+            member._sign_global = True
 
     def _has_global(self, leaves):
         for x in leaves:
@@ -592,7 +635,7 @@ class DispatchFunction:
             if leaf_id is None:
                 leaf_id = self._intern((aval.dtype, aval.shape, aval.weak_type))
                 if len(self._aval_ids) >= 256:
-                    self._aval_ids = {}  # bound the memory held by remembered avals
+                    self._aval_ids.clear()  # bound the memory held by remembered avals
                 self._aval_ids[aval] = leaf_id
             if self._sign_shardings and x._committed:
                 leaf_id = self._placed_id(leaf_id, getattr(x, self._sharding_attr))
@@ -623,7 +666,7 @@ class DispatchFunction:
         by_leaf = self._placed_ids.get(sharding)
         if by_leaf is None:
             if len(self._placed_ids) >= 256:
-                self._placed_ids = {}
+                self._placed_ids.clear()
             by_leaf = self._placed_ids.setdefault(sharding, {})
         found = by_leaf.get(leaf_id)
         if found is None:
@@ -641,9 +684,10 @@ class DispatchFunction:
     def _forget_signatures(self):
         # Ids are never reused (the counter goes on), so keys made with the
         # forgotten ids can only miss; the LRU bound drops their entries.
-        self._sig_ids = {}
-        self._aval_ids = {}
-        self._placed_ids = {}
+        # Cleared in place: the tables are shared with the other wrappers.
+        self._sig_ids.clear()
+        self._aval_ids.clear()
+        self._placed_ids.clear()
 
     # -- introspection and control ---------------------------------------------
     @property
@@ -691,7 +735,11 @@ class DispatchFunction:
                 self._evict(cache)
 
     def clear_cache(self):
-        self._caches = {}
+        """Empty the entries of this wrapper and of every wrapper sharing
+        them (in place: each sharer's selected context stays one of them)."""
+        with self._lock:
+            for cache in list(self._caches.values()):
+                cache.clear()
         self._current = (None, None, {})
         self._forget_signatures()
         if self._on_clear is not None:

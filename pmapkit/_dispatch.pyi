@@ -40,6 +40,19 @@ class CacheEntry:
 
 def execute_donating(entry: CacheEntry, leaves: Any) -> Any: ...
 
+class SharedCaches:
+    caches: dict[Any, dict[Any, CacheEntry]]
+    sig_ids: dict[Any, int]
+    aval_ids: dict[Any, int]
+    placed_ids: dict[Any, dict[int, int]]
+    next_id: Any
+    lock: Any
+    sign_global: bool
+    clock: int
+    members: Any
+    current: tuple[Any, Any, dict[Any, CacheEntry]]
+    def __init__(self) -> None: ...
+
 class DispatchFunction:
     fun: Callable[..., Any]
     _cache_miss: Callable[..., tuple[Any, Any]]
@@ -52,6 +65,7 @@ class DispatchFunction:
     _misses: int
     _evictions: int
     _on_clear: Callable[[], None] | None
+    _shared: SharedCaches
     def __init__(
         self,
         fun: Callable[..., Any],
@@ -69,6 +83,7 @@ class DispatchFunction:
         cache_size: int | None = ...,
         describe: Callable[..., str] | None = ...,
         context_state: Any = ...,
+        shared: SharedCaches | None = ...,
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, obj: Any, objtype: Any) -> Any: ...

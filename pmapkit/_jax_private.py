@@ -7,6 +7,8 @@ is JAX's, so that a reader can find it in JAX's sources.
 """
 from __future__ import annotations
 
+import hashlib as _hashlib
+
 from jax._src import api_util as _api_util
 from jax._src import config as _config
 from jax._src import core as _core
@@ -112,6 +114,44 @@ def mesh_executable_parts(compiled):
     mesh_exec = compiled._executable
     kept = getattr(mesh_exec, "_kept_var_idx", None)
     return mesh_exec.xla_executable, kept
+
+
+def program_identity(lowered):
+    """A key equal for two lowerings that compile to the same executable,
+    or None when the module does not say everything about the program.
+
+    The key: a digest of the StableHLO module's text (constants and
+    shardings included, locations left out), the device assignment, the flat in/out avals (weak
+    types included), donation, kept inputs, platforms and compiler options.
+    None for host callbacks and kept-alive objects (tied to the Python
+    objects of one lowering), constants passed as arguments (their values
+    are not in the module) and effects.
+    """
+    lowering = getattr(lowered, "_lowering", None)
+    if not isinstance(lowering, _pxla.MeshComputation):
+        return None
+    args = lowering.compile_args
+    if (lowering.const_args or args.get("host_callbacks") or args.get("keepalive")
+            or args.get("ordered_effects") or args.get("unordered_effects")):
+        return None
+    # The module without locations (as JAX's persistent cache keys it): the
+    # same program traced on another source line is the same program.
+    text = lowering.stablehlo().operation.get_asm(binary=True, enable_debug_info=False)
+    devices = lowering._device_list
+    kept = args.get("kept_var_idx")
+    key = (_hashlib.sha256(text).digest(),
+           None if devices is None else tuple((d.platform, d.id) for d in devices),
+           tuple(args.get("global_in_avals", ())),
+           tuple(args.get("global_out_avals", ())),
+           tuple(lowering._donated_invars),
+           None if kept is None else tuple(sorted(kept)),
+           tuple(lowering._platforms), lowering._compiler_options_kvs,
+           tuple(args.get("in_layouts", ())), tuple(args.get("out_layouts", ())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 # --- transformation tables and helpers -----------------------------------------

@@ -30,7 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
 from pmapkit.distributed import pjit_across
-from pmapkit import stages
+from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.mesh import active_mesh
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
@@ -70,9 +70,17 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
       inline: under an enclosing trace, inline ``fun`` instead of staging a
         pjit equation.
     """
-    spec = _PjitSpec(fun, in_axis_resources, out_axis_resources, static_argnums,
-                     donate_argnums, in_shardings, out_shardings, static_argnames,
-                     device, backend, keep_unused, inline)
+    # Wrappers of one function with equal parameters share the validated
+    # options, the traced bodies and the compiled entries (the mesh is the
+    # call's: it keys the entries, see pmapkit.wrapper_cache).
+    key = wrapper_cache.params_key(
+        in_axis_resources, out_axis_resources, static_argnums, donate_argnums,
+        in_shardings, out_shardings, static_argnames, device, backend,
+        keep_unused, inline)
+    spec, shared = wrapper_cache.spec_and_caches(fun, key, lambda: _PjitSpec(
+        fun, in_axis_resources, out_axis_resources, static_argnums,
+        donate_argnums, in_shardings, out_shardings, static_argnames, device,
+        backend, keep_unused, inline))
     # Every call form runs on the dispatch core: static keywords are signed by
     # value and, with in_axis_resources omitted, committed arrays by their
     # sharding (the program places them as they come).
@@ -84,7 +92,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         # JAX's trace context holds pmapkit's mesh state and JAX's classic
         # resource env, but of jax.set_mesh only the abstract mesh (which
         # meshes over other devices share): the concrete one selects too.
-        context_state=jp.device_context)
+        context_state=jp.device_context, shared=shared)
     fn._on_clear = spec.clear_caches
     return fn
 

@@ -29,6 +29,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit.bench.features_export",
     "pmapkit.bench.features_colocated",
     "pmapkit.bench.features_multiprocess",
+    "pmapkit.bench.features_wrappers",
 )
 
 
