@@ -100,8 +100,10 @@ def _array_type():
 
 
 def _device_buffers(self):
-    # Classic order: the array's devices as its sharding lists them (a pmap's
-    # devices for a pmap output), one single-device array each.
+    # The array's devices in its sharding's order (a pmap's devices for a
+    # pmap output), one single-device array each, as 0.4-era jax.Array had
+    # them; each keeps the shard's shape (a pmap output's keeps its mapped
+    # axis, of size 1).
     return [shard.data for shard in self.addressable_shards]
 
 

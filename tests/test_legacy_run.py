@@ -280,8 +280,10 @@ def test_bad_usage(tmp_path, args, status, message):
 def test_help(tmp_path):
     proc = _run(RUN + ["--help"], tmp_path)
     assert proc.returncode == 0
-    assert proc.stdout.startswith("usage: pmapkit run [--route-pmap] script.py [args ...]")
+    assert proc.stdout.startswith(
+        "usage: pmapkit run [--route-pmap] [--report] script.py [args ...]")
     assert "--route-pmap  also make jax.pmap pmapkit's pmap" in proc.stdout
+    assert "--report      at exit, list on stderr the classic names" in proc.stdout
 
 
 def test_the_console_script_runs_a_script_beside_its_own_modules(tmp_path):
