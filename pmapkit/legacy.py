@@ -30,6 +30,14 @@ module), and ``jax.experimental.jax2tf`` cannot be imported without
 TensorFlow (then a stand-in package holding only ``jax_export`` serves it).
 ``jax.pmap`` is replaced only when asked (``route_pmap=True``).
 
+Beyond those, the census in ``pmapkit.legacy_names`` (``jax.tree_map`` and
+friends, ``jax.ops.index_*``, ``Array.device_buffers``,
+``jax.experimental.optimizers/stax``, ``jax.config`` the module, the old array
+type names, ...) is installed the same way, and removed names without a
+faithful equivalent raise ``RemovedFromJax`` where they are touched. With
+``report`` (``pmapkit run --report``, ``PMAPKIT_REPORT=1``) counting stand-ins
+record what the program used for ``pmapkit.legacy_report``'s table at exit.
+
 ``install`` says on stderr, in one line, what it installed.
 ``pmapkit run [--route-pmap] script.py`` (``pmapkit.cli``) installs and runs
 the script as ``__main__``.
