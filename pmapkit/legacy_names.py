@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pmapkit import _jax_private as jp
+from pmapkit import lowering, specs
 
 __all__ = ["Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "REFUSED_NAMES", "REFUSED_MODULES",
@@ -101,10 +102,23 @@ def _array_type():
 
 def _device_buffers(self):
     # The array's devices in its sharding's order (a pmap's devices for a
-    # pmap output), one single-device array each, as 0.4-era jax.Array had
-    # them; each keeps the shard's shape (a pmap output's keeps its mapped
-    # axis, of size 1).
-    return [shard.data for shard in self.addressable_shards]
+    # pmap output), one single-device array each. A pmap output's buffers
+    # have no mapped axes, as classic pmap's had none (each is one device's
+    # value); others keep the shard's shape, as 0.4-era jax.Array had it.
+    buffers = [shard.data for shard in self.addressable_shards]
+    mapped = _pmap_mapped_dims(self.sharding)
+    if not mapped:
+        return buffers
+    return [jnp.squeeze(b, mapped) for b in buffers]
+
+
+def _pmap_mapped_dims(sharding):
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return ()
+    if not (lowering.is_pmap_result_sharding(sharding)
+            or sharding.mesh.axis_names == (specs.INTERNAL_AXIS_NAME,)):
+        return ()
+    return tuple(dim for dim, entry in enumerate(sharding.spec) if entry is not None)
 
 
 def _device_buffer(self):

@@ -499,8 +499,26 @@ def _pmap_shardings(params, in_avals):
                 mapped_dims(dims, ax, axis_name), a.ndim)))
             for ax, dims, a in zip(axes, inner_dims, avals))
 
-    return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals),
-            shardings(params["out_axes"], nested_out_dims(body, pmap_p), out_avals))
+    outs = shardings(params["out_axes"], nested_out_dims(body, pmap_p), out_avals)
+    _note_pmap_results(outs)
+    return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals), outs)
+
+
+# The result shardings of top-level pmaps (miss path only): the buffers of a
+# classic pmap output had no mapped axes, and pmapkit.legacy's
+# Array.device_buffers asks here whether an array is one.
+_pmap_results: set = set()
+_PMAP_RESULTS_BOUND = 4096
+
+
+def _note_pmap_results(shardings):
+    if len(_pmap_results) > _PMAP_RESULTS_BOUND:
+        _pmap_results.clear()
+    _pmap_results.update(shardings)
+
+
+def is_pmap_result_sharding(sharding):
+    return sharding in _pmap_results
 
 
 register_program(pmap_p, _pmap_shardings,

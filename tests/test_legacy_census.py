@@ -125,7 +125,8 @@ def test_pmap_cookbook_02(tmp_path):
     halo[:, 0] = x[np.arange(-1, 7), -1]
     halo[:, -1] += 100.0
     assert lines[0] == "sharded True True"
-    assert lines[1] == "buffers 8 (1, 4) [0, 1, 2, 3, 4, 5, 6, 7]"
+    # A pmap output's buffers are the per-device values, mapped axis dropped.
+    assert lines[1] == "buffers 8 (4,) [0, 1, 2, 3, 4, 5, 6, 7]"
     _close(lines[2], [3] + y[3].tolist())
     assert lines[3] == f"halo {halo[:3].tolist()}"
     assert lines[4] == f"firsts {halo[:, 0].tolist()}"
@@ -205,7 +206,12 @@ _SEMANTICS = """
     y = pmapkit.pmap(lambda v: v * 2, devices=jax.devices()[::-1])(jnp.arange(16.0).reshape(8, 2))
     bufs = y.device_buffers
     print("buffers", [b.device.id for b in bufs], all(isinstance(b, jax.Array) and len(b.devices()) == 1 for b in bufs),
-          all(np.array_equal(np.asarray(b), np.asarray(s.data)) for b, s in zip(bufs, y.addressable_shards)))
+          all(np.array_equal(np.asarray(b), np.asarray(s.data)[0]) for b, s in zip(bufs, y.addressable_shards)),
+          [b.shape for b in bufs][:2])
+    psummed = pmapkit.pmap(lambda v: jax.lax.psum(v, "i"), "i")(jnp.arange(8.0))
+    print("per-device values", [float(b) for b in psummed.device_buffers],
+          pmapkit.pmap(lambda v: v, out_axes=1)(jnp.ones((8, 3))).device_buffers[0].shape,
+          jax.pmap(lambda v: v)(jnp.ones((8, 3))).device_buffers[0].shape)
     z = pmapkit.pjit(lambda v: v + 1, P("x"), P("x"))
     with pmapkit.Mesh(np.array(jax.devices()), ("x",)):
         out = z(jnp.arange(16.0))
@@ -241,7 +247,8 @@ def test_installed_names_match_their_modern_equivalents(tmp_path):
     assert lines == [
         "tree True True True True True True True True",
         "ops True True True",
-        "buffers [7, 6, 5, 4, 3, 2, 1, 0] True True",
+        "buffers [7, 6, 5, 4, 3, 2, 1, 0] True True [(2,), (2,)]",
+        "per-device values " + str([28.0] * 8) + " (3,) (3,)",
         "pjit buffers [(2,), (2,)] [3.0, 4.0]",
         "one buffer [2.0, 2.0, 2.0] True",
         "ValueError: Length of buffers is greater than 1. Please use `.device_buffers` instead.",
