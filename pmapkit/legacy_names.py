@@ -96,6 +96,19 @@ def _tie_in():
     return tie_in
 
 
+def _shuffle():
+    def shuffle(key, x, axis=0):
+        """jax.random.shuffle as JAX before 0.4.31 had it: each vector along
+        ``axis`` shuffled independently (permutation(..., independent=True))."""
+        return jax.random.permutation(key, x, axis, independent=True)
+    shuffle.__module__ = "jax.random"
+    return shuffle
+
+
+def _profiler_alias(modern):
+    return lambda: getattr(jax.profiler, modern)
+
+
 def _array_type():
     return jax.Array
 
@@ -209,6 +222,19 @@ NAMES = tuple(
                "def init(key: jax.Array): ...", "jax.Array", _array_type),
        Removed("jax.random.PRNGKeyArray", "0.4.24", "jax.Array",
                "def init(key: jax.Array): ...", "jax.Array", _array_type),
+       Removed("jax.random.shuffle", "0.4.31",
+               "jax.random.permutation(..., independent=True)",
+               "jax.random.permutation(key, x, axis=0, independent=True)",
+               "jax.random.permutation(key, x, axis, independent=True)", _shuffle),
+       Removed("jax.profiler.TraceContext", "0.3.15", "jax.profiler.TraceAnnotation",
+               "with jax.profiler.TraceAnnotation('name'): ...",
+               "jax.profiler.TraceAnnotation", _profiler_alias("TraceAnnotation")),
+       Removed("jax.profiler.StepTraceContext", "0.3.15", "jax.profiler.StepTraceAnnotation",
+               "with jax.profiler.StepTraceAnnotation('train', step_num=i): ...",
+               "jax.profiler.StepTraceAnnotation", _profiler_alias("StepTraceAnnotation")),
+       Removed("jax.profiler.trace_function", "0.3.15", "jax.profiler.annotate_function",
+               "f = jax.profiler.annotate_function(f)",
+               "jax.profiler.annotate_function", _profiler_alias("annotate_function")),
        Removed("jax.lax.tie_in", "0.4.29", "nothing (a no-op since JAX 0.2.0)",
                "y  # instead of lax.tie_in(x, y)", "a no-op returning y", _tie_in)])
 

@@ -3,7 +3,7 @@ program used, printed on stderr at exit as a migration map.
 
 Counting happens only when the report is on: ``pmapkit.legacy`` then installs
 counting stand-ins (a function that counts its calls, a class that counts its
-``isinstance`` checks, a module counted when imported) instead of the plain
+``isinstance`` checks and instantiations, a module counted when imported) instead of the plain
 values, so with the report off nothing is wrapped and nothing counts. pmapkit's
 own pmap/pjit count their construction, never the calls of what they return:
 the hit path is the same either way.
@@ -57,7 +57,7 @@ def counts():
 
 def counted(name, value, how="calls"):
     """``value`` as installed under ``name`` while the report is on: a
-    function counts its calls, a class its isinstance/issubclass checks."""
+    function counts its calls, a class its isinstance checks and instantiations."""
     if isinstance(value, type):
         return _CountingAlias(name.rpartition(".")[2], (),
                               {"__module__": name.rpartition(".")[0],
@@ -75,15 +75,19 @@ def counted(name, value, how="calls"):
 
 class _CountingAlias(type):
     """The metaclass of a counted type alias: ``isinstance(x, Alias)`` is
-    ``isinstance(x, target)``, counted."""
+    ``isinstance(x, target)`` and ``Alias(...)`` is ``target(...)``, counted."""
 
     def __instancecheck__(cls, obj):
-        note(cls._pmapkit_name, "isinstance checks")
+        note(cls._pmapkit_name, "uses")
         return isinstance(obj, cls._pmapkit_target)
 
     def __subclasscheck__(cls, sub):
-        note(cls._pmapkit_name, "isinstance checks")
+        note(cls._pmapkit_name, "uses")
         return issubclass(sub, cls._pmapkit_target)
+
+    def __call__(cls, *args, **kwargs):
+        note(cls._pmapkit_name, "uses")
+        return cls._pmapkit_target(*args, **kwargs)
 
 
 def counting_module_getattr(module_name, values):

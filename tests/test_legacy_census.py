@@ -46,9 +46,9 @@ def _script(tmp_path, name):
 @pytest.fixture(autouse=True)
 def _classic_promotion():
     # The references follow the classic programs, written for NumPy's rank
-    # promotion (the suite raises on it).
-    # promotion and uint32 PRNGKey arrays (the suite raises on both).
-    with jax.numpy_rank_promotion("allow"), jax.legacy_prng_key("allow"):
+    # and dtype promotion and uint32 PRNGKey arrays (the suite raises on them).
+    with (jax.numpy_rank_promotion("allow"), jax.legacy_prng_key("allow"),
+          jax.numpy_dtype_promotion("standard")):
         yield
 
 
@@ -166,6 +166,44 @@ def test_host_callback_pmap_tree_03(tmp_path):
     assert lines[2] == f"transposed {transposed}"
 
 
+def test_haiku_pruning_pmap_2020(tmp_path):
+    lines = _script(tmp_path, "haiku_pruning_pmap_2020.py").stdout.splitlines()
+
+    def topk_mask(value, density):
+        flat = value.reshape(-1)
+        order = jax.random.permutation(jax.random.PRNGKey(42),
+                                       jnp.arange(flat.size, dtype=jnp.int32),
+                                       independent=True)
+        shuffled = flat[order]
+        k = jnp.round(density * shuffled.size).astype(jnp.int32)
+        keep = jnp.greater_equal(np.arange(shuffled.size), shuffled.size - k)
+        inner = jnp.zeros_like(keep).at[jnp.argsort(shuffled)].set(keep).astype(np.int32)
+        return jnp.zeros_like(inner).at[order].set(inner).reshape(value.shape)
+
+    def loss(params, x, y):
+        logp = jax.nn.log_softmax(x @ params["w"] + params["b"])
+        return -jnp.mean(jnp.sum(logp * y, axis=1))
+
+    rng = np.random.RandomState(0)
+    params = {"w": rng.randn(16, 4).astype(np.float32) * 0.1, "b": np.zeros(4, np.float32)}
+    x = rng.randn(64, 16).astype(np.float32)
+    y = np.eye(4, dtype=np.float32)[rng.randint(0, 4, 64)]
+    shards = (x.reshape(8, 8, 16), y.reshape(8, 8, 4))
+
+    @jax.jit
+    def step(params):
+        grads = jax.grad(lambda p: jnp.mean(jax.vmap(loss, (None, 0, 0))(p, *shards)))(params)
+        params = jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)
+        return jax.tree.map(lambda p: p * topk_mask(p, 0.5), params)
+
+    assert len(lines) == 3
+    for k, line in enumerate(lines):
+        with jax.profiler.StepTraceAnnotation("train", step_num=k):
+            params = step(params)
+        nnz = sum(int(jnp.sum(v != 0.0)) for v in jax.tree.leaves(params))
+        _close(line, [k, float(loss(params, x, y)), nnz, 68])
+
+
 def test_every_script_names_its_public_source():
     for name in sorted(os.listdir(SCRIPTS)):
         if name.endswith(".py"):
@@ -184,6 +222,7 @@ _SEMANTICS = """
     import jax, jax.numpy as jnp
     import pmapkit, pmapkit.legacy
     pmapkit.legacy.install()
+    jax.config.update("jax_legacy_prng_key", "allow")
     from jax.sharding import NamedSharding, PartitionSpec as P
     tree = {"a": [1.0, 2.0], "b": (3.0,)}
     T = jax.tree_util
@@ -234,6 +273,13 @@ _SEMANTICS = """
                                                                   xla.DeviceArray, jax.random.KeyArray,
                                                                   jax.random.PRNGKeyArray)),
           isinstance(np.ones(2), jnp.DeviceArray), jnp.DeviceArray is jax.Array)
+    key = jax.random.PRNGKey(3)
+    grid = jnp.arange(12).reshape(4, 3)
+    print("shuffle", bool((jax.random.shuffle(key, grid) == jax.random.permutation(key, grid, 0, independent=True)).all()),
+          bool((jax.random.shuffle(key, grid, 1) == jax.random.permutation(key, grid, 1, independent=True)).all()))
+    P_ = jax.profiler
+    print("profiler", P_.TraceContext is P_.TraceAnnotation, P_.StepTraceContext is P_.StepTraceAnnotation,
+          P_.trace_function is P_.annotate_function)
     print("tie_in", jax.lax.tie_in(one, 5), jax.jit(lambda a, b: jax.lax.tie_in(a, b))(one, 2.0).tolist())
     from jax import abstract_arrays
     from jax.api import jit, grad
@@ -255,6 +301,8 @@ def test_installed_names_match_their_modern_equivalents(tmp_path):
         "example_libraries True True",
         "config True Config True",
         "types True False True",
+        "shuffle True True",
+        "profiler True True True",
         "tie_in 5 2.0",
         "modules True True True",
     ]
@@ -345,7 +393,7 @@ def test_report_lists_what_the_script_used(tmp_path):
             "1 calls", "jax.tree_util.tree_map", "jax.tree.map",
             "jax.tree.map(...)  # or jax.tree_util.tree_map"]
         assert rows["jax.numpy.DeviceArray (removed in 0.4.14)"][:2] == [
-            "1 isinstance checks", "jax.Array"]
+            "1 uses", "jax.Array"]
         assert rows["jax.Array.device_buffers (removed in 0.4.27)"][0] == "1 reads"
         assert rows["jax.experimental.optimizers (removed in 0.3.16)"][0] == "1 imports"
         assert rows["jax.config (removed in 0.4.29)"][0] == "1 reads"
