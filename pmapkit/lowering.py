@@ -264,14 +264,17 @@ class CompiledProgram:
         and compiling)."""
         return _TokenedExecutable(self) if self.has_effects else self.executable
 
-    def fastpath(self, out_treedef, out_shardings=None):
+    def fastpath(self, out_treedef, out_shardings=None, committed=True):
         """The dispatch core's data for this program; ``out_shardings``
         replaces the results' shardings by equivalent ones (pjit's
-        ``device=``: a one-device mesh's results as SingleDeviceShardings)."""
+        ``device=``: a one-device mesh's results as SingleDeviceShardings);
+        ``committed=False`` makes results uncommitted (pjit run as jax.jit
+        on uncommitted inputs)."""
         data = FastpathData(self, out_treedef)
-        if out_shardings is not None:
-            data.out_handlers = [jp.global_aval_to_result_handler(a, s, True)
-                                 for a, s in zip(self.out_avals, out_shardings)]
+        if out_shardings is not None or not committed:
+            shardings = self.out_shardings if out_shardings is None else out_shardings
+            data.out_handlers = [jp.global_aval_to_result_handler(a, s, committed)
+                                 for a, s in zip(self.out_avals, shardings)]
         data.executable = self.hit_executable()
         if self.cpu_collectives:
             data.executable = inflight.BoundedExecutable(

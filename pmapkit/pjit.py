@@ -571,19 +571,34 @@ def _cache_miss(spec, *args, **kwargs):
     compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
     out_shardings = None
+    committed = True
     device = _result_device(prepared)
     if device is not None:
         # As jax.jit on one device (device=, SingleDeviceShardings): results
-        # are SingleDeviceShardings.
+        # are SingleDeviceShardings; run as jax.jit on uncommitted inputs
+        # (0.4 pjit without mesh and specs), uncommitted ones, as jit's.
         single = jax.sharding.SingleDeviceSharding(device)
-        outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
+        committed = not _runs_as_jit(spec, flat)
+        if committed:
+            outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
+        else:
+            outs = [jp.global_aval_to_result_handler(o.aval, single, False)(
+                        [shard.data for shard in o.addressable_shards]) for o in outs]
         out_shardings = (single,) * len(outs)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
-    fastpath = compiled.fastpath(prepared.out_tree, out_shardings)
+    fastpath = compiled.fastpath(prepared.out_tree, out_shardings, committed)
     if _refuses_other_devices(spec):
         fastpath.shard_fallback = _refusing_other_devices(
             fastpath.shard_fallback, prepared.params["in_shardings"], spec.name)
     return out, fastpath
+
+
+def _runs_as_jit(spec, flat):
+    """Whether this call is a 0.4-era mesh-less pjit run as jax.jit: no
+    specs, no device=, no mesh context and no committed argument."""
+    return (spec.in_unspecified and spec.out_unspecified and spec.device is None
+            and active_mesh() is None and _declared_mesh(spec) is None
+            and not any(_placement(x) is not None for x in flat))
 
 
 def _result_device(prepared):

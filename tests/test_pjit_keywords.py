@@ -154,6 +154,14 @@ def test_omitted_without_a_mesh_or_committed_input_runs_as_jit():
     assert ours.sharding == ref.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(ref))
     assert ours.dtype == ref.dtype and ours.shape == ref.shape
+    f = pmapkit.pjit(lambda v: v * 3)
+    for _ in range(2):   # the miss, then the hit path
+        # Uncommitted inputs give uncommitted results, a committed one
+        # committed results on its device, as from jax.jit.
+        assert f(x).committed is jax.jit(lambda v: v * 3)(x).committed is False
+        placed = jax.device_put(x, jax.devices()[2])
+        out = f(placed)
+        assert out.committed and out.sharding == SingleDeviceSharding(jax.devices()[2])
     np.testing.assert_array_equal(
         jax.grad(lambda v: pmapkit.pjit(lambda u: u * 3)(v).sum())(x), np.full(8, 3.0))
 
