@@ -44,12 +44,12 @@ the script as ``__main__``.
 """
 from __future__ import annotations
 
+import dis
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import dis
-import functools
 import inspect
 import sys
 import types
@@ -125,8 +125,9 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
     new = []
     new += _install_pjit()
     new += _install_module("jax.experimental.maps", lambda: pmapkit.maps)
+    refused = set()
     if "jax.experimental.maps" in _finder.modules:
-        _refuse_names(pmapkit.maps, "jax.experimental.maps")
+        refused = _refuse_names(pmapkit.maps, "jax.experimental.maps")
     new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
                          jax.sharding.PartitionSpec)
     new += _install_module("jax.experimental.host_callback",
@@ -139,7 +140,7 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
         if ours is not None:
             new += _install_name(jax, f"jax.{name}", _counted(f"jax.{name}", ours))
     new += _install_removed_names()
-    refused = _install_refusals()
+    refused = len(refused | _install_refusals())
     said = [f"installed {', '.join(new)}"] if new else []
     if refused:
         said.append(f"{refused} removed names without an equivalent raise a clear error")
@@ -206,19 +207,20 @@ def _install_config_module(record):
 
 def _install_refusals():
     """Removed names without a faithful equivalent raise RemovedFromJax
-    where they are touched; returns how many this call put in place."""
-    count = 0
+    where they are touched (a removed module on import and as an attribute
+    of its parent); returns the names this call refused."""
+    refused = set()
     for record in legacy_names.REFUSED_MODULES:
         if not _module_exists(record.name):
             _finder.modules[record.name] = functools.partial(_raise, record)
-            count += 1
+            refused.add(record.name)
     by_owner = {}
     for record in legacy_names.REFUSED_NAMES + legacy_names.REFUSED_MODULES:
         if record.owner != "jax.experimental.maps":
             by_owner.setdefault(record.owner, []).append(record)
     for owner, records in by_owner.items():
-        count += _refuse_names(importlib.import_module(owner), owner, records)
-    return count
+        refused |= _refuse_names(importlib.import_module(owner), owner, records)
+    return refused
 
 
 _IMPORT_FROM = dis.opmap["IMPORT_FROM"]
@@ -240,7 +242,8 @@ def _raise(record, depth=1):
 def _refuse_names(module, owner, records=None):
     """Chains a module ``__getattr__`` that raises the removal error for
     ``records`` (default: those of ``owner``) the module lacks, and defers
-    every other name to the module's own ``__getattr__``, if any."""
+    every other name to the module's own ``__getattr__``, if any; returns
+    the names it newly refused."""
     if records is None:
         records = [r for r in legacy_names.REFUSED_NAMES if r.owner == owner]
     hook = module.__dict__.get("__getattr__")
@@ -262,12 +265,12 @@ def _refuse_names(module, owner, records=None):
 
         __getattr__._pmapkit_refusals = refusals
         module.__getattr__ = __getattr__
-    count = 0
+    new = set()
     for record in records:
         if record.attr not in refusals and not _has(module, record.attr):
             refusals[record.attr] = record
-            count += 1
-    return count
+            new.add(record.name)
+    return new
 
 
 def _has(obj, name):
