@@ -6,8 +6,8 @@
     pmapkit launch -n N [--devices-per-process K] [--timeout S] script.py [args]
                                   N local processes joined by jax.distributed
                                   (``pmapkit launch --help``)
-    pmapkit run [--route-pmap] script.py [args]
-    pmapkit run [--route-pmap] -m module [args]
+    pmapkit run [--route-pmap] [--report] script.py [args]
+    pmapkit run [--route-pmap] [--report] -m module [args]
                                   an old script, unedited: pmapkit stands in for
                                   what this JAX removed (``pmapkit run --help``)
 """
@@ -17,18 +17,24 @@ import sys
 COMMANDS = ("demo", "bench", "launch", "run")
 
 RUN_USAGE = """\
-usage: pmapkit run [--route-pmap] script.py [args ...]
-       pmapkit run [--route-pmap] -m module [args ...]
+usage: pmapkit run [--route-pmap] [--report] script.py [args ...]
+       pmapkit run [--route-pmap] [--report] -m module [args ...]
 
 Runs an old JAX script unedited, as `python script.py` / `python -m module`
 would (sys.argv, __main__, exit status), after pmapkit.legacy.install():
 pmapkit's classic APIs stand in for the modules and names this JAX lacks
 (jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
-.jax2tf.jax_export, .export; jax.device_put_replicated/_sharded). One line
-on stderr says what was installed.
+.jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
+other removed names classic programs use (jax.tree_map, jax.ops.index_update,
+Array.device_buffers, jax.experimental.optimizers/stax, jax.config, ...);
+removed names without an equivalent raise an error naming their replacement.
+One line on stderr says what was installed.
 
 options:
   --route-pmap  also make jax.pmap pmapkit's pmap
+  --report      at exit, list on stderr the classic names the script used,
+                what served them and their modern replacements (also:
+                PMAPKIT_REPORT=1)
   -m module     run a module (like python -m) instead of a script
   -h, --help    show this message"""
 
@@ -59,7 +65,7 @@ def main(argv=None):
 def run(argv):
     """``pmapkit run``: options end at the script or ``-m module``; everything
     after it is the script's, as with ``python``."""
-    route_pmap, module, rest = False, None, list(argv)
+    route_pmap, report, module, rest = False, None, None, list(argv)
     while rest and rest[0].startswith("-") and module is None:
         option = rest.pop(0)
         if option in ("-h", "--help"):
@@ -67,6 +73,8 @@ def run(argv):
             return 0
         if option == "--route-pmap":
             route_pmap = True
+        elif option == "--report":
+            report = True
         elif option == "-m":
             if not rest:
                 return _usage_error("-m needs a module name")
@@ -82,7 +90,7 @@ def run(argv):
         if not os.path.isfile(script):
             return _usage_error(f"no such script: {script!r}")
     from pmapkit import _as_main, legacy
-    legacy.install(route_pmap=route_pmap)
+    legacy.install(route_pmap=route_pmap, report=report)
     if module is not None:
         _as_main.run_module(module, rest)
     else:

@@ -30,12 +30,22 @@ module), and ``jax.experimental.jax2tf`` cannot be imported without
 TensorFlow (then a stand-in package holding only ``jax_export`` serves it).
 ``jax.pmap`` is replaced only when asked (``route_pmap=True``).
 
+Beyond those, the census in ``pmapkit.legacy_names`` (``jax.tree_map`` and
+friends, ``jax.ops.index_*``, ``Array.device_buffers``,
+``jax.experimental.optimizers/stax``, ``jax.config`` the module, the old array
+type names, ...) is installed the same way, and removed names without a
+faithful equivalent raise ``RemovedFromJax`` where they are touched. With
+``report`` (``pmapkit run --report``, ``PMAPKIT_REPORT=1``) counting stand-ins
+record what the program used for ``pmapkit.legacy_report``'s table at exit.
+
 ``install`` says on stderr, in one line, what it installed.
 ``pmapkit run [--route-pmap] script.py`` (``pmapkit.cli``) installs and runs
 the script as ``__main__``.
 """
 from __future__ import annotations
 
+import dis
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -46,8 +56,10 @@ import types
 import warnings
 
 import jax
+import numpy as np
 
 import pmapkit
+from pmapkit import legacy_names, legacy_report
 
 __all__ = ["install", "installed"]
 
@@ -70,6 +82,8 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         module = self.modules[spec.name]()
+        if legacy_report.enabled():
+            legacy_report.note(spec.name, "imports")
         self._own_specs[spec.name] = getattr(module, "__spec__", None)
         return module
 
@@ -90,19 +104,30 @@ def installed() -> tuple[str, ...]:
     return tuple(_installed)
 
 
-def install(route_pmap: bool = False) -> tuple[str, ...]:
+def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, ...]:
     """Installs pmapkit as the modules and names this JAX lacks (see the module
     docstring); with ``route_pmap``, ``jax.pmap`` becomes ``pmapkit.pmap``.
+    With ``report`` (default: the ``PMAPKIT_REPORT`` environment variable) the
+    classic names the program uses are counted and, at exit, listed on stderr
+    with their modern replacements; counting needs the report on at the first
+    install.
 
     Idempotent: what is already installed is left as it is. Returns the names
     installed by this call and, when there are any, says so in one line on
     stderr.
     """
+    if report is None:
+        report = legacy_report.env_requests_report()
+    if report and not _installed:
+        legacy_report.enable()
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
     new = []
     new += _install_pjit()
     new += _install_module("jax.experimental.maps", lambda: pmapkit.maps)
+    refused = set()
+    if "jax.experimental.maps" in _finder.modules:
+        refused = _refuse_names(pmapkit.maps, "jax.experimental.maps")
     new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
                          jax.sharding.PartitionSpec)
     new += _install_module("jax.experimental.host_callback",
@@ -113,10 +138,14 @@ def install(route_pmap: bool = False) -> tuple[str, ...]:
     for name in ("device_put_replicated", "device_put_sharded"):
         ours = getattr(pmapkit, name, None)
         if ours is not None:
-            new += _install_name(jax, f"jax.{name}", ours)
+            new += _install_name(jax, f"jax.{name}", _counted(f"jax.{name}", ours))
+    new += _install_removed_names()
+    refused = len(refused | _install_refusals())
     said = [f"installed {', '.join(new)}"] if new else []
-    if route_pmap and jax.pmap is not pmapkit.pmap:
-        jax.pmap = pmapkit.pmap
+    if refused:
+        said.append(f"{refused} removed names without an equivalent raise a clear error")
+    if route_pmap and not _is_ours(jax.pmap, pmapkit.pmap):
+        jax.pmap = _counted("jax.pmap", pmapkit.pmap)
         new.append("jax.pmap")
         said.append("routed jax.pmap to pmapkit.pmap")
     _installed.extend(new)
@@ -124,6 +153,124 @@ def install(route_pmap: bool = False) -> tuple[str, ...]:
         print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)}",
               file=sys.stderr, flush=True)
     return tuple(new)
+
+
+def _counted(name, value, how="calls"):
+    """``value``, or its counting stand-in while the report is on."""
+    return legacy_report.counted(name, value, how) if legacy_report.enabled() else value
+
+
+def _is_ours(present, value):
+    return present is value or getattr(present, "__wrapped__", None) is value
+
+
+def _install_removed_names():
+    """The census (pmapkit.legacy_names): names set on JAX's modules, the
+    array properties, and the modules served by the finder; each only where
+    this JAX lacks it."""
+    new = []
+    for record in legacy_names.NAMES:
+        owner = importlib.import_module(record.owner)
+        if not _has(owner, record.attr):
+            new += _install_name(owner, record.name, _counted(record.name, record.make()))
+    array_type = legacy_names.array_type()
+    probe = jax.device_put(np.zeros((), np.float32))
+    for record in legacy_names.PROPERTIES:
+        # JAX 0.10 keeps the two names as properties that raise AttributeError:
+        # an instance tells whether the name works.
+        if not _has(probe, record.attr):
+            setattr(array_type, record.attr,
+                    property(_counted(record.name, record.make(), "reads")))
+            new.append(record.name)
+    for record in legacy_names.MODULES:
+        if record.name == "jax.config":
+            new += _install_config_module(record)
+        else:
+            new += _install_module(record.name, record.make)
+    return new
+
+
+def _install_config_module(record):
+    """``from jax.config import config``: a module put straight into
+    ``sys.modules``, so importing it never sets the ``jax.config`` attribute
+    (JAX's config object) to the module, as loading a submodule would."""
+    if _module_exists(record.name):
+        return []
+    module = record.make()
+    if legacy_report.enabled():
+        del module.config      # served by __getattr__, so every read counts
+        module.__getattr__ = legacy_report.counting_module_getattr(
+            record.name, {"config": jax.config})
+    sys.modules[record.name] = module
+    return [record.name]
+
+
+def _install_refusals():
+    """Removed names without a faithful equivalent raise RemovedFromJax
+    where they are touched (a removed module on import and as an attribute
+    of its parent); returns the names this call refused."""
+    refused = set()
+    for record in legacy_names.REFUSED_MODULES:
+        if not _module_exists(record.name):
+            _finder.modules[record.name] = functools.partial(_raise, record)
+            refused.add(record.name)
+    by_owner = {}
+    for record in legacy_names.REFUSED_NAMES + legacy_names.REFUSED_MODULES:
+        if record.owner != "jax.experimental.maps":
+            by_owner.setdefault(record.owner, []).append(record)
+    for owner, records in by_owner.items():
+        refused |= _refuse_names(importlib.import_module(owner), owner, records)
+    return refused
+
+
+_IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+
+
+def _raise(record, depth=1):
+    """Raises ``record``'s removal error. Read by ``from module import
+    name`` (the frame ``depth`` levels up runs IMPORT_FROM), it is an
+    ImportError: Python replaces any AttributeError there by "cannot import
+    name", losing the message. Elsewhere an AttributeError, so ``hasattr``
+    and ``getattr(m, name, default)`` still see the name missing."""
+    if legacy_report.enabled():
+        legacy_report.note(record.name, "refused uses")
+    caller = sys._getframe(depth)
+    importing = caller.f_code.co_code[caller.f_lasti] == _IMPORT_FROM
+    raise record.error(importing=importing)
+
+
+def _refuse_names(module, owner, records=None):
+    """Chains a module ``__getattr__`` that raises the removal error for
+    ``records`` (default: those of ``owner``) the module lacks, and defers
+    every other name to the module's own ``__getattr__``, if any; returns
+    the names it newly refused."""
+    if records is None:
+        records = [r for r in legacy_names.REFUSED_NAMES if r.owner == owner]
+    hook = module.__dict__.get("__getattr__")
+    refusals = getattr(hook, "_pmapkit_refusals", None)
+    if refusals is None:
+        refusals = {}
+        original = hook
+
+        def __getattr__(attr):
+            if original is not None:
+                try:
+                    return original(attr)
+                except AttributeError:
+                    if attr not in refusals:
+                        raise
+            elif attr not in refusals:
+                raise AttributeError(f"module {module.__name__!r} has no attribute {attr!r}")
+            _raise(refusals[attr], depth=2)
+
+        __getattr__._pmapkit_refusals = refusals
+        module.__getattr__ = __getattr__
+    new = set()
+    for record in records:
+        if record.attr not in refusals and not _has(module, record.attr):
+            refusals[record.attr] = record
+            new.add(record.name)
+    return new
 
 
 def _has(obj, name):
@@ -177,8 +324,10 @@ def _is_classic_pjit(fn):
 
 
 def _pjit_names():
-    return {"pjit": pmapkit.pjit,
-            "with_sharding_constraint": pmapkit.with_sharding_constraint,
+    return {"pjit": _counted("jax.experimental.pjit.pjit", pmapkit.pjit),
+            "with_sharding_constraint": _counted(
+                "jax.experimental.pjit.with_sharding_constraint",
+                pmapkit.with_sharding_constraint),
             "PartitionSpec": jax.sharding.PartitionSpec}
 
 
@@ -201,7 +350,8 @@ def _install_pjit():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 present = getattr(module, "pjit", None)
-            if present is value or (present is not None and _is_classic_pjit(present)):
+            if _is_ours(present, pmapkit.pjit) or (
+                    present is not None and _is_classic_pjit(present)):
                 continue
             module.pjit = value      # JAX's is jax.jit under another name
             new.append(f"{name}.pjit (classic)")

@@ -277,14 +277,17 @@ class CompiledProgram:
         and compiling)."""
         return _TokenedExecutable(self) if self.has_effects else self.executable
 
-    def fastpath(self, out_treedef, out_shardings=None):
+    def fastpath(self, out_treedef, out_shardings=None, committed=True):
         """The dispatch core's data for this program; ``out_shardings``
         replaces the results' shardings by equivalent ones (pjit's
-        ``device=``: a one-device mesh's results as SingleDeviceShardings)."""
+        ``device=``: a one-device mesh's results as SingleDeviceShardings);
+        ``committed=False`` makes results uncommitted (pjit run as jax.jit
+        on uncommitted inputs)."""
         data = FastpathData(self, out_treedef)
-        if out_shardings is not None:
-            data.out_handlers = [jp.global_aval_to_result_handler(a, s, True)
-                                 for a, s in zip(self.out_avals, out_shardings)]
+        if out_shardings is not None or not committed:
+            shardings = self.out_shardings if out_shardings is None else out_shardings
+            data.out_handlers = [jp.global_aval_to_result_handler(a, s, committed)
+                                 for a, s in zip(self.out_avals, shardings)]
         data.executable = self.hit_executable()
         if self.cpu_collectives:
             data.executable = inflight.BoundedExecutable(
@@ -532,8 +535,26 @@ def _pmap_shardings(params, in_avals):
                 mapped_dims(dims, ax, axis_name), a.ndim)))
             for ax, dims, a in zip(axes, inner_dims, avals))
 
-    return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals),
-            shardings(params["out_axes"], nested_out_dims(body, pmap_p), out_avals))
+    outs = shardings(params["out_axes"], nested_out_dims(body, pmap_p), out_avals)
+    _note_pmap_results(outs)
+    return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals), outs)
+
+
+# The result shardings of top-level pmaps (miss path only): the buffers of a
+# classic pmap output had no mapped axes, and pmapkit.legacy's
+# Array.device_buffers asks here whether an array is one.
+_pmap_results: set = set()
+_PMAP_RESULTS_BOUND = 4096
+
+
+def _note_pmap_results(shardings):
+    if len(_pmap_results) > _PMAP_RESULTS_BOUND:
+        _pmap_results.clear()
+    _pmap_results.update(shardings)
+
+
+def is_pmap_result_sharding(sharding):
+    return sharding in _pmap_results
 
 
 register_program(pmap_p, _pmap_shardings,

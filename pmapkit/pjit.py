@@ -263,9 +263,20 @@ def _active_mesh(spec, flat_args=()):
             if (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
                     and x.committed):
                 return _sharding_mesh(x.sharding)
+        if spec.out_unspecified:
+            # 0.4-era pjit without a mesh and without specs is jax.jit: on the
+            # default device, results with SingleDeviceShardings.
+            return _device_mesh(_default_device())
     raise RuntimeError("pjit requires a non-empty mesh! Are you sure that it's "
                        "defined at the call site? (enter one with "
                        "`with pmapkit.Mesh(devices, axis_names):`)")
+
+
+def _default_device():
+    chosen = jax.config.jax_default_device
+    if isinstance(chosen, jax.Device):
+        return chosen
+    return jax.devices(chosen)[0] if isinstance(chosen, str) else jax.devices()[0]
 
 
 def _to_sharding(leaf, mesh):
@@ -568,21 +579,36 @@ def _cache_miss(spec, *args, **kwargs):
     compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
     out_shardings = None
+    committed = True
     device = _result_device(prepared)
     if device is not None:
         # As jax.jit on one device (device=, SingleDeviceShardings): results
-        # are SingleDeviceShardings.
+        # are SingleDeviceShardings; run as jax.jit on uncommitted inputs
+        # (0.4 pjit without mesh and specs), uncommitted ones, as jit's.
         single = jax.sharding.SingleDeviceSharding(device)
-        outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
+        committed = not _runs_as_jit(spec, flat)
+        if committed:
+            outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
+        else:
+            outs = [jp.global_aval_to_result_handler(o.aval, single, False)(
+                        [shard.data for shard in o.addressable_shards]) for o in outs]
         out_shardings = (single,) * len(outs)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
-    fastpath = compiled.fastpath(prepared.out_tree, out_shardings)
+    fastpath = compiled.fastpath(prepared.out_tree, out_shardings, committed)
     if _refuses_other_devices(spec):
         check = _other_devices_check(prepared.params["in_shardings"], spec.name)
         fastpath.shard_fallback = _refusing_other_devices(fastpath.shard_fallback, check)
         if fastpath.mover is not None:
             fastpath.mover = fastpath.mover.checking(check)
     return out, fastpath
+
+
+def _runs_as_jit(spec, flat):
+    """Whether this call is a 0.4-era mesh-less pjit run as jax.jit: no
+    specs, no device=, no mesh context and no committed argument."""
+    return (spec.in_unspecified and spec.out_unspecified and spec.device is None
+            and active_mesh() is None and _declared_mesh(spec) is None
+            and not any(_placement(x) is not None for x in flat))
 
 
 def _result_device(prepared):
@@ -769,11 +795,31 @@ def with_sharding_constraint(x, axis_resources):
     resources = specs.flatten_axis_resources("axis_resources", prepared, x, False)
     mesh = active_mesh()
     if mesh is None and any(not isinstance(r, jax.sharding.Sharding) for r in resources):
-        raise RuntimeError(
-            "with_sharding_constraint requires a non-empty mesh! Are you sure "
-            "that it's defined at the call site?")
+        raise _no_mesh_for_constraint(resources, flat)
     avals = [jp.get_aval(v) for v in flat]
     _check_against("with_sharding_constraint arguments", resources, avals, mesh, None)
     outs = [jax.lax.with_sharding_constraint(v, _to_sharding(r, mesh))
             for v, r in zip(flat, resources)]
     return jax.tree_util.tree_unflatten(tree, outs)
+
+
+class MeshUndefinedError(ValueError, RuntimeError):
+    """``with_sharding_constraint`` with mesh axes and no mesh: JAX 0.2/0.3
+    raised a ValueError ("resource axis ... is undefined. Did you forget to
+    declare the mesh?"), 0.4 a RuntimeError ("requires a non-empty mesh");
+    code written for either catches this."""
+
+
+def _no_mesh_for_constraint(resources, flat):
+    classic = ""
+    for leaf, v in zip(resources, flat):
+        axes = [a for a in getattr(leaf, "partitions", ()) or () if a is not None]
+        names = [n for a in axes for n in (a if isinstance(a, tuple) else (a,))]
+        if names:
+            classic = (f"One of with_sharding_constraint arguments was given the "
+                       f"resource assignment of {leaf.user_spec}, but resource axis "
+                       f"{names[0]} is undefined. Did you forget to declare the mesh? ")
+            break
+    return MeshUndefinedError(
+        classic + "with_sharding_constraint requires a non-empty mesh! Are you "
+        "sure that it's defined at the call site?")

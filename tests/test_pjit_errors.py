@@ -295,6 +295,11 @@ def test_with_sharding_constraint_under_jit_without_a_mesh():
     f = jax.jit(lambda a: pmapkit.with_sharding_constraint(a, P("x")))
     with raises(RuntimeError, "with_sharding_constraint requires a non-empty mesh"):
         f(farange(8))
+    # JAX 0.2/0.3 raised a ValueError here, and code of that era catches it.
+    with raises(ValueError, "One of with_sharding_constraint arguments was given the "
+                "resource assignment of P('x',), but resource axis x is undefined. "
+                "Did you forget to declare the mesh?"):
+        f(farange(8))
 
 
 # ------------------------------------------------------- non-JAX outputs --

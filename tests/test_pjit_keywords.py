@@ -145,9 +145,30 @@ def test_omitted_without_a_mesh_uses_the_committed_arrays_mesh():
     same(ours, ref)
 
 
-def test_omitted_without_a_mesh_or_committed_input_raises():
+def test_omitted_without_a_mesh_or_committed_input_runs_as_jit():
+    """0.4-era pjit without a mesh and without specs is jax.jit: the default
+    device, SingleDeviceSharding results, the same values."""
+    x = farange(8)
+    ours = pmapkit.pjit(lambda v: v * 3)(x)
+    ref = jax.jit(lambda v: v * 3)(x)
+    assert ours.sharding == ref.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(ref))
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape
+    f = pmapkit.pjit(lambda v: v * 3)
+    for _ in range(2):   # the miss, then the hit path
+        # Uncommitted inputs give uncommitted results, a committed one
+        # committed results on its device, as from jax.jit.
+        assert f(x).committed is jax.jit(lambda v: v * 3)(x).committed is False
+        placed = jax.device_put(x, jax.devices()[2])
+        out = f(placed)
+        assert out.committed and out.sharding == SingleDeviceSharding(jax.devices()[2])
+    np.testing.assert_array_equal(
+        jax.grad(lambda v: pmapkit.pjit(lambda u: u * 3)(v).sum())(x), np.full(8, 3.0))
+
+
+def test_omitted_in_specs_with_out_specs_naming_axes_still_needs_a_mesh():
     with pytest.raises(RuntimeError, match="pjit requires a non-empty mesh"):
-        pmapkit.pjit(lambda v: v * 3)(farange(8))
+        pmapkit.pjit(lambda v: v * 3, out_axis_resources=P("x"))(farange(8))
 
 
 def test_omitted_committed_elsewhere_is_refused():
