@@ -354,8 +354,12 @@ def _check_platform(exported):
     platform = jax.default_backend()
     platform = {"gpu": "cuda"}.get(platform, platform)
     if platform not in exported.platforms:
+        # Both vintages' words: jax.export's "Function ... was exported for
+        # platforms" and jax_export's "The exported function ... was lowered".
         raise ValueError(
             f"The exported function '{exported.fun_name}' was lowered for "
             f"platform(s) {list(exported.platforms)} but is called on "
-            f"'{platform}'. Export it for this platform (platforms=[...]) or "
-            "with strict_checks=False to allow running it here.")
+            f"'{platform}' (Function '{exported.fun_name}' was exported for "
+            f"platforms {exported.platforms} but it is used on ('{platform}',)). "
+            "Export it for this platform (platforms=[...]) or with "
+            "strict_checks=False to allow running it here.")
