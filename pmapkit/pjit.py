@@ -28,7 +28,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering, specs
+from pmapkit import calls, committed_inputs, lowering, specs
 from pmapkit.distributed import pjit_across
 from pmapkit import stages
 from pmapkit._compiled import dispatch as _dispatch_mod
@@ -317,15 +317,16 @@ def _kept_sharding(x, mesh, describe, k, device_mode):
         "NamedSharding (or be replicated).")
 
 
-def _check_against(what, resources, avals, mesh, describe):
+def _check_against(what, resources, avals, mesh, describe, even=True):
     for k, (leaf, aval) in enumerate(zip(resources, avals)):
         if isinstance(leaf, NamedSharding):
             parsed = specs.ParsedPartitionSpec.from_user_input(leaf.spec, what)
             parsed.check_shape(aval.shape, leaf.mesh, what,
-                               describe(k) if describe else None, sharding=leaf)
+                               describe(k) if describe else None, sharding=leaf,
+                               even=even)
         elif isinstance(leaf, specs.ParsedPartitionSpec):
             leaf.check_shape(aval.shape, mesh, what,
-                             describe(k) if describe else None)
+                             describe(k) if describe else None, even=even)
 
 
 def _check_same_devices(spec, in_shardings, out_shardings, describe):
@@ -386,14 +387,19 @@ class _Entered:
         return self._ctx.__exit__(*exc)
 
 
+class KwargsError(ValueError, NotImplementedError):
+    """Keyword arguments to a pjit whose in_axis_resources are given: the
+    seed's pjit raised NotImplementedError, 0.4 pjit ValueError."""
+
+
 def _split_kwargs(spec, kwargs):
     static_kw = {k: v for k, v in kwargs.items() if k in spec.static_names}
     dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_names}
     if dyn_kw and not spec.in_unspecified:
-        raise NotImplementedError(
-            f"pjit does not support keyword arguments when {spec.in_what} is "
-            f"specified (as classic pjit); pass {sorted(dyn_kw)} positionally, "
-            f"omit {spec.in_what}, or name them in static_argnames.")
+        raise KwargsError(
+            f"pjit does not support kwargs when {spec.in_what} is specified. "
+            f"Pass {sorted(dyn_kw)} positionally, omit {spec.in_what}, or name "
+            "them in static_argnames.")
     for name, value in static_kw.items():
         try:
             hash(value)
@@ -431,10 +437,7 @@ def _prepare(spec, args, kwargs):
         in_shardings = [_kept_sharding(x, mesh, describe, k, spec.device is not None)
                         for k, x in enumerate(flat)]
     else:
-        in_res = spec.in_resources
-        if spec.static and isinstance(in_res, tuple) and len(in_res) == nargs:
-            in_res = tuple(in_res[i] for i in dyn_positions)
-        in_flat = specs.flatten_axis_resources(spec.in_what, in_res, dyn_args, True)
+        in_flat = _flat_in_resources(spec, nargs, dyn_positions, dyn_args)
         if not across:
             _check_against("pjit arguments", in_flat, in_avals, mesh, describe)
         in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
@@ -556,6 +559,10 @@ def _cache_miss(spec, *args, **kwargs):
     if _traced(flat):
         return _bind_traced(spec, prepared), None
     _check_committed_devices(spec, prepared, args, kwargs)
+    strict = _strict_inputs(spec, args, len(flat))
+    if strict is not None:
+        committed_inputs.check(flat, prepared.params["in_shardings"], strict,
+                               _input_names(spec, prepared, args, kwargs))
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
     compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
@@ -570,9 +577,46 @@ def _cache_miss(spec, *args, **kwargs):
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     fastpath = compiled.fastpath(prepared.out_tree, out_shardings)
     if _refuses_other_devices(spec):
-        fastpath.shard_fallback = _refusing_other_devices(
-            fastpath.shard_fallback, prepared.params["in_shardings"], spec.name)
+        fastpath.shard_fallback = committed_inputs.refusing(
+            _refusing_other_devices(fastpath.shard_fallback,
+                                    prepared.params["in_shardings"], spec.name),
+            prepared.params["in_shardings"], strict, spec.name)
     return out, fastpath
+
+
+def _flat_in_resources(spec, nargs, dyn_positions, dyn_args):
+    """The given in_axis_resources, one leaf per flat dynamic argument."""
+    in_res = spec.in_resources
+    if spec.static and isinstance(in_res, tuple) and len(in_res) == nargs:
+        in_res = tuple(in_res[i] for i in dyn_positions)
+    return specs.flatten_axis_resources(spec.in_what, in_res, dyn_args, True)
+
+
+def _strict_inputs(spec, args, n_flat):
+    """Per flat program input (hoisted constants first): whether its
+    sharding is a ``Sharding`` the caller gave, which a committed argument
+    must already have (0.4 pjit, jax.jit); None where there is none."""
+    if not _refuses_other_devices(spec):
+        return None
+    static = tuple(i for i in spec.static if i < len(args))
+    _, dyn_positions, dyn_args = calls.split_static(static, args, spec.name)
+    flags = tuple(isinstance(leaf, jax.sharding.Sharding) for leaf in
+                  _flat_in_resources(spec, len(args), dyn_positions, dyn_args))
+    if not any(flags):
+        return None
+    return (False,) * (n_flat - len(flags)) + flags
+
+
+def _input_names(spec, prepared, args, kwargs):
+    """``describe(k)`` naming flat program input ``k`` (hoisted first)."""
+    static = tuple(i for i in spec.static if i < len(args))
+    _, dyn_positions, dyn_args = calls.split_static(static, args, spec.name)
+    names = calls.LeafNames(spec.signature, dyn_positions, dyn_args,
+                            _split_kwargs(spec, kwargs)[1])
+    hoisted = len(prepared.flat_args) - len(jax.tree_util.tree_leaves(
+        (dyn_args, _split_kwargs(spec, kwargs)[1])))
+    return lambda k: (f"{names(k - hoisted)} of {spec.name}" if k >= hoisted
+                      else f"closed-over constant {k} of {spec.name}")
 
 
 def _result_device(prepared):
@@ -666,8 +710,11 @@ def _lower_program(spec, prepared):
 
 
 def _lower(spec, *args, **kwargs):
-    return stages.lower_prepared(pjit_p, "pjit", spec, _prepare(spec, args, kwargs),
-                                 args, kwargs)
+    prepared = _prepare(spec, args, kwargs)
+    return stages.lower_prepared(
+        pjit_p, "pjit", spec, prepared, args, kwargs,
+        strict=_strict_inputs(spec, args, len(prepared.flat_args)),
+        no_kwargs=not spec.in_unspecified)
 
 
 def _reduce(spec):
@@ -755,7 +802,10 @@ def with_sharding_constraint(x, axis_resources):
             "with_sharding_constraint requires a non-empty mesh! Are you sure "
             "that it's defined at the call site?")
     avals = [jp.get_aval(v) for v in flat]
-    _check_against("with_sharding_constraint arguments", resources, avals, mesh, None)
+    # Uneven splits are allowed here (jax's constraint pads), not for pjit's
+    # own arguments and outputs.
+    _check_against("with_sharding_constraint arguments", resources, avals, mesh, None,
+                   even=False)
     outs = [jax.lax.with_sharding_constraint(v, _to_sharding(r, mesh))
             for v, r in zip(flat, resources)]
     return jax.tree_util.tree_unflatten(tree, outs)

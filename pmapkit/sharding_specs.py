@@ -412,11 +412,13 @@ class ParsedPartitionSpec:
                                for p in self.partitions])
 
     def check_shape(self, shape, mesh, what: str = "the values",
-                    describe: str | None = None, sharding=None):
+                    describe: str | None = None, sharding=None, even=True):
         """Classic pjit's checks of a shape against this spec on ``mesh``;
         ``describe`` (which argument this is) is appended to the message.
         ``sharding``: the ``Sharding`` leaf this spec came from (0.4-era
-        pjit), named in the messages as those releases named it."""
+        pjit), named in the messages as those releases named it.
+        ``even=False`` lets a dimension split unevenly (a sharding
+        constraint inside the program may, as in jax)."""
         mesh_shape = _mesh_shape(mesh)
         where = f" ({describe})" if describe else ""
         spec = self.user_spec
@@ -445,7 +447,7 @@ class ParsedPartitionSpec:
                         f"but resource axis {axis} is undefined. Did you "
                         f"forget to declare the mesh?{where}")
                 size *= mesh_shape[axis]
-            if shape[i] % size:
+            if even and shape[i] % size:
                 raise ValueError(
                     f"One of {what} was given {given}, which implies that the "
                     f"size of its dimension {i} should be divisible by {size}, "
