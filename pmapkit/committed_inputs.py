@@ -35,8 +35,17 @@ def laid_out_otherwise(x, want):
         return True
 
 
-def mismatch_error(want, x, what):
-    """0.4 pjit's message (jax.jit's says 'jit' where it says 'pjit')."""
+def mismatch_error(want, x, what, compiled=False):
+    """0.4 pjit's message (jax.jit's says 'jit' where it says 'pjit'); for
+    an AOT-compiled call, 0.4's executable's and jax's."""
+    if compiled:
+        return ValueError(
+            f"Array sharding does not match the input sharding. Got Array "
+            f"sharding: {x.sharding} and xla sharding: {want} for arg shape: "
+            f"{tuple(x.shape)}, arg type: {x.aval.str_short()} ({what}: "
+            "Computation was compiled for input shardings that disagree with the "
+            "shardings of arguments passed to it; move it with jax.device_put "
+            "first).")
     return ValueError(
         "Sharding passed to pjit does not match the sharding on the respective "
         f"arg. Got pjit sharding: {want},\narg sharding: {x.sharding} for arg "
@@ -45,17 +54,17 @@ def mismatch_error(want, x, what):
         "with jax.device_put first, or give a PartitionSpec).")
 
 
-def check(flat, in_shardings, strict, describe):
+def check(flat, in_shardings, strict, describe, compiled=False):
     """Raise for the first strict input laid out otherwise; ``describe(k)``
     names flat input ``k``."""
     if strict is None:
         return
     for k, (x, want, s) in enumerate(zip(flat, in_shardings, strict)):
         if s and laid_out_otherwise(x, want):
-            raise mismatch_error(want, x, describe(k))
+            raise mismatch_error(want, x, describe(k), compiled)
 
 
-def refusing(fallback, in_shardings, strict, name):
+def refusing(fallback, in_shardings, strict, name, compiled=False):
     """The hit path's resharding fallback, refusing strict inputs laid out
     otherwise (as the miss path does)."""
     if strict is None or not any(strict):
@@ -63,7 +72,8 @@ def refusing(fallback, in_shardings, strict, name):
 
     def shard_fallback(x, i):
         if strict[i] and laid_out_otherwise(x, in_shardings[i]):
-            raise mismatch_error(in_shardings[i], x, f"flat argument {i} of {name}")
+            raise mismatch_error(in_shardings[i], x, f"flat argument {i} of {name}",
+                                 compiled)
         return fallback(x, i)
 
     return shard_fallback

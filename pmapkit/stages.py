@@ -194,7 +194,7 @@ class ProgramExecutable(jp.StagesExecutable):
         except TypeError as exc:
             raise _with_classic_type_mismatch(exc, program.in_avals, avals) from None
         committed_inputs.check(args_flat, program.in_shardings, self._strict,
-                               self._debug_info.arg_names.__getitem__)
+                               self._debug_info.arg_names.__getitem__, compiled=True)
         return program.run_flat(list(args_flat))
 
     def create_cpp_call(self, params):
@@ -227,7 +227,8 @@ class ProgramExecutable(jp.StagesExecutable):
                 return outs, None
             fastpath = program.fastpath(params.out_tree)
             fastpath.shard_fallback = committed_inputs.refusing(
-                fastpath.shard_fallback, program.in_shardings, strict, name)
+                fastpath.shard_fallback, program.in_shardings, strict, name,
+                compiled=True)
             return outs, fastpath
 
         return calls.make_compiled_call(compiled_call, self._debug_info.func_name)

@@ -219,16 +219,18 @@ class _Caller:
         # context of another size.
         exported = self.exported
         _check_platform(exported)
-        devices = _context_devices(flat, exported.nr_devices)
-        n = exported.nr_devices
-        if n != 1 and devices is not None and len(devices) != n:
-            raise DeviceCountError(exported.fun_name, n, len(devices))
         top = self._top
         if top is None:
             with self._lock:
                 top = self._top
                 if top is None:
                     top = self._top = _top_level_jit(self)
+        n = exported.nr_devices
+        if n == 1:
+            return top(*flat)  # runs on any context (one device, or replicated)
+        devices = _context_devices(flat, n)
+        if devices is not None and len(devices) != n:
+            raise DeviceCountError(exported.fun_name, n, len(devices))
         return top(*_placed_on_context(flat, devices))
 
 
