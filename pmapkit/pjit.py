@@ -349,8 +349,10 @@ def _check_same_devices(spec, in_shardings, out_shardings, describe):
             if devices == first[2]:
                 continue
             ids = first[2]
+            # jax.jit's words, and 0.4 pjit's (which said it of any clash).
             raise ValueError(
-                "Received incompatible devices for pjitted computation. Got "
+                "Received incompatible devices for pjitted computation (Pjit's "
+                "devices and Array's devices should be equal). Got "
                 f"{label(first[0], first[1])} with device ids "
                 f"{_device_ids(ids)} on platform {_platform(ids)} and "
                 f"{label(what, k)} with device ids {_device_ids(devices)} on "

@@ -429,10 +429,13 @@ class ParsedPartitionSpec:
                     f"annotation {sharding}: Sharding {sharding} is only valid "
                     f"for values of rank at least {len(self.partitions)}, but "
                     f"was applied to a value of rank {len(shape)}{where}")
+            # The seed's words, then 0.4's (code and tests of both match).
             raise ValueError(
                 f"One of {what} was given the resource assignment of "
                 f"{spec}, which implies that it has a rank of at "
-                f"least {len(self.partitions)}, but it is {len(shape)}{where}")
+                f"least {len(self.partitions)}, but it is {len(shape)}: {spec} is "
+                f"only valid for values of rank at least {len(self.partitions)}, "
+                f"but was applied to a value of rank {len(shape)}{where}")
         given = (f"the sharding of {sharding}" if sharding is not None else
                  f"the resource assignment of {spec}")
         for i, axes in enumerate(self.partitions):

@@ -48,7 +48,9 @@ def test_rank_smaller_than_in_spec(mesh):
     f = pmapkit.pjit(double, P("x", "y", None), None)
     with mesh, raises(ValueError, "One of pjit arguments was given the resource "
                       "assignment of P('x', 'y', None), which implies that it has "
-                      "a rank of at least 3, but it is 2", "argument 'x'"):
+                      "a rank of at least 3, but it is 2", "P('x', 'y', None) is only "
+                      "valid for values of rank at least 3, but was applied to a value "
+                      "of rank 2", "argument 'x'"):
         f(farange(8, 4))
 
 
