@@ -257,3 +257,38 @@ def test_donation_round_trip(kind):
 def test_pjit_export_needs_a_mesh():
     with pytest.raises(RuntimeError, match="pjit requires a non-empty mesh"):
         pe.export(_pjit_fun())(sds((8, 4)), sds((4, 8)))
+
+
+def test_abstract_mesh_and_several_meshes_run_with_their_shardings_after_a_round_trip():
+    # As jax.export: shardings over an AbstractMesh, or over two meshes of one
+    # device set, apply at the call (not a mesh mismatch), and a loaded
+    # artifact's results keep their recorded sharding (not replicated).
+    abstract = jax.sharding.AbstractMesh((2,), ("x",))
+
+    @jax.jit
+    def f(a):
+        return jax.lax.with_sharding_constraint(a @ a.T, NamedSharding(abstract, P(None, "x")))
+
+    spec = jax.ShapeDtypeStruct((16, 16), np.float32,
+                                sharding=NamedSharding(abstract, P("x", None)))
+    run = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("x",))
+    a = jax.device_put(values((16, 16)), NamedSharding(run, P("x", None)))
+    ours = pe.deserialize(pe.serialize(pe.export(f)(spec)))
+    theirs = jax_export.deserialize(jax_export.export(f)(spec).serialize())
+    got, want = ours.call(a), theirs.call(a)
+    assert_tree_close(got, want, tol=1e-4)
+    assert [s.index for s in got.addressable_shards] == \
+        [s.index for s in want.addressable_shards] == [(slice(None), slice(0, 8)),
+                                                        (slice(None), slice(8, 16))]
+
+    m1 = jax.sharding.Mesh(np.array(jax.devices()[:2]).reshape(2, 1), ("a", "b"))
+    m2 = jax.sharding.Mesh(np.array(jax.devices()[:2]).reshape(1, 2), ("c", "d"))
+    g = jax.jit(lambda x, w: x @ w, in_shardings=(NamedSharding(m1, P("a")),
+                                                 NamedSharding(m2, P(None, "d"))),
+                out_shardings=NamedSharding(m1, P("a")))
+    ours = pe.deserialize(pe.serialize(pe.export(g)(sds((4, 6)), sds((6, 4)))))
+    x = jax.device_put(values((4, 6)), NamedSharding(m1, P("a")))
+    w = jax.device_put(values((6, 4), seed=1), NamedSharding(m2, P(None, "d")))
+    got = ours.call(x, w)
+    assert_tree_close(got, np.asarray(x) @ np.asarray(w), tol=1e-5)
+    assert got.sharding.is_equivalent_to(NamedSharding(m1, P("a")), 2)
