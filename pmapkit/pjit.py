@@ -711,7 +711,14 @@ def _lower_program(spec, prepared):
                           for a in in_avals])
 
 
-def _lower(spec, *args, **kwargs):
+def _lower(spec, *args, _global_avals=False, **kwargs):
+    # Classic pjit's ``lower(..., _global_avals=True)``: the shapes given are
+    # global ones. In one process global and local shapes are the same.
+    if _global_avals and jp.process_count() > 1:
+        raise NotImplementedError(
+            f"pjit {spec.name}.lower(..., _global_avals=True) in a multi-process "
+            "run: lower with global jax.Arrays (or this process's local "
+            "shapes) instead.")
     prepared = _prepare(spec, args, kwargs)
     return stages.lower_prepared(
         pjit_p, "pjit", spec, prepared, args, kwargs,

@@ -140,8 +140,17 @@ def flatten_axis_resources(what, tree, full, tupled_args):
         shown = jax.tree_util.tree_map(
             lambda p: p.user_spec if isinstance(p, ParsedPartitionSpec) else p,
             tree, is_leaf=is_leaf)
-        raise ValueError(
-            f"pjit {what} specification must be a tree prefix of the "
-            f"{'positional arguments tuple' if tupled_args else 'output'} "
-            f"of the pjit-decorated function, got {shown!r} for a value with "
-            f"structure {jax.tree_util.tree_structure(full)}.") from None
+        msg = (f"pjit {what} specification must be a tree prefix of the "
+               f"{'positional arguments tuple' if tupled_args else 'output'} "
+               f"of the pjit-decorated function, got {shown!r} for a value with "
+               f"structure {jax.tree_util.tree_structure(full)}.")
+        if tupled_args and isinstance(tree, tuple) and len(tree) != len(full):
+            # 0.4 pjit's explanation of this most common case.
+            msg += (f" pjit {what} specification must be a tree prefix of the "
+                    "positional arguments tuple passed to the `pjit`-decorated "
+                    f"function. In particular, pjit {what} must either be a None, "
+                    "a PartitionSpec, or a tuple of length equal to the number of "
+                    f"positional arguments. But pjit {what} is the wrong length: "
+                    f"got a tuple or list of length {len(tree)} for an args tuple "
+                    f"of length {len(full)}.")
+        raise ValueError(msg) from None

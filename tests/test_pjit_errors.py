@@ -359,3 +359,27 @@ def test_committed_input_laid_out_otherwise_than_a_given_sharding_is_refused():
     by_spec = pmapkit.pjit(lambda a: a * 2, in_axis_resources=P("x"))
     with pmapkit.Mesh(jm.devices, ("x", "y")):
         np.testing.assert_array_equal(np.asarray(by_spec(other)), np.asarray(farange(8, 2)) * 2)
+
+
+def test_lower_takes_the_classic_global_avals_flag(mesh):
+    # 0.3 pjit's lower(..., _global_avals=True): in one process the shapes
+    # given are the global ones already.
+    f = pmapkit.pjit(lambda a, b: a @ b, P(("x", "y")), P(("x", "y")))
+    x = farange(8, 8)
+    with mesh:
+        exe = f.lower(jax.core.ShapedArray((8, 8), np.float32), x,
+                      _global_avals=True).compile()
+        np.testing.assert_allclose(np.asarray(exe(x, x)), np.asarray(x) @ np.asarray(x),
+                                   rtol=1e-6)
+    assert isinstance(exe, jax.stages.Compiled)
+
+
+def test_in_axis_resources_of_the_wrong_length_explained_as_0_4_pjit(mesh):
+    f = pmapkit.pjit(lambda a, b: a + b, (None, None, None), None)
+    with mesh, raises(ValueError, "got (None, None, None) for a value with structure",
+                      "In particular, pjit in_axis_resources must either be a None, a "
+                      "PartitionSpec, or a tuple of length equal to the number of "
+                      "positional arguments. But pjit in_axis_resources is the wrong "
+                      "length: got a tuple or list of length 3 for an args tuple of "
+                      "length 2."):
+        f(farange(8), farange(8))
