@@ -5,6 +5,7 @@ resources``, ``ParsedPartitionSpec``, ``infer_params``); where pmapkit adds
 the argument the message is about (``argument 'x' (positional argument 0)``),
 that is pinned too. Most errors are raised before anything compiles.
 """
+import collections
 import re
 
 import jax
@@ -383,3 +384,8 @@ def test_in_axis_resources_of_the_wrong_length_explained_as_0_4_pjit(mesh):
                       "length: got a tuple or list of length 3 for an args tuple of "
                       "length 2."):
         f(farange(8), farange(8))
+    Foo = collections.namedtuple("Foo", ["x"])
+    g = pmapkit.pjit(lambda a: a, Foo(None), Foo(None))
+    with mesh, raises(ValueError, "But in_axis_resources is not a tuple",
+                      "in_axis_resources might need to be wrapped in a singleton tuple"):
+        g(Foo(farange(8)))
