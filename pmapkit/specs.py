@@ -146,7 +146,22 @@ def flatten_axis_resources(what, tree, full, tupled_args):
                f"structure {jax.tree_util.tree_structure(full)}.")
         if tupled_args:
             msg += _classic_prefix_hint(what, tree, full, is_leaf)
+        msg += _prefix_detail(f"pjit {what}", tree, full, is_leaf)
         raise ValueError(msg) from None
+
+
+def _prefix_detail(name, tree, full, is_leaf):
+    """JAX's description of where the prefix does not fit (the root named
+    'tree root', as the classic releases printed it)."""
+    try:
+        errors = jp.prefix_errors(tree, full, is_leaf=is_leaf)
+    except Exception:  # noqa: BLE001 - the summary above stands alone
+        return ""
+    if not errors:
+        return ""
+    detail = str(errors[0](name).args[0])
+    return "\n" + detail.replace(f"key path\n    {name}\n",
+                                  f"key path\n    {name} tree root\n")
 
 
 def _classic_prefix_hint(what, tree, full, is_leaf):

@@ -389,3 +389,9 @@ def test_in_axis_resources_of_the_wrong_length_explained_as_0_4_pjit(mesh):
     with mesh, raises(ValueError, "But in_axis_resources is not a tuple",
                       "in_axis_resources might need to be wrapped in a singleton tuple"):
         g(Foo(farange(8)))
+    # Where the prefix does not fit, in JAX's words (the root as classic
+    # releases named it).
+    h = pmapkit.pjit(lambda a: a, ([None] * 3,), [[None] * 3, None])
+    with mesh, raises(ValueError, "pytree structure error: different lengths of list "
+                      "at key path\n    pjit out_axis_resources tree root\n"):
+        h([farange(8)] * 3)
