@@ -28,7 +28,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering, specs
+from pmapkit import calls, committed_inputs, lowering, specs
 from pmapkit.distributed import pjit_across
 from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
@@ -336,15 +336,16 @@ def _kept_sharding(x, mesh, describe, k, device_mode):
         "NamedSharding (or be replicated).")
 
 
-def _check_against(what, resources, avals, mesh, describe):
+def _check_against(what, resources, avals, mesh, describe, even=True):
     for k, (leaf, aval) in enumerate(zip(resources, avals)):
         if isinstance(leaf, NamedSharding):
             parsed = specs.ParsedPartitionSpec.from_user_input(leaf.spec, what)
             parsed.check_shape(aval.shape, leaf.mesh, what,
-                               describe(k) if describe else None, sharding=leaf)
+                               describe(k) if describe else None, sharding=leaf,
+                               even=even)
         elif isinstance(leaf, specs.ParsedPartitionSpec):
             leaf.check_shape(aval.shape, mesh, what,
-                             describe(k) if describe else None)
+                             describe(k) if describe else None, even=even)
 
 
 def _check_same_devices(spec, in_shardings, out_shardings, describe):
@@ -367,8 +368,10 @@ def _check_same_devices(spec, in_shardings, out_shardings, describe):
             if devices == first[2]:
                 continue
             ids = first[2]
+            # jax.jit's words, and 0.4 pjit's (which said it of any clash).
             raise ValueError(
-                "Received incompatible devices for pjitted computation. Got "
+                "Received incompatible devices for pjitted computation (Pjit's "
+                "devices and Array's devices should be equal). Got "
                 f"{label(first[0], first[1])} with device ids "
                 f"{_device_ids(ids)} on platform {_platform(ids)} and "
                 f"{label(what, k)} with device ids {_device_ids(devices)} on "
@@ -405,14 +408,19 @@ class _Entered:
         return self._ctx.__exit__(*exc)
 
 
+class KwargsError(ValueError, NotImplementedError):
+    """Keyword arguments to a pjit whose in_axis_resources are given: the
+    seed's pjit raised NotImplementedError, 0.4 pjit ValueError."""
+
+
 def _split_kwargs(spec, kwargs):
     static_kw = {k: v for k, v in kwargs.items() if k in spec.static_names}
     dyn_kw = {k: v for k, v in kwargs.items() if k not in spec.static_names}
     if dyn_kw and not spec.in_unspecified:
-        raise NotImplementedError(
-            f"pjit does not support keyword arguments when {spec.in_what} is "
-            f"specified (as classic pjit); pass {sorted(dyn_kw)} positionally, "
-            f"omit {spec.in_what}, or name them in static_argnames.")
+        raise KwargsError(
+            f"pjit does not support kwargs when {spec.in_what} is specified. "
+            f"Pass {sorted(dyn_kw)} positionally, omit {spec.in_what}, or name "
+            "them in static_argnames.")
     for name, value in static_kw.items():
         try:
             hash(value)
@@ -450,10 +458,7 @@ def _prepare(spec, args, kwargs):
         in_shardings = [_kept_sharding(x, mesh, describe, k, spec.device is not None)
                         for k, x in enumerate(flat)]
     else:
-        in_res = spec.in_resources
-        if spec.static and isinstance(in_res, tuple) and len(in_res) == nargs:
-            in_res = tuple(in_res[i] for i in dyn_positions)
-        in_flat = specs.flatten_axis_resources(spec.in_what, in_res, dyn_args, True)
+        in_flat = _flat_in_resources(spec, nargs, dyn_positions, dyn_args)
         if not across:
             _check_against("pjit arguments", in_flat, in_avals, mesh, describe)
         in_shardings = [_to_sharding(leaf, mesh) for leaf in in_flat]
@@ -575,6 +580,10 @@ def _cache_miss(spec, *args, **kwargs):
     if _traced(flat):
         return _bind_traced(spec, prepared), None
     _check_committed_devices(spec, prepared, args, kwargs)
+    strict = _strict_inputs(spec, args, len(flat))
+    if strict is not None:
+        committed_inputs.check(flat, prepared.params["in_shardings"], strict,
+                               _input_names(spec, prepared, args, kwargs))
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
     compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
@@ -596,11 +605,23 @@ def _cache_miss(spec, *args, **kwargs):
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     fastpath = compiled.fastpath(prepared.out_tree, out_shardings, committed)
     if _refuses_other_devices(spec):
-        check = _other_devices_check(prepared.params["in_shardings"], spec.name)
-        fastpath.shard_fallback = _refusing_other_devices(fastpath.shard_fallback, check)
-        if fastpath.mover is not None:
-            fastpath.mover = fastpath.mover.checking(check)
+        in_shardings = prepared.params["in_shardings"]
+        devices_check = _other_devices_check(in_shardings, spec.name)
+        layout_check = committed_inputs.leaf_check(in_shardings, strict, spec.name)
+        fastpath = committed_inputs.guard(fastpath, _both(devices_check, layout_check))
     return out, fastpath
+
+
+def _both(first, second):
+    """``check(x, i)`` running ``first`` then ``second`` (None: ``first`` alone)."""
+    if second is None:
+        return first
+
+    def check(x, i):
+        first(x, i)
+        second(x, i)
+
+    return check
 
 
 def _runs_as_jit(spec, flat):
@@ -609,6 +630,41 @@ def _runs_as_jit(spec, flat):
     return (spec.in_unspecified and spec.out_unspecified and spec.device is None
             and active_mesh() is None and _declared_mesh(spec) is None
             and not any(_placement(x) is not None for x in flat))
+
+
+def _flat_in_resources(spec, nargs, dyn_positions, dyn_args):
+    """The given in_axis_resources, one leaf per flat dynamic argument."""
+    in_res = spec.in_resources
+    if spec.static and isinstance(in_res, tuple) and len(in_res) == nargs:
+        in_res = tuple(in_res[i] for i in dyn_positions)
+    return specs.flatten_axis_resources(spec.in_what, in_res, dyn_args, True)
+
+
+def _strict_inputs(spec, args, n_flat):
+    """Per flat program input (hoisted constants first): whether its
+    sharding is a ``Sharding`` the caller gave, which a committed argument
+    must already have (0.4 pjit, jax.jit); None where there is none."""
+    if not _refuses_other_devices(spec):
+        return None
+    static = tuple(i for i in spec.static if i < len(args))
+    _, dyn_positions, dyn_args = calls.split_static(static, args, spec.name)
+    flags = tuple(isinstance(leaf, jax.sharding.Sharding) for leaf in
+                  _flat_in_resources(spec, len(args), dyn_positions, dyn_args))
+    if not any(flags):
+        return None
+    return (False,) * (n_flat - len(flags)) + flags
+
+
+def _input_names(spec, prepared, args, kwargs):
+    """``describe(k)`` naming flat program input ``k`` (hoisted first)."""
+    static = tuple(i for i in spec.static if i < len(args))
+    _, dyn_positions, dyn_args = calls.split_static(static, args, spec.name)
+    names = calls.LeafNames(spec.signature, dyn_positions, dyn_args,
+                            _split_kwargs(spec, kwargs)[1])
+    hoisted = len(prepared.flat_args) - len(jax.tree_util.tree_leaves(
+        (dyn_args, _split_kwargs(spec, kwargs)[1])))
+    return lambda k: (f"{names(k - hoisted)} of {spec.name}" if k >= hoisted
+                      else f"closed-over constant {k} of {spec.name}")
 
 
 def _result_device(prepared):
@@ -666,15 +722,6 @@ def _other_devices_check(in_shardings, name):
     return check
 
 
-def _refusing_other_devices(fallback, check):
-    """The hit path's resharding fallback, running ``check`` first."""
-    def shard_fallback(x, i):
-        check(x, i)
-        return fallback(x, i)
-
-    return shard_fallback
-
-
 def _bind_traced(spec, prepared):
     flat = prepared.flat_args
     if spec.inline:
@@ -709,9 +756,19 @@ def _lower_program(spec, prepared):
                           for a in in_avals])
 
 
-def _lower(spec, *args, **kwargs):
-    return stages.lower_prepared(pjit_p, "pjit", spec, _prepare(spec, args, kwargs),
-                                 args, kwargs)
+def _lower(spec, *args, _global_avals=False, **kwargs):
+    # Classic pjit's ``lower(..., _global_avals=True)``: the shapes given are
+    # global ones. In one process global and local shapes are the same.
+    if _global_avals and jp.process_count() > 1:
+        raise NotImplementedError(
+            f"pjit {spec.name}.lower(..., _global_avals=True) in a multi-process "
+            "run: lower with global jax.Arrays (or this process's local "
+            "shapes) instead.")
+    prepared = _prepare(spec, args, kwargs)
+    return stages.lower_prepared(
+        pjit_p, "pjit", spec, prepared, args, kwargs,
+        strict=_strict_inputs(spec, args, len(prepared.flat_args)),
+        no_kwargs=not spec.in_unspecified)
 
 
 def _reduce(spec):
@@ -797,7 +854,10 @@ def with_sharding_constraint(x, axis_resources):
     if mesh is None and any(not isinstance(r, jax.sharding.Sharding) for r in resources):
         raise _no_mesh_for_constraint(resources, flat)
     avals = [jp.get_aval(v) for v in flat]
-    _check_against("with_sharding_constraint arguments", resources, avals, mesh, None)
+    # Uneven splits are allowed here (jax's constraint pads), not for pjit's
+    # own arguments and outputs.
+    _check_against("with_sharding_constraint arguments", resources, avals, mesh, None,
+                   even=False)
     outs = [jax.lax.with_sharding_constraint(v, _to_sharding(r, mesh))
             for v, r in zip(flat, resources)]
     return jax.tree_util.tree_unflatten(tree, outs)

@@ -412,11 +412,13 @@ class ParsedPartitionSpec:
                                for p in self.partitions])
 
     def check_shape(self, shape, mesh, what: str = "the values",
-                    describe: str | None = None, sharding=None):
+                    describe: str | None = None, sharding=None, even=True):
         """Classic pjit's checks of a shape against this spec on ``mesh``;
         ``describe`` (which argument this is) is appended to the message.
         ``sharding``: the ``Sharding`` leaf this spec came from (0.4-era
-        pjit), named in the messages as those releases named it."""
+        pjit), named in the messages as those releases named it.
+        ``even=False`` lets a dimension split unevenly (a sharding
+        constraint inside the program may, as in jax)."""
         mesh_shape = _mesh_shape(mesh)
         where = f" ({describe})" if describe else ""
         spec = self.user_spec
@@ -427,10 +429,13 @@ class ParsedPartitionSpec:
                     f"annotation {sharding}: Sharding {sharding} is only valid "
                     f"for values of rank at least {len(self.partitions)}, but "
                     f"was applied to a value of rank {len(shape)}{where}")
+            # The seed's words, then 0.4's (code and tests of both match).
             raise ValueError(
                 f"One of {what} was given the resource assignment of "
                 f"{spec}, which implies that it has a rank of at "
-                f"least {len(self.partitions)}, but it is {len(shape)}{where}")
+                f"least {len(self.partitions)}, but it is {len(shape)}: {spec} is "
+                f"only valid for values of rank at least {len(self.partitions)}, "
+                f"but was applied to a value of rank {len(shape)}{where}")
         given = (f"the sharding of {sharding}" if sharding is not None else
                  f"the resource assignment of {spec}")
         for i, axes in enumerate(self.partitions):
@@ -445,7 +450,7 @@ class ParsedPartitionSpec:
                         f"but resource axis {axis} is undefined. Did you "
                         f"forget to declare the mesh?{where}")
                 size *= mesh_shape[axis]
-            if shape[i] % size:
+            if even and shape[i] % size:
                 raise ValueError(
                     f"One of {what} was given {given}, which implies that the "
                     f"size of its dimension {i} should be divisible by {size}, "

@@ -140,8 +140,50 @@ def flatten_axis_resources(what, tree, full, tupled_args):
         shown = jax.tree_util.tree_map(
             lambda p: p.user_spec if isinstance(p, ParsedPartitionSpec) else p,
             tree, is_leaf=is_leaf)
-        raise ValueError(
-            f"pjit {what} specification must be a tree prefix of the "
-            f"{'positional arguments tuple' if tupled_args else 'output'} "
-            f"of the pjit-decorated function, got {shown!r} for a value with "
-            f"structure {jax.tree_util.tree_structure(full)}.") from None
+        msg = (f"pjit {what} specification must be a tree prefix of the "
+               f"{'positional arguments tuple' if tupled_args else 'output'} "
+               f"of the pjit-decorated function, got {shown!r} for a value with "
+               f"structure {jax.tree_util.tree_structure(full)}.")
+        if tupled_args:
+            msg += _classic_prefix_hint(what, tree, full, is_leaf)
+        msg += _prefix_detail(f"pjit {what}", tree, full, is_leaf)
+        raise ValueError(msg) from None
+
+
+def _prefix_detail(name, tree, full, is_leaf):
+    """JAX's description of where the prefix does not fit (the root named
+    'tree root', as the classic releases printed it)."""
+    try:
+        errors = jp.prefix_errors(tree, full, is_leaf=is_leaf)
+    except Exception:  # noqa: BLE001 - the summary above stands alone
+        return ""
+    if not errors:
+        return ""
+    detail = str(errors[0](name).args[0])
+    return "\n" + detail.replace(f"key path\n    {name}\n",
+                                  f"key path\n    {name} tree root\n")
+
+
+def _classic_prefix_hint(what, tree, full, is_leaf):
+    """0.4 pjit's explanation of a positional prefix that does not fit."""
+    hint = (f" pjit {what} specification must be a tree prefix of the "
+            "positional arguments tuple passed to the `pjit`-decorated "
+            f"function. In particular, pjit {what} must either be a None, "
+            "a PartitionSpec, or a tuple of length equal to the number of "
+            "positional arguments.")
+    if type(tree) is not tuple:
+        hint += f" But {what} is not a tuple: got {type(tree)} instead."
+    elif len(tree) != len(full):
+        hint += (f" But pjit {what} is the wrong length: got a tuple or list of "
+                 f"length {len(tree)} for an args tuple of length {len(full)}.")
+    else:
+        return ""
+    if len(full) == 1:
+        try:
+            jp.broadcast_prefix((tree,), full, is_leaf=is_leaf)
+        except ValueError:
+            pass
+        else:
+            hint += (f" Given the corresponding argument being passed, it looks "
+                     f"like {what} might need to be wrapped in a singleton tuple.")
+    return hint

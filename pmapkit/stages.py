@@ -15,15 +15,20 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering
+from pmapkit import calls, committed_inputs, lowering
 from pmapkit.distributed import process_local
 
 
-def lower_prepared(primitive, api, spec, prepared, args, kwargs):
+def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
+                   no_kwargs=False):
     """The ``ProgramLowered`` of one validated call.
 
     ``prepared`` is what the api's ``_prepare`` made of ``(args, kwargs)``;
-    ``spec`` supplies ``static``, ``name`` and ``signature``.
+    ``spec`` supplies ``static``, ``name`` and ``signature``. ``strict``:
+    per flat input, whether a committed argument must already have its
+    sharding (``committed_inputs``); ``no_kwargs``: the call form takes no
+    keyword arguments (pjit with in_axis_resources), so the compiled one
+    refuses them as classic pjit's did.
     """
     statics, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
     in_tree = jax.tree_util.tree_structure((dyn_args, kwargs))
@@ -39,7 +44,7 @@ def lower_prepared(primitive, api, spec, prepared, args, kwargs):
     arg_names = tuple(describe.short(k) for k in range(in_tree.num_leaves))
     call_static = _StaticCall(spec.static, statics, len(args))
     return ProgramLowered(primitive, api, spec.name, prepared, in_tree,
-                          arg_names, call_static)
+                          arg_names, call_static, strict, no_kwargs)
 
 
 def _plain_aval(aval):
@@ -80,7 +85,7 @@ class ProgramLowered(jax.stages.Lowered):
     """``jax.stages.Lowered`` of a pmapkit pmap or pjit for one signature."""
 
     def __init__(self, primitive, api, name, prepared, in_tree, arg_names,
-                 call_static):
+                 call_static, strict=None, no_kwargs=False):
         flat_lowered = lowering.lower_program(primitive, prepared.params,
                                               prepared.in_avals)
         donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
@@ -97,14 +102,15 @@ class ProgramLowered(jax.stages.Lowered):
         # What pmapkit.export rebuilds the program from.
         self._prepared = prepared
         self._static = call_static.positions
+        self._strict = strict
+        self._no_kwargs = no_kwargs
 
     @property
     def in_avals(self):
         """The ``(args, kwargs)`` pytree of plain ``ShapedArray``s, as
         classic ``Lowered.in_avals`` gave (jax 0.10's carry the program's
-        abstract mesh in their shardings)."""
-        return jax.tree_util.tree_map(lambda info: _plain_aval(info._aval),
-                                      self.args_info)
+        abstract mesh in their shardings); ``Compiled.in_avals`` too."""
+        return _plain_in_avals(self.args_info)
 
     def compile(self, compiler_options=None, *, device_assignment=None):
         program = lowering.compile_lowered(
@@ -113,8 +119,19 @@ class ProgramLowered(jax.stages.Lowered):
             device_assignment=device_assignment)
         executable = ProgramExecutable(
             program, jp.DebugInfo(self._api, self._name, self._arg_names, None),
-            self._call_static)
-        return ProgramCompiled(executable, self.args_info, self.out_tree)
+            self._call_static, self._strict, self._no_kwargs)
+        compiled = ProgramCompiled(executable, self.args_info, self.out_tree)
+        compiled._no_kwargs = self._no_kwargs
+        return compiled
+
+
+def _plain_in_avals(args_info):
+    return jax.tree_util.tree_map(lambda info: _plain_aval(info._aval), args_info)
+
+
+class CompiledKwargsError(TypeError, NotImplementedError):
+    """Keyword arguments to a compiled pjit that takes none: classic pjit's
+    NotImplementedError, jax.jit's TypeError."""
 
 
 class ProgramCompiled(jax.stages.Compiled):
@@ -126,6 +143,11 @@ class ProgramCompiled(jax.stages.Compiled):
     def __init__(self, executable, args_info, out_tree):
         super().__init__(executable, [], args_info, out_tree)
 
+    @property
+    def in_avals(self):
+        """Equal to the ``Lowered``'s (as jax.jit's are)."""
+        return _plain_in_avals(self.args_info)
+
 
 class ProgramExecutable(jp.StagesExecutable):
     """The executable behind ``ProgramCompiled``.
@@ -136,17 +158,19 @@ class ProgramExecutable(jp.StagesExecutable):
     pmapkit's ``CompiledProgram``.
     """
 
-    def __init__(self, program, debug_info, call_static):
+    def __init__(self, program, debug_info, call_static, strict=None, no_kwargs=False):
         self._program = program
         self._mesh_executable = program.compiled._executable
         self._debug_info = debug_info
         self._call_static = call_static
+        self._strict = strict
+        self._no_kwargs = no_kwargs
 
     def __getattr__(self, name):
         # in_avals, out_avals, _in_shardings, _kept_var_idx, _xla_in_layouts,
         # ...: the attributes jax.stages.Compiled reads off its executable.
         if name.startswith("__") or name in ("_program", "_mesh_executable",
-                                             "_call_static"):
+                                             "_call_static", "_strict", "_no_kwargs"):
             raise AttributeError(name)
         return getattr(self._mesh_executable, name)
 
@@ -165,7 +189,12 @@ class ProgramExecutable(jp.StagesExecutable):
             # Across processes local arguments are given at their local size.
             avals = [_global_view(x, a, s)
                      for x, a, s in zip(args_flat, avals, program.in_shardings)]
-        jp.check_arg_avals_for_call(program.in_avals, avals, self._debug_info)
+        try:
+            jp.check_arg_avals_for_call(program.in_avals, avals, self._debug_info)
+        except TypeError as exc:
+            raise _with_classic_type_mismatch(exc, program.in_avals, avals) from None
+        committed_inputs.check(args_flat, program.in_shardings, self._strict,
+                               self._debug_info.arg_names.__getitem__, compiled=True)
         return program.run_flat(list(args_flat))
 
     def create_cpp_call(self, params):
@@ -175,12 +204,20 @@ class ProgramExecutable(jp.StagesExecutable):
         (pytree, avals: JAX's TypeErrors) and runs ``call``."""
         program = self._program
         call_static = self._call_static
+        no_kwargs, strict = self._no_kwargs, self._strict
+        name = self._debug_info.func_name
 
         def compiled_call(*args, **kwargs):
             dynamic = call_static.strip(args)
             try:
                 outs, _, _ = jax.stages.Compiled.call(params, *dynamic, **kwargs)
             except TypeError as exc:
+                if kwargs and no_kwargs:
+                    # JAX's pytree message, then classic pjit's.
+                    raise CompiledKwargsError(
+                        f"{exc}\nfunction was compiled by a transformation that "
+                        "does not support keyword arguments, but called with "
+                        f"keyword arguments: {', '.join(sorted(kwargs))}") from None
                 _raise_with_classic_tree_mismatch(exc, params.in_tree, dynamic, kwargs)
                 raise
             if dynamic is not args:
@@ -188,7 +225,9 @@ class ProgramExecutable(jp.StagesExecutable):
                 # pmapkit's earlier compiled objects): they would sign as
                 # leaves, so this form stays on the Python path.
                 return outs, None
-            return outs, program.fastpath(params.out_tree)
+            fastpath = program.fastpath(params.out_tree)
+            return outs, committed_inputs.guard(fastpath, committed_inputs.leaf_check(
+                program.in_shardings, strict, name, compiled=True))
 
         return calls.make_compiled_call(compiled_call, self._debug_info.func_name)
 
@@ -203,6 +242,19 @@ def _raise_with_classic_tree_mismatch(exc, compiled_tree, args, kwargs):
         return
     raise TypeError(f"{exc}\nfunction compiled for {compiled_tree}, called "
                     f"with {called_tree}") from None
+
+
+def _with_classic_type_mismatch(exc, want, got):
+    """JAX's TypeError for arguments of other types, then the lines classic
+    pjit's compiled objects raised (code and tests of those releases match
+    them)."""
+    for w, g in zip(want, got):
+        if (w.shape, w.dtype) != (g.shape, g.dtype):
+            return TypeError(
+                f"{exc}\nComputation was compiled for different input types and "
+                "called with different types. One of the mismatches is:\n"
+                f"Compiled with:\n  {w.str_short()}\ncalled with:\n  {g.str_short()}")
+    return exc
 
 
 def _global_view(x, aval, sharding):

@@ -128,9 +128,16 @@ def test_shardings_and_a_mesh_context_together():
     np.testing.assert_array_equal(np.asarray(ours), 2 * farange(8, 4))
 
 
-def test_committed_arrays_on_the_same_devices_are_resharded():
+def test_committed_arrays_laid_out_otherwise_than_a_given_sharding_are_refused():
+    # As 0.4 pjit and jax.jit: a NamedSharding given is where a committed
+    # argument must be; a PartitionSpec (the seed's pjit) repartitions it.
     a = jax.device_put(farange(8, 4), ns(P("y")))
-    ours = pmapkit.pjit(lambda v: v + 1, ns(P("x")), ns(P("x")))(a)
+    with pytest.raises(ValueError, match="Sharding passed to jit does not match"):
+        jax.jit(lambda v: v + 1, in_shardings=ns(P("x")), out_shardings=ns(P("x")))(a)
+    with pytest.raises(ValueError, match="Sharding passed to pjit does not match"):
+        pmapkit.pjit(lambda v: v + 1, ns(P("x")), ns(P("x")))(a)
+    with pmapkit.Mesh(ns(P()).mesh.devices, ns(P()).mesh.axis_names):
+        ours = pmapkit.pjit(lambda v: v + 1, P("x"), P("x"))(a)
     assert ours.sharding == ns(P("x"))
     np.testing.assert_array_equal(np.asarray(ours), farange(8, 4) + 1)
 
@@ -166,7 +173,8 @@ def test_shardings_over_different_devices():
     f = pmapkit.pjit(lambda a, b: (a, b), in_axis_resources=ns(P("x"), HALF),
                      out_axis_resources=ns(P("x")))
     with pytest.raises(ValueError, match=r"Received incompatible devices for pjitted "
-                       r"computation. Got in_axis_resources of argument 'a' \(positional "
+                       r"computation \(Pjit's devices and Array's devices should be "
+                       r"equal\). Got in_axis_resources of argument 'a' \(positional "
                        r"argument 0\) with device ids \[0, 1, 2, 3\] on platform CPU and "
                        r"out_axis_resources of output 0 with device ids \[0, 1, 2, 3, 4, "
                        r"5, 6, 7\] on platform CPU"):

@@ -40,7 +40,7 @@ from jax.export import (
     minimum_supported_calling_convention_version,
     register_namedtuple_serialization, register_pytree_node_serialization)
 
-from pmapkit.export._call import call, call_exported
+from pmapkit.export._call import DeviceCountError, call, call_exported
 from pmapkit.export._container import CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS
 from pmapkit.export._errors import DeserializationError
 from pmapkit.export._export import (
@@ -57,7 +57,8 @@ minimum_supported_serialization_version = minimum_supported_calling_convention_v
 maximum_supported_serialization_version = maximum_supported_calling_convention_version
 
 __all__ = [
-    "CONTAINER_VERSION", "DeserializationError", "DisabledSafetyCheck",
+    "CONTAINER_VERSION", "DeserializationError", "DeviceCountError",
+    "DisabledSafetyCheck",
     "Exported", "SUPPORTED_CONTAINER_VERSIONS", "SymbolicScope", "args_specs",
     "artifact_info", "call", "call_exported", "default_export_platform",
     "default_lowering_platform", "deserialize", "export", "from_jax",

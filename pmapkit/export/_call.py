@@ -10,10 +10,12 @@ The flat call is ``custom_vjp(custom_vmap(jax call))``:
   only known at the shapes it was exported for (or their polymorphic
   instances), so each batch element is one call at the per-element shape.
 
-At top level a call runs through one cached ``jax.jit`` per artifact (per
-device mesh for a multi-device artifact, with the recorded shardings on the
-active pmapkit mesh or on the first N devices), honouring the donation the
-artifact's module records.
+At top level a call runs through one cached ``jax.jit`` per artifact, as
+jax.export's own call does: on its inputs' devices (committed arrays, else the
+active mesh, else the default device), the module's recorded shardings
+applied inside; an artifact for N > 1 devices refuses a context of another
+size (``DeviceCountError``, a ValueError and a NotImplementedError). It
+honours the donation the artifact's module records.
 
 Arguments are checked first, in jax.export's order and words (pytree
 structure, rank, dtype, constant dimensions, dimension variables). This
@@ -34,7 +36,7 @@ from pmapkit import _jax_private as jp
 from pmapkit.export import _container
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import PLATFORM_CHECK
-from pmapkit.mesh import current_mesh
+from pmapkit.mesh import active_mesh
 
 
 def caller_of(exported):
@@ -198,7 +200,7 @@ class _Caller:
         self.exported = exported
         self.has_dim_vars = _has_dim_vars(exported)
         self.flat = _flat_call(exported)
-        self._top = {}
+        self._top = None
         self._lock = threading.Lock()
 
     def __call__(self, *args, **kwargs):
@@ -226,48 +228,102 @@ class _Caller:
 
     # top level -------------------------------------------------------------
     def _run_top_level(self, flat):
-        jexp = self.exported._jax
-        _check_platform(self.exported)
-        mesh = _target_mesh(jexp) if jexp.nr_devices > 1 else None
-        runner = self._top.get(mesh)
-        if runner is None:
+        # As jax.export's call: the program runs where its inputs are (the
+        # devices of the committed arrays, else the active mesh's, else the
+        # default device), and an artifact for N > 1 devices refuses a
+        # context of another size.
+        exported = self.exported
+        _check_platform(exported)
+        top = self._top
+        if top is None:
             with self._lock:
-                runner = self._top.get(mesh)
-                if runner is None:
-                    runner = self._top[mesh] = _TopLevel(self, mesh)
-        return runner(flat)
+                top = self._top
+                if top is None:
+                    top = self._top = _top_level_jit(self)
+        n = exported.nr_devices
+        if n == 1:
+            return top(*flat)  # runs on any context (one device, or replicated)
+        devices = _context_devices(flat, n)
+        if devices is not None and len(devices) != n:
+            raise DeviceCountError(exported.fun_name, n, len(devices))
+        return top(*_placed_on_context(flat, devices))
 
 
-class _TopLevel:
-    """One jitted runner of an artifact (on one mesh if multi-device)."""
+def _top_level_jit(caller):
+    """The one top-level jit of an artifact: no shardings of its own, so it
+    runs on its inputs' devices; the module's recorded shardings constrain
+    inputs and results inside it (jax.export's lowering rule)."""
+    exported = caller.exported
+    flat_call = caller.flat
 
-    def __init__(self, caller, mesh):
-        exported = caller.exported
-        jexp = exported._jax
-        flat_call = caller.flat
+    def run(*flat):
+        return flat_call(*flat)
 
-        def run(*flat):
-            return flat_call(*flat)
+    run.__name__ = f"exported_{_identifier(exported.fun_name)}"
+    return jax.jit(run, donate_argnums=_donated_inputs(exported._jax))
 
-        run.__name__ = f"exported_{_identifier(exported.fun_name)}"
-        donate = _donated_inputs(jexp)
-        if mesh is None:
-            self.in_shardings = None
-            self.fn = jax.jit(run, donate_argnums=donate)
+
+class DeviceCountError(ValueError, NotImplementedError):
+    """A multi-device artifact called on another number of devices.
+    jax.export raised ValueError, jax.experimental.export (0.4.2x)
+    NotImplementedError, each in its own words; this is both, saying both."""
+
+    def __init__(self, fun_name, nr_devices, context_devices):
+        super().__init__(
+            f"Function {fun_name} was exported for {nr_devices} devices and is "
+            f"called in a context with {context_devices} devices, which is not "
+            f"allowed (Exported module {fun_name} was lowered for {nr_devices} "
+            f"devices and is called in a context with {context_devices} devices). "
+            f"Call it on arrays placed on {nr_devices} devices (e.g. with "
+            "jax.device_put and exported.in_shardings_jax(mesh)) or under a "
+            f"mesh of {nr_devices} devices.")
+
+
+def _committed(x):
+    return isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.committed
+
+
+def _context_devices(flat, nr_devices):
+    """The devices a top-level call runs on, in order, as jax.jit picks them:
+    the committed inputs' (None where they disagree: jit names the clash),
+    else the active mesh's, else the default device. In a multi-process run
+    without either, a host value is the whole global value and the artifact
+    runs on the first ``nr_devices`` devices of the run."""
+    found = None
+    for x in flat:
+        if _committed(x):
+            devices = tuple(x.sharding._device_assignment)
+            if found is None:
+                found = devices
+            elif set(devices) != set(found):
+                return None
+    if found is not None:
+        return found
+    mesh = active_mesh()
+    if mesh is not None:
+        return tuple(getattr(mesh, "jax_mesh", mesh).devices.flat)
+    if jax.process_count() > 1 and nr_devices > 1:
+        return tuple(jax.devices()[:nr_devices])
+    return (jax.devices()[0],)
+
+
+def _placed_on_context(flat, devices):
+    """Host values and uncommitted arrays go onto a context of several
+    devices (a mesh's, or a multi-process run's) replicated, as jit would
+    place them under ``jax.set_mesh``; committed arrays stay where they are."""
+    if devices is None or len(devices) == 1 or all(_committed(x) for x in flat):
+        return flat
+    mesh = Mesh(np.array(devices, dtype=object), ("exported_devices",))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    out = []
+    for x in flat:
+        if _committed(x):
+            out.append(x)
+        elif replicated.is_fully_addressable:
+            out.append(jax.device_put(x, replicated))
         else:
-            replicated = NamedSharding(mesh, PartitionSpec())
-            has_mesh = _export_mesh(jexp) is not None
-            ins = jexp.in_shardings_jax(mesh) if has_mesh else (None,) * len(jexp.in_avals)
-            outs = jexp.out_shardings_jax(mesh) if has_mesh else (None,) * len(jexp.out_avals)
-            self.in_shardings = tuple(s or replicated for s in ins)
-            out_shardings = tuple(s or replicated for s in outs)
-            self.fn = jax.jit(run, in_shardings=self.in_shardings,
-                              out_shardings=out_shardings, donate_argnums=donate)
-
-    def __call__(self, flat):
-        if self.in_shardings is not None:
-            flat = [_placed(x, s) for x, s in zip(flat, self.in_shardings)]
-        return self.fn(*flat)
+            out.append(_global_from_host(x, replicated))
+    return out
 
 
 def _global_shape_hint(exported):
@@ -276,24 +332,6 @@ def _global_shape_hint(exported):
                 "shapes: pass a global jax.Array, or the whole value (the same "
                 "on every process), not this process's slice.")
     return ""
-
-
-def _placed(x, sharding):
-    # jit refuses committed arrays on other devices; move them (as pmapkit's
-    # own calls do for inputs sharded otherwise).
-    if isinstance(x, jp.Tracer):
-        return x
-    if isinstance(x, jax.Array):
-        if x.sharding.is_equivalent_to(sharding, x.ndim):
-            return x
-        if sharding.is_fully_addressable or not x.is_fully_addressable:
-            return jax.device_put(x, sharding)
-    elif sharding.is_fully_addressable:
-        return x
-    # A multi-process artifact given a host value (or an array of this
-    # process only): it is the whole global value, the same on every process
-    # (jit refuses such inputs); each process places the parts it holds.
-    return _global_from_host(x, sharding)
 
 
 def _global_from_host(x, sharding):
@@ -333,50 +371,12 @@ def _check_platform(exported):
     platform = jax.default_backend()
     platform = {"gpu": "cuda"}.get(platform, platform)
     if platform not in exported.platforms:
+        # Both vintages' words: jax.export's "Function ... was exported for
+        # platforms" and jax_export's "The exported function ... was lowered".
         raise ValueError(
             f"The exported function '{exported.fun_name}' was lowered for "
             f"platform(s) {list(exported.platforms)} but is called on "
-            f"'{platform}'. Export it for this platform (platforms=[...]) or "
-            "with strict_checks=False to allow running it here.")
-
-
-def _export_mesh(jexp):
-    """The abstract mesh of the recorded shardings, or None."""
-    for s in (*jexp.in_shardings_jax(None), *jexp.out_shardings_jax(None)):
-        if s is not None and getattr(s.mesh, "axis_names", ()):
-            return s.mesh
-    return None
-
-
-def _target_mesh(jexp):
-    """The concrete mesh a multi-device artifact runs on at top level: the
-    active pmapkit mesh (it must have the artifact's device count), else the
-    first N devices; shaped like the export's mesh."""
-    n = jexp.nr_devices
-    abstract = _export_mesh(jexp)
-    active = current_mesh()
-    if active is not None:
-        jmesh = active.jax_mesh
-        if jmesh.size != n:
-            raise ValueError(
-                f"The exported function '{jexp.fun_name}' was lowered for {n} "
-                f"devices but the active pmapkit mesh has {jmesh.size} "
-                f"({dict(jmesh.shape)}); call it under a mesh of {n} devices "
-                "or outside any mesh (it then runs on the first "
-                f"{n} devices).")
-        if (abstract is not None and jmesh.axis_names == abstract.axis_names
-                and tuple(jmesh.axis_sizes) == tuple(abstract.axis_sizes)
-                and jmesh.axis_types == abstract.axis_types):
-            return jmesh
-        devices = list(jmesh.devices.flat)
-    else:
-        available = jax.devices()
-        if len(available) < n:
-            raise ValueError(
-                f"The exported function '{jexp.fun_name}' was lowered for {n} "
-                f"devices but only {len(available)} are available.")
-        devices = available[:n]
-    if abstract is None:
-        return Mesh(np.array(devices, dtype=object), ("exported_devices",))
-    grid = np.array(devices, dtype=object).reshape(tuple(abstract.axis_sizes))
-    return Mesh(grid, abstract.axis_names, axis_types=abstract.axis_types)
+            f"'{platform}' (Function '{exported.fun_name}' was exported for "
+            f"platforms {exported.platforms} but it is used on ('{platform}',)). "
+            "Export it for this platform (platforms=[...]) or with "
+            "strict_checks=False to allow running it here.")

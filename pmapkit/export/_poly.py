@@ -2,9 +2,12 @@
 spellings over ``jax.export.symbolic_shape`` (JAX's shape polymorphism is
 used as is, not re-implemented).
 
-Every spec built here without an explicit ``scope`` shares one symbolic scope,
-so ``poly_spec(..., "b, 4")`` and ``poly_spec(..., "b")`` made by separate
-calls name the same ``b`` (jax.export refuses to mix scopes in one export).
+The seed's jax_export had no symbolic scopes: every spec built by
+``poly_spec``/``poly_specs`` without an explicit ``scope`` shares one, so
+``poly_spec(..., "b, 4")`` and ``poly_spec(..., "b")`` made by separate calls
+name the same ``b``. ``symbolic_shape`` and ``symbolic_args_specs`` (the
+scoped vintages) make a new scope per call, as they did, so specs from two
+such calls mixed in one export are refused (jax.export's error).
 """
 from __future__ import annotations
 
@@ -25,13 +28,12 @@ def default_scope():
 
 
 def symbolic_shape(shape_spec, *, constraints=(), scope=None, like=None):
-    """``jax.export.symbolic_shape`` in pmapkit's shared scope by default.
+    """``jax.export.symbolic_shape``: without ``scope``, a new scope (holding
+    ``constraints``, e.g. ``("b >= 4",)``) per call."""
+    return _parse(shape_spec, constraints=constraints, scope=scope, like=like)
 
-    With ``constraints`` (e.g. ``("b >= 4",)``) and no ``scope``, a new scope
-    holds them: constraints belong to a scope.
-    """
-    if scope is None and not constraints:
-        scope = _DEFAULT_SCOPE
+
+def _parse(shape_spec, *, constraints=(), scope=None, like=None):
     try:
         return jax_export.symbolic_shape(shape_spec, constraints=constraints,
                                          scope=scope, like=like)
@@ -80,7 +82,7 @@ def poly_spec(arg_shape, arg_dtype, polymorphic_shape, *, scope=None):
         raise TypeError("poly_spec: 'polymorphic_shape' must be a str or None, "
                         f"got {polymorphic_shape!r}.")
     try:
-        dims = symbolic_shape(polymorphic_shape, scope=scope, like=shape)
+        dims = _parse(polymorphic_shape, scope=scope or _DEFAULT_SCOPE, like=shape)
     except ValueError as exc:
         raise ValueError(f"poly_spec: polymorphic_shape {polymorphic_shape!r} does "
                          f"not fit arg_shape {arg_shape!r}: {exc}") from None
@@ -139,18 +141,41 @@ def poly_specs(args, polymorphic_shapes, *, scope=None):
                        "poly_specs polymorphic_shapes")
 
 
-def symbolic_args_specs(args, shapes_specs, constraints=(), scope=None):
-    """``poly_specs`` in the spelling of jax.experimental.export and
-    jax.export: ``shapes_specs`` as ``polymorphic_shapes``; ``constraints``
-    (e.g. ``("b >= 4",)``) make a new scope for these specs, else pmapkit's
-    shared scope is used unless ``scope`` is given. Each spec must have the
-    rank of its argument (jax.export would take a spec of another rank)."""
+_UNSET = object()
+
+
+def symbolic_args_specs(args, shapes_specs=_UNSET, constraints=_UNSET, scope=_UNSET, *,
+                        polymorphic_shapes=_UNSET, symbolic_constraints=_UNSET,
+                        symbolic_scope=_UNSET):
+    """``poly_specs`` in the spelling of jax.export (``shapes_specs``,
+    ``constraints``, ``scope``) and of jax.experimental.export 0.4.2x
+    (``polymorphic_shapes``, ``symbolic_scope``, ``symbolic_constraints``; its
+    third positional parameter was the scope). Without a scope the specs of
+    one call share a new one (holding ``constraints``). Each spec must have
+    the rank of its argument (jax.export would take a spec of another rank)."""
+    if isinstance(constraints, jax_export.SymbolicScope):
+        constraints, scope = _UNSET, constraints  # 0.4.2x: (args, shapes, scope)
+    shapes_specs = _one_of("shapes_specs", shapes_specs,
+                           "polymorphic_shapes", polymorphic_shapes, None)
+    constraints = _one_of("constraints", constraints,
+                          "symbolic_constraints", symbolic_constraints, ())
+    scope = _one_of("scope", scope, "symbolic_scope", symbolic_scope, None)
     if scope is not None and constraints:
         raise ValueError("symbolic_args_specs: cannot use both 'scope' and "
                          "'constraints' (constraints belong to a scope).")
     if scope is None:
-        scope = jax_export.SymbolicScope(constraints) if constraints else _DEFAULT_SCOPE
+        scope = jax_export.SymbolicScope(tuple(constraints))
     return _specs_tree(args, shapes_specs, scope, "symbolic_args_specs shapes_specs")
+
+
+def _one_of(name, value, old_name, old_value, default):
+    """One parameter given by either vintage's name (not both)."""
+    if value is not _UNSET and old_value is not _UNSET:
+        raise TypeError(f"symbolic_args_specs got both {name!r} and {old_name!r} "
+                        "(two vintages' names of one parameter); give one.")
+    if value is not _UNSET:
+        return value
+    return default if old_value is _UNSET else old_value
 
 
 def args_specs(args, polymorphic_shapes, get_shape_and_dtype=shape_and_dtype_jax_array):
