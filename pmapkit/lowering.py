@@ -521,6 +521,22 @@ def _program(primitive, params):
     return program
 
 
+def _constrained_program(primitive, params, out_shardings):
+    """``_program`` with its results constrained to their shardings: an
+    enclosing jit reads its devices off equations' shardings, and the in
+    shardings of this jit vanish with the operands that DCE drops (a pmap
+    whose results do not depend on its inputs, e.g. ``lambda x: 0.``); the
+    results' constraints stay (they are no-ops: the program lays its results
+    out so already)."""
+    def program(*xs):
+        outs = primitive.bind(*xs, **params)
+        return tuple(o if s is None else jax.lax.with_sharding_constraint(o, s)
+                     for o, s in zip(outs, out_shardings))
+
+    program.__name__ = f"{primitive.name.replace('pmapkit_', '')}_{params['name']}"
+    return program
+
+
 def bind_in_outer_trace(primitive, params, in_avals, args):
     """Bind one of our primitives under an outer JAX trace.
 
@@ -616,8 +632,9 @@ def _outer_jit(primitive, params, in_avals, named=True):
         # the cotangents in JAX's transpose of this jit, which refuses a
         # committed cotangent placed otherwise (a replicated weight's, under
         # eager grad); the program constrains its results itself.
-        in_shardings, _ = program_shardings(primitive, params, in_avals)
-        jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings)
+        in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
+        jitted = jax.jit(_constrained_program(primitive, params, out_shardings),
+                         in_shardings=in_shardings)
     else:
         jitted = jax.jit(_program(primitive, params))
     with _compile_lock:
