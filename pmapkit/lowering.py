@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 import threading
+import warnings
 
 import jax
 import numpy as np
@@ -65,11 +67,79 @@ def _enclosing_mesh(ctx, axis_name):
     return mesh
 
 
+class _QuietJits(threading.local):
+    """Depth of pmapkit's own jits around a pmap on this thread."""
+
+    def __init__(self):
+        self.depth = 0
+
+
+_quiet_jits = _QuietJits()
+
+
+@contextlib.contextmanager
+def own_jit_of_pmap():
+    """A block where pmapkit itself lowers pmaps in a jit (a pmap's own
+    program, the jit an eager transformation binds it in, export): not the
+    user's jit-of-pmap, so no warning."""
+    _quiet_jits.depth += 1
+    try:
+        yield
+    finally:
+        _quiet_jits.depth -= 1
+
+
+_MODULE_NAME_UNSAFE = re.compile(r"[^\w.-]")  # as MLIR module names sanitize
+
+
+def _own_module_names(name):
+    # The module names of ``_program``'s jit for a pmap named ``name`` or
+    # anything it was derived from (``transpose(jvp(foo))``: foo, jvp(foo)...).
+    names = set()
+    while True:
+        names.add(_MODULE_NAME_UNSAFE.sub("_", f"jit_pmap_{name}").rstrip("_"))
+        head, sep, rest = name.partition("(")
+        if not sep or not rest.endswith(")") or not head.isidentifier():
+            return names
+        name = rest[:-1]
+
+
+def _warn_jit_of_pmap(ctx, name):
+    # Classic pmap warned where a jit containing it was lowered (once per
+    # compile), only when it used several devices; tracing alone
+    # (make_jaxpr, an eager linearize) was silent. 0.4.x said "The jitted
+    # function foo", later releases "The function jit(foo)": both are said.
+    if _quiet_jits.depth:
+        return
+    module = str(ctx.module_context.module.operation.attributes["sym_name"]).strip('"')
+    if module in _own_module_names(name):
+        # The jit pmapkit binds the pmap in (``_program``), lowered by an
+        # eager transformation outside any user jit (the transpose of eager
+        # grad): pmapkit's own. (A user's jit named ``pmap_foo`` around a
+        # pmap of ``foo`` is taken for it too, and does not warn.)
+        return
+    # The module is named jit_<sanitized function name>; the message names
+    # the function as JAX's did: jit(foo), jit(<lambda>).
+    fun = module[len("jit_"):] if module.startswith("jit_") else module
+    fun = "<lambda>" if fun == "_lambda" else fun
+    warnings.warn(
+        f"The function jit({fun}) includes a pmap. Using jit-of-pmap can lead to "
+        "inefficient data movement, as the outer jit does not preserve sharded "
+        "data representations and instead collects input and output arrays onto "
+        "a single device. Consider removing the outer jit unless you know what "
+        "you're doing. See https://github.com/jax-ml/jax/issues/2926. Or use "
+        "jax.shard_map instead of pmap under jit compilation. (The jitted "
+        f"function {fun} includes a pmap: pmapped function {name}.)",
+        UserWarning, stacklevel=2)
+
+
 def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
                    out_axes, donated_invars, name):
     params = dict(jaxpr=jaxpr, axis_name=axis_name, axis_size=axis_size,
                   devices=devices)
-    del donated_invars, name
+    del donated_invars
+    if devices is not None and axis_size > 1:
+        _warn_jit_of_pmap(ctx, name)
     # A nested pmap (devices=None) runs on the mesh its enclosing pmap built.
     mesh = _enclosing_mesh(ctx, axis_name) if devices is None else pmap_mesh(params)
     if len(mesh.axis_names) > 1:
@@ -556,7 +626,8 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
         # and committed operands placed elsewhere are moved first (jit
         # refuses them; pjit moves its operands).
         args = [_placed(x, s) for x, s in zip(args, in_shardings)]
-        return list(_outer_jit(primitive, params, in_avals, named=False)(*args))
+        with own_jit_of_pmap():
+            return list(_outer_jit(primitive, params, in_avals, named=False)(*args))
     if not jp.get_concrete_mesh().empty and not jp.staging_trace_active():
         # Eager transformations under jax.set_mesh (or `with pmapkit.Mesh`)
         # of a program off that mesh (a pmap): values made there are
@@ -565,7 +636,9 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
         # bound directly; its rules and compiled impl place operands.
         return primitive.bind(*args, **params)
     args = [_placed(x, s) for x, s in zip(args, in_shardings)]
-    with _outside_ambient_mesh():
+    # Eagerly (vmap, grad, linearize of a pmap) this jit is lowered here and
+    # is pmapkit's own; under a user's jit it is only traced here.
+    with _outside_ambient_mesh(), own_jit_of_pmap():
         return list(_outer_jit(primitive, params, in_avals)(*args))
 
 
@@ -651,7 +724,7 @@ def lower_program(primitive, params, in_avals):
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
-    with _outside_ambient_mesh():
+    with _outside_ambient_mesh(), own_jit_of_pmap():
         return jitted.lower(*structs)
 
 
