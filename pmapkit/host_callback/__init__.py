@@ -10,8 +10,19 @@ fires once, on primal values; a tap on tangents taps their cotangents when
 transposed, with a ``("transpose", {})`` transform), ``checkpoint`` (it fires
 again when rematerialized), control flow, ``pmapkit.pmap`` (once per device,
 with that device's slice; in nested pmaps too) and ``pmapkit.pjit`` (once,
-with the whole operand). A failing callback never stops the device
-computation: its exception waits for ``barrier_wait``.
+with the whole operand). A failing tap never stops the device computation:
+its exception waits for ``barrier_wait``. A failing ``call`` in a program on
+one device fails it (the caller gets the error, as from
+``jax.pure_callback``); over several devices its device gets zeros (failing
+it alone would leave the others blocked in a collective until XLA:CPU
+aborts) and ``barrier_wait`` raises.
+
+``LEGACY_SEMANTICS`` is True: these are the semantics of the classic
+module's legacy implementation (``JAX_HOST_CALLBACK_LEGACY=True``, its
+default through its last release): taps see ``transforms``, ``call`` does
+not batch under ``vmap``, errors are reported by ``barrier_wait``. Code (and
+JAX's own test suite) that branches on the classic
+``_HOST_CALLBACK_LEGACY`` flag should read this.
 
 In a multi-process run a callback runs in the process owning the device that
 issues it: under a pmap spanning processes, once per local device with its
@@ -40,6 +51,10 @@ __all__ = ["CallbackException", "CallbackFlavor", "TapFunctionException",
            "barrier_wait", "call", "id_print", "id_tap", "stop_outfeed_receiver"]
 
 TapFunctionException = CallbackException  # the classic module's older name
+
+# Which of the classic module's two implementations these semantics follow
+# (see the module docstring): the legacy one.
+LEGACY_SEMANTICS = True
 
 
 class CallbackFlavor(enum.Enum):
@@ -108,8 +123,11 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
     must match ``result_shape``: a pytree of ``ShapeDtypeStruct``s, arrays or
     scalars (``None``/``()`` for no result). Under pmap each device calls with
     its slice and gets its own result back. If the function raises or
-    returns another shape or dtype, the device gets zeros of the declared
-    ones and the next ``barrier_wait`` raises ``CallbackException``."""
+    returns another shape or dtype, a program on one device fails with a
+    ``CallbackException`` (chained to the original) that the caller gets;
+    over several devices the device gets zeros of the declared shapes and
+    dtypes. Either way the next ``barrier_wait`` raises it too. Under
+    ``vmap`` it raises NotImplementedError, as the legacy module did."""
     _check_flavor(callback_flavor, "call")
     return _outside_call(callback_func, arg, identity=False,
                          with_device=call_with_device, device_index=device_index,
