@@ -133,6 +133,28 @@ def _warn_jit_of_pmap(ctx, name):
         UserWarning, stacklevel=2)
 
 
+class _OwnPrograms(threading.local):
+    """Depth of ``lower_program`` of a pmap on this thread: the program
+    pmapkit itself runs (``CompiledProgram``)."""
+
+    def __init__(self):
+        self.depth = 0
+
+
+_own_programs = _OwnPrograms()
+
+
+def checks_at_end(params):
+    """Whether a top-level pmap's own program ends its body with the
+    registered checks (``manual_regions.register_region_tail``): several
+    devices of one process, no nested pmaps, and a tail that wants it. Its
+    runner then waits for each run (``_TokenedExecutable``)."""
+    return (params["devices"] is not None and params["axis_size"] > 1
+            and jax.process_count() == 1
+            and len(pmap_mesh(params).axis_names) == 1
+            and manual_regions.tails_wanted(params["jaxpr"]))
+
+
 def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
                    out_axes, donated_invars, name):
     params = dict(jaxpr=jaxpr, axis_name=axis_name, axis_size=axis_size,
@@ -150,11 +172,14 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     # device's (classic pmap, and jax.pmap's out_specs P() without checks).
     in_specs = tuple(axis_spec(axis_name, ax) for ax in in_axes)
     out_specs = tuple(axis_spec(axis_name, ax) for ax in out_axes)
+    checked = bool(_own_programs.depth) and checks_at_end(params)
 
     def per_device(*xs):
         xs = [x if ax is None else jax.lax.squeeze(x, (ax,))
               for x, ax in zip(xs, in_axes)]
         outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
+        if checked:
+            outs = manual_regions.with_region_tails(outs, axis_name, jaxpr)
         return tuple(o if ax is None else jax.lax.expand_dims(o, (ax,))
                      for o, ax in zip(outs, out_axes))
 
@@ -175,6 +200,9 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
         with jax.sharding.use_abstract_mesh(shard_mesh):
             return lower(ctx, *args)
     with manual_regions.lowering_on(mesh):  # rules in nested regions read it
+        if checked:
+            with manual_regions.checking_on(mesh):
+                return lower(ctx, *args)
         return lower(ctx, *args)
 
 
@@ -251,6 +279,9 @@ class CompiledProgram:
         self.compiled = compiled
         self.executable, kept = jp.mesh_executable_parts(compiled)
         self.has_effects = bool(_PROGRAMS[primitive].effects(params))
+        # Its body ends with checks that may fail every device (a failed
+        # host_callback.call): each run is waited for (see _TokenedExecutable).
+        self.checks_at_end = primitive is pmap_p and checks_at_end(params)
         self.in_shardings, self.out_shardings = program_shardings(
             primitive, params, in_avals)
         if None in self.in_shardings or None in self.out_shardings:
@@ -320,7 +351,8 @@ class CompiledProgram:
         if self.has_effects and not self.spans_processes:
             arrays = entry.shard(list(args))
             with inflight.bounded(self.cpu_collectives) as record:
-                return record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
+                outs = record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
+            return _checked_run(outs) if self.checks_at_end else outs
         if self.donated is not None:
             results = _dispatch_mod.execute_donating(entry, list(args))
         else:
@@ -354,12 +386,13 @@ class _TokenedExecutable:
     effects: runs it through JAX's runner, which threads the effect tokens
     (callbacks in order; ``jax.effects_barrier``/``barrier_wait`` see it)."""
 
-    __slots__ = ("_run", "_n", "_kept")
+    __slots__ = ("_run", "_n", "_kept", "_checked")
 
     def __init__(self, program):
         self._run = jp.effectful_runner(program.compiled)
         self._n = len(program.in_avals)
         self._kept = program.kept
+        self._checked = program.checks_at_end
 
     def execute_sharded(self, arrays):
         if self._kept is not None:
@@ -368,7 +401,21 @@ class _TokenedExecutable:
             for j, i in enumerate(self._kept):
                 full[i] = arrays[j]
             arrays = full
-        return _Outputs(self._run(*arrays))
+        outs = self._run(*arrays)
+        return _Outputs(_checked_run(outs) if self._checked else outs)
+
+
+def _checked_run(outs):
+    """Wait for a run whose checks may fail it, and raise its error here: a
+    failed run's effect token is failed too, and JAX would thread it into
+    the next program with host callbacks (failing that one as well); it is
+    dropped instead (the failed run's callbacks are all done)."""
+    try:
+        jax.block_until_ready(outs)
+    except Exception:
+        jp.clear_runtime_tokens()
+        raise
+    return outs
 
 
 class _Outputs:
@@ -725,7 +772,11 @@ def lower_program(primitive, params, in_avals):
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     with _outside_ambient_mesh(), own_jit_of_pmap():
-        return jitted.lower(*structs)
+        _own_programs.depth += primitive is pmap_p
+        try:
+            return jitted.lower(*structs)
+        finally:
+            _own_programs.depth -= primitive is pmap_p
 
 
 # Kinds of program registered by rooms above this one (the multi-process

@@ -4,10 +4,11 @@
 A tap or ``call`` whose function raises (a ``KeyboardInterrupt`` included) or
 whose ``call`` result has another shape or dtype: a tap's computation runs
 on; a failed ``call`` fails its computation under jax.jit on one device (the
-caller gets the error, naming the original one, as with jax.pure_callback),
-and under pmapkit.pmap and pmapkit.pjit over 4 devices gives zeros of its
-declared shape (a device failing alone would leave the others in a
-collective until XLA:CPU aborts). The next valid call succeeds even with
+caller gets the error, naming the original one, as with jax.pure_callback)
+and under pmapkit.pmap over 4 devices (every device fails at the end of the
+body: one failing alone would leave the others in a collective until
+XLA:CPU aborts), and under pmapkit.pjit over 4 devices gives zeros of its
+declared shape. The next valid call succeeds even with
 failed ones still in flight, and ``barrier_wait()`` raises
 ``CallbackException`` once, chained to the original exception and naming an
 interrupt as such. The ``call`` cases run in a subprocess (a failing
@@ -131,12 +132,13 @@ def test_failing_call_fails_its_result_and_reports_at_barrier(call_reports, wher
     rep = call_reports[(where, failure)]
     cause, text = CAUSES[failure]
     n = len(rep["expected"])
-    if where != "jit":
-        # Programs on several devices: zeros of the declared shape (the
-        # program adds 1), reported by barrier_wait only.
+    if where == "pjit":
+        # A whole-mesh program on several devices: zeros of the declared
+        # shape (the program adds 1), reported by barrier_wait only.
         assert rep["failed_results"] == [[1.0] * n, [1.0] * n]
     else:
-        # One device: the call raises, naming the original error.
+        # jit (one device) and pmap (4 devices, all failing at the end of
+        # the body): the call raises, naming the original error.
         for failed in rep["failed_results"]:
             assert failed["error"] == "JaxRuntimeError", failed
             assert "CallbackException" in failed["message"]

@@ -182,7 +182,7 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 "supported; tap outside the nested region.")
         region_devices = _region_devices(mesh)
         host_fn = functools.partial(_per_device_host_fn, region_devices,
-                                    invoker(_region_on_failure(region_devices)))
+                                    invoker(_region_on_failure(mesh, region_devices, ordered)))
         operands = [jp.partition_id_op(), *tapped]
         operand_avals = [_PARTITION_ID_AVAL, *tapped_avals]
         op_sharding = _manual_op_sharding(result_avals)
@@ -215,10 +215,15 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
     return list(args) if identity else list(results)
 
 
-def _region_on_failure(devices):
-    """How a failed call fails its computation in a manual region: raising
-    is safe with one device only (see ``_runtime``)."""
-    return _runtime.RAISE if len(devices) == 1 else _runtime.ZEROS
+def _region_on_failure(mesh, devices, ordered):
+    """How a failed call fails its computation in a manual region (see
+    ``_runtime``): raising is safe with one device only; a pmap body that
+    ends with the checks (``_failures``) takes the failure there."""
+    if len(devices) == 1:
+        return _runtime.RAISE
+    if ordered and manual_regions.checked_region(mesh):
+        return _runtime.PEND
+    return _runtime.ZEROS
 
 
 def _lower_on_every_device(ctx, args, axis_context, params):

@@ -15,11 +15,16 @@ computation depends on where it runs (``on_failure``, chosen when lowering):
 - ``RAISE``: in a program on one device, the callback raises: the
   computation fails and its caller gets the error (as with
   ``jax.pure_callback``);
-- ``ZEROS``: in a program over several devices (pmap, pjit), the device
-  gets zeros and only ``barrier_wait`` reports it: a device failing alone
-  would leave the others blocked in a collective until XLA:CPU aborts the
-  process, and a failed execution's effect token would fail the next
-  program with host callbacks (JAX threads it into that program).
+- ``PEND``: in a pmap over several devices run by pmapkit's own program,
+  the device gets zeros and the failure waits for the checks at the end of
+  the pmap's body (``_failures``), which fail every device at once: a device
+  failing alone would leave the others blocked in a collective until
+  XLA:CPU aborts the process;
+- ``ZEROS``: in other programs over several devices (pjit, a pmap under a
+  user's jit), the device gets zeros and only ``barrier_wait`` reports it:
+  besides the collectives, a failed execution's effect token would fail the
+  next program with host callbacks (JAX threads it into that program, and
+  only pmapkit's own runner can keep it out).
 """
 from __future__ import annotations
 
@@ -135,7 +140,31 @@ def _host_copy(x):
     return np.array(x, copy=True)
 
 
-RAISE, ZEROS = "raise", "zeros"
+RAISE, PEND, ZEROS = "raise", "pend", "zeros"
+
+
+class _PendingFailures:
+    """Per device, the failed ``call`` (exception, formatted traceback) that
+    the checks at the end of the running pmap body have not taken yet. The
+    callbacks of one device run in order on its effect token, the checks
+    last: what they find is their execution's (only concurrent executions
+    of pmaps with calls on one device, from several threads, could see
+    another's)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.failed = {}
+
+    def put(self, device, exc, formatted):
+        with self.lock:
+            self.failed[device] = (exc, formatted)
+
+    def take(self, device):
+        with self.lock:
+            return self.failed.pop(device, None)
+
+
+pending = _PendingFailures()
 
 
 def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
@@ -161,6 +190,8 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
         exceptions.record(exc, formatted)
         if mode == RAISE:
             raise CallbackException(report_message(exc, formatted)) from exc
+        if mode == PEND:
+            pending.put(device, exc, formatted)
         if wrapper.identity:
             return ()
         return tuple(np.zeros(a.shape, a.dtype) for a in result_avals)
@@ -171,6 +202,8 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
 _FAILURE_NOTES = {
     None: "it will be raised by the next barrier_wait; the device computation goes on",
     RAISE: "the computation fails with it; the next barrier_wait raises it too",
+    PEND: "every device of the pmap fails at the end of its body; the next "
+          "barrier_wait raises it too",
     ZEROS: "it will be raised by the next barrier_wait; the device computation "
            "goes on with zeros for its result",
 }
