@@ -216,8 +216,9 @@ def _prepare(spec, args, kwargs):
                          f"received axis_size {size}.")
     if _nested() and spec.devices is not None:
         raise ValueError(
-            "pmapkit: nested pmaps with 'devices' specified are not supported "
-            "(as in classic pmap); give devices to the outermost pmap only.")
+            "Nested pmap with explicit devices argument. pmapkit: nested pmaps "
+            "with 'devices' specified are not supported (as in classic pmap); "
+            "give devices to the outermost pmap only.")
 
     if spec.donate and not jp.debug_nans.value:
         donated_positions = set(spec.donate)

@@ -98,3 +98,13 @@ def test_device_put_sharded_of_placed_shards_transfers_nothing():
 def test_no_devices_error_at_creation():
     with pytest.raises(ValueError, match="'devices' argument to pmap must be non-empty, or None."):
         pmapkit.pmap(lambda x: x - jax.lax.psum(x, "i"), axis_name="i", devices=[])
+
+
+def test_nested_pmap_with_devices_classic_message():
+    # jax-v0.7.2 pmap_test testNestedPmapsError's text.
+    @pmapkit.pmap
+    def foo(x):
+        return pmapkit.pmap(lambda y: y, devices=jax.devices())(x)
+
+    with pytest.raises(ValueError, match="Nested pmap with explicit devices argument."):
+        foo(jnp.ones((N, 1)))
