@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 import threading
+import warnings
 
 import jax
 import numpy as np
@@ -65,11 +67,101 @@ def _enclosing_mesh(ctx, axis_name):
     return mesh
 
 
+class _QuietJits(threading.local):
+    """Depth of pmapkit's own jits around a pmap on this thread."""
+
+    def __init__(self):
+        self.depth = 0
+
+
+_quiet_jits = _QuietJits()
+
+
+@contextlib.contextmanager
+def own_jit_of_pmap():
+    """A block where pmapkit itself lowers pmaps in a jit (a pmap's own
+    program, the jit an eager transformation binds it in, export): not the
+    user's jit-of-pmap, so no warning."""
+    _quiet_jits.depth += 1
+    try:
+        yield
+    finally:
+        _quiet_jits.depth -= 1
+
+
+_MODULE_NAME_UNSAFE = re.compile(r"[^\w.-]")  # as MLIR module names sanitize
+
+
+def _own_module_names(name):
+    # The module names of ``_program``'s jit for a pmap named ``name`` or
+    # anything it was derived from (``transpose(jvp(foo))``: foo, jvp(foo)...).
+    names = set()
+    while True:
+        names.add(_MODULE_NAME_UNSAFE.sub("_", f"jit_pmap_{name}").rstrip("_"))
+        head, sep, rest = name.partition("(")
+        if not sep or not rest.endswith(")") or not head.isidentifier():
+            return names
+        name = rest[:-1]
+
+
+def _warn_jit_of_pmap(ctx, name):
+    # Classic pmap warned where a jit containing it was lowered (once per
+    # compile), only when it used several devices; tracing alone
+    # (make_jaxpr, an eager linearize) was silent. 0.4.x said "The jitted
+    # function foo", later releases "The function jit(foo)": both are said.
+    if _quiet_jits.depth:
+        return
+    module = str(ctx.module_context.module.operation.attributes["sym_name"]).strip('"')
+    if module in _own_module_names(name):
+        # The jit pmapkit binds the pmap in (``_program``), lowered by an
+        # eager transformation outside any user jit (the transpose of eager
+        # grad): pmapkit's own. (A user's jit named ``pmap_foo`` around a
+        # pmap of ``foo`` is taken for it too, and does not warn.)
+        return
+    # The module is named jit_<sanitized function name>; the message names
+    # the function as JAX's did: jit(foo), jit(<lambda>).
+    fun = module[len("jit_"):] if module.startswith("jit_") else module
+    fun = "<lambda>" if fun == "_lambda" else fun
+    warnings.warn(
+        f"The function jit({fun}) includes a pmap. Using jit-of-pmap can lead to "
+        "inefficient data movement, as the outer jit does not preserve sharded "
+        "data representations and instead collects input and output arrays onto "
+        "a single device. Consider removing the outer jit unless you know what "
+        "you're doing. See https://github.com/jax-ml/jax/issues/2926. Or use "
+        "jax.shard_map instead of pmap under jit compilation. (The jitted "
+        f"function {fun} includes a pmap: pmapped function {name}.)",
+        UserWarning, stacklevel=2)
+
+
+class _OwnPrograms(threading.local):
+    """Depth of ``lower_program`` of a pmap on this thread: the program
+    pmapkit itself runs (``CompiledProgram``)."""
+
+    def __init__(self):
+        self.depth = 0
+
+
+_own_programs = _OwnPrograms()
+
+
+def checks_at_end(params):
+    """Whether a top-level pmap's own program ends its body with the
+    registered checks (``manual_regions.register_region_tail``): several
+    devices of one process, no nested pmaps, and a tail that wants it. Its
+    runner then waits for each run (``_TokenedExecutable``)."""
+    return (params["devices"] is not None and params["axis_size"] > 1
+            and jax.process_count() == 1
+            and len(pmap_mesh(params).axis_names) == 1
+            and manual_regions.tails_wanted(params["jaxpr"]))
+
+
 def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
                    out_axes, donated_invars, name):
     params = dict(jaxpr=jaxpr, axis_name=axis_name, axis_size=axis_size,
                   devices=devices)
-    del donated_invars, name
+    del donated_invars
+    if devices is not None and axis_size > 1:
+        _warn_jit_of_pmap(ctx, name)
     # A nested pmap (devices=None) runs on the mesh its enclosing pmap built.
     mesh = _enclosing_mesh(ctx, axis_name) if devices is None else pmap_mesh(params)
     if len(mesh.axis_names) > 1:
@@ -80,11 +172,14 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     # device's (classic pmap, and jax.pmap's out_specs P() without checks).
     in_specs = tuple(axis_spec(axis_name, ax) for ax in in_axes)
     out_specs = tuple(axis_spec(axis_name, ax) for ax in out_axes)
+    checked = bool(_own_programs.depth) and checks_at_end(params)
 
     def per_device(*xs):
         xs = [x if ax is None else jax.lax.squeeze(x, (ax,))
               for x, ax in zip(xs, in_axes)]
         outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
+        if checked:
+            outs = manual_regions.with_region_tails(outs, axis_name, jaxpr)
         return tuple(o if ax is None else jax.lax.expand_dims(o, (ax,))
                      for o, ax in zip(outs, out_axes))
 
@@ -105,6 +200,9 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
         with jax.sharding.use_abstract_mesh(shard_mesh):
             return lower(ctx, *args)
     with manual_regions.lowering_on(mesh):  # rules in nested regions read it
+        if checked:
+            with manual_regions.checking_on(mesh):
+                return lower(ctx, *args)
         return lower(ctx, *args)
 
 
@@ -182,6 +280,9 @@ class CompiledProgram:
         self.compiled = compiled
         self.executable, kept = jp.mesh_executable_parts(compiled)
         self.has_effects = bool(_PROGRAMS[primitive].effects(params))
+        # Its body ends with checks that may fail every device (a failed
+        # host_callback.call): each run is waited for (see _TokenedExecutable).
+        self.checks_at_end = primitive is pmap_p and checks_at_end(params)
         self.in_shardings, self.out_shardings = program_shardings(
             primitive, params, in_avals)
         if None in self.in_shardings or None in self.out_shardings:
@@ -263,7 +364,8 @@ class CompiledProgram:
         if self.has_effects and not self.spans_processes:
             arrays = entry.shard(list(args))
             with inflight.bounded(self.cpu_collectives) as record:
-                return record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
+                outs = record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
+            return _checked_run(outs) if self.checks_at_end else outs
         if self.donated is not None:
             results = _dispatch_mod.execute_donating(entry, list(args))
         else:
@@ -300,12 +402,13 @@ class _TokenedExecutable:
     effects: runs it through JAX's runner, which threads the effect tokens
     (callbacks in order; ``jax.effects_barrier``/``barrier_wait`` see it)."""
 
-    __slots__ = ("_run", "_n", "_kept")
+    __slots__ = ("_run", "_n", "_kept", "_checked")
 
     def __init__(self, program):
         self._run = jp.effectful_runner(program.compiled)
         self._n = len(program.in_avals)
         self._kept = program.kept
+        self._checked = program.checks_at_end
 
     def execute_sharded(self, arrays):
         if self._kept is not None:
@@ -314,7 +417,21 @@ class _TokenedExecutable:
             for j, i in enumerate(self._kept):
                 full[i] = arrays[j]
             arrays = full
-        return _Outputs(self._run(*arrays))
+        outs = self._run(*arrays)
+        return _Outputs(_checked_run(outs) if self._checked else outs)
+
+
+def _checked_run(outs):
+    """Wait for a run whose checks may fail it, and raise its error here: a
+    failed run's effect token is failed too, and JAX would thread it into
+    the next program with host callbacks (failing that one as well); it is
+    dropped instead (the failed run's callbacks are all done)."""
+    try:
+        jax.block_until_ready(outs)
+    except Exception:
+        jp.clear_runtime_tokens()
+        raise
+    return outs
 
 
 class _Outputs:
@@ -575,6 +692,22 @@ def _program(primitive, params):
     return program
 
 
+def _constrained_program(primitive, params, out_shardings):
+    """``_program`` with its results constrained to their shardings: an
+    enclosing jit reads its devices off equations' shardings, and the in
+    shardings of this jit vanish with the operands that DCE drops (a pmap
+    whose results do not depend on its inputs, e.g. ``lambda x: 0.``); the
+    results' constraints stay (they are no-ops: the program lays its results
+    out so already)."""
+    def program(*xs):
+        outs = primitive.bind(*xs, **params)
+        return tuple(o if s is None else jax.lax.with_sharding_constraint(o, s)
+                     for o, s in zip(outs, out_shardings))
+
+    program.__name__ = f"{primitive.name.replace('pmapkit_', '')}_{params['name']}"
+    return program
+
+
 def bind_in_outer_trace(primitive, params, in_avals, args):
     """Bind one of our primitives under an outer JAX trace.
 
@@ -594,7 +727,8 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
         # and committed operands placed elsewhere are moved first (jit
         # refuses them; pjit moves its operands).
         args = [_placed(x, s) for x, s in zip(args, in_shardings)]
-        return list(_outer_jit(primitive, params, in_avals, named=False)(*args))
+        with own_jit_of_pmap():
+            return list(_outer_jit(primitive, params, in_avals, named=False)(*args))
     if not jp.get_concrete_mesh().empty and not jp.staging_trace_active():
         # Eager transformations under jax.set_mesh (or `with pmapkit.Mesh`)
         # of a program off that mesh (a pmap): values made there are
@@ -603,7 +737,9 @@ def bind_in_outer_trace(primitive, params, in_avals, args):
         # bound directly; its rules and compiled impl place operands.
         return primitive.bind(*args, **params)
     args = [_placed(x, s) for x, s in zip(args, in_shardings)]
-    with _outside_ambient_mesh():
+    # Eagerly (vmap, grad, linearize of a pmap) this jit is lowered here and
+    # is pmapkit's own; under a user's jit it is only traced here.
+    with _outside_ambient_mesh(), own_jit_of_pmap():
         return list(_outer_jit(primitive, params, in_avals)(*args))
 
 
@@ -670,8 +806,9 @@ def _outer_jit(primitive, params, in_avals, named=True):
         # the cotangents in JAX's transpose of this jit, which refuses a
         # committed cotangent placed otherwise (a replicated weight's, under
         # eager grad); the program constrains its results itself.
-        in_shardings, _ = program_shardings(primitive, params, in_avals)
-        jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings)
+        in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
+        jitted = jax.jit(_constrained_program(primitive, params, out_shardings),
+                         in_shardings=in_shardings)
     else:
         jitted = jax.jit(_program(primitive, params))
     with _compile_lock:
@@ -688,8 +825,12 @@ def lower_program(primitive, params, in_avals):
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
-    with _outside_ambient_mesh():
-        return jitted.lower(*structs)
+    with _outside_ambient_mesh(), own_jit_of_pmap():
+        _own_programs.depth += primitive is pmap_p
+        try:
+            return jitted.lower(*structs)
+        finally:
+            _own_programs.depth -= primitive is pmap_p
 
 
 # Kinds of program registered by rooms above this one (the multi-process

@@ -109,3 +109,55 @@ def concrete_mesh(abstract_mesh):
         if tuple(mesh.shape.items()) == tuple(abstract_mesh.shape.items()):
             return mesh
     return None
+
+
+# -- checks at the end of a pmap's body -------------------------------------------
+# Registered by features that must check something on every device once the
+# body is done (host_callback: a failed call). Each is ``(wanted(body),
+# tail(outs, axis_name, body) -> outs)``.
+_region_tails = []
+
+
+def register_region_tail(wanted, tail):
+    _region_tails.append((wanted, tail))
+
+
+def tails_wanted(body):
+    """Whether some registered tail has work in the pmap body ``body``."""
+    return any(wanted(body) for wanted, _ in _region_tails)
+
+
+def with_region_tails(outs, axis_name, body):
+    """The outputs of a pmap body with the registered tails run after them
+    (inside the manual region: collectives over ``axis_name`` allowed)."""
+    for wanted, tail in _region_tails:
+        if wanted(body):
+            outs = tail(outs, axis_name, body)
+    return outs
+
+
+class _Checked(threading.local):
+    def __init__(self):
+        self.stack = []
+
+
+_checked = _Checked()
+
+
+@contextlib.contextmanager
+def checking_on(mesh):
+    """Lowering a pmap body on ``mesh`` that ends with the registered tails."""
+    _checked.stack.append(mesh)
+    try:
+        yield
+    finally:
+        _checked.stack.pop()
+
+
+def checked_region(mesh):
+    """Whether the pmap body being lowered on ``mesh`` ends with the tails."""
+    return bool(_checked.stack) and _checked.stack[-1] == mesh
+
+
+def current_checked_mesh():
+    return _checked.stack[-1]

@@ -59,6 +59,12 @@ def _put_stacked(slices, aval, devices):
         return jax.random.wrap_key_data(placed, impl=jax.random.key_impl(slices[0]))
     pieces = [x[None] if isinstance(x, (np.ndarray, jax.Array)) else np.asarray(x)[None]
               for x in slices]
+    if all(isinstance(p, jax.Array) and p.devices() == {d}
+           for p, d in zip(pieces, devices)):
+        # Each slice already lives on its device: assembled where it is, with
+        # no transfer (a transfer guard disallowing them lets this through).
+        # (ArrayImpl directly: it keeps the aval's weak type.)
+        return jp.ArrayImpl(aval, sharding, pieces, committed=True)
     return jp.batched_device_put(aval, sharding, pieces, devices, True)
 
 

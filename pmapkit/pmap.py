@@ -7,11 +7,9 @@ trace) or compiles and runs it, handing the fast-path data back to the core.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import threading
-import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +17,7 @@ import jax
 
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
+from pmapkit.lowering import own_jit_of_pmap  # noqa: F401  (export uses it)
 from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.analysis import nested_pmap_axes
@@ -223,8 +222,9 @@ def _prepare(spec, args, kwargs):
                          f"received axis_size {size}.")
     if _nested() and spec.devices is not None:
         raise ValueError(
-            "pmapkit: nested pmaps with 'devices' specified are not supported "
-            "(as in classic pmap); give devices to the outermost pmap only.")
+            "Nested pmap with explicit devices argument. pmapkit: nested pmaps "
+            "with 'devices' specified are not supported (as in classic pmap); "
+            "give devices to the outermost pmap only.")
 
     if spec.donate and not jp.debug_nans.value:
         donated_positions = set(spec.donate)
@@ -473,7 +473,6 @@ def _cache_miss(spec, *args, **kwargs):
         outs = pmap_p.bind(*flat, **prepared.params)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
-        _warn_if_staged(spec)
         outs = lowering.bind_in_outer_trace(pmap_p, prepared.params,
                                             prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
@@ -482,44 +481,6 @@ def _cache_miss(spec, *args, **kwargs):
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     return out, compiled.fastpath(prepared.out_tree)
-
-
-class _QuietJits(threading.local):
-    """Depth of pmapkit's own jits around a pmap on this thread."""
-
-    def __init__(self):
-        self.depth = 0
-
-
-_quiet_jits = _QuietJits()
-
-
-@contextlib.contextmanager
-def own_jit_of_pmap():
-    """A block where pmapkit itself wraps pmaps in a jit (export): not the
-    user's jit-of-pmap, so no warning."""
-    _quiet_jits.depth += 1
-    try:
-        yield
-    finally:
-        _quiet_jits.depth -= 1
-
-
-def _warn_if_staged(spec):
-    """Classic pmap warned once per compile of a jit that contains it (this
-    runs once per trace of the enclosing function, as jit traces once per
-    signature)."""
-    name = None if _quiet_jits.depth else jp.compiling_function_name()
-    if name is None:
-        return
-    warnings.warn(
-        f"The jitted function {name} includes a pmap. Using jit-of-pmap can "
-        "lead to inefficient data movement: the outer jit decides where its "
-        "inputs and outputs live, so the pmap's operands and results may be "
-        f"moved between devices at its boundary (pmapped function {spec.name}). "
-        "Consider removing the outer jit unless you know what you're doing. "
-        "See https://github.com/google/jax/issues/2926.", UserWarning,
-        stacklevel=2)
 
 
 def _lower(spec, *args, **kwargs):

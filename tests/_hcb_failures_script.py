@@ -1,5 +1,5 @@
 """Run by tests/test_host_callback_failures.py in a subprocess (a failing
-``call`` used to abort the whole process): ``host_callback.call`` whose
+``call`` could abort the whole process): ``host_callback.call`` whose
 function raises, returns another shape or another dtype, or is interrupted,
 under pmapkit.pmap, pmapkit.pjit (4 devices) and jax.jit.
 
@@ -60,12 +60,27 @@ def expect(x):
     return (np.asarray(x) * 10 + 2).tolist()
 
 
+def read_failed(result):
+    """What reading a failed call's result gives: its values, or the error."""
+    try:
+        if isinstance(result, Exception):
+            raise result
+        return np.asarray(result).tolist()
+    except Exception as exc:  # noqa: BLE001
+        return {"error": type(exc).__name__, "message": str(exc)[-3000:]}
+
+
 def run_case(where, fun, x, failure):
     bad = x + 1000 * (1 + MODES.index(failure))
-    failed = [fun(bad) for _ in range(2)]  # both in flight before anything waits
+    failed = []
+    for _ in range(2):  # both in flight before anything waits (when they return)
+        try:
+            failed.append(fun(bad))
+        except Exception as exc:  # noqa: BLE001  (raised by the call itself)
+            failed.append(exc)
     following = fun(x)                     # the next valid call
     report = {"where": where, "failure": failure,
-              "failed_results": [np.asarray(r).tolist() for r in failed],
+              "failed_results": [read_failed(r) for r in failed],
               "next_result": np.asarray(following).tolist(), "expected": expect(x)}
     try:
         hcb.barrier_wait()

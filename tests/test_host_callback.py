@@ -373,24 +373,52 @@ def test_call_in_control_flow():
     (np.ones(2, np.int32), r"returned int32\[2\], but result_shape declared float32\[2\]"),
     ((np.ones(2, np.float32),), r"pytree structure"),
 ], ids=["shape", "dtype", "structure"])
-def test_call_wrong_result_gives_zeros_and_clear_error(returned, pattern):
+def test_call_wrong_result_raises_clear_error(returned, pattern):
+    # One device: the call fails (jax.pure_callback's way); barrier_wait too.
     f = jax.jit(lambda x: hcb.call(lambda a: returned, x,
                                    result_shape=jax.ShapeDtypeStruct((2,), np.float32)))
-    out = f(1.0)
-    assert out.dtype == np.float32 and out.tolist() == [0.0, 0.0]
+    with pytest.raises(jax.errors.JaxRuntimeError, match=pattern) as raised:
+        np.asarray(f(1.0))
+    assert "CallbackException" in str(raised.value)
     with pytest.raises(hcb.CallbackException, match=pattern) as info:
         hcb.barrier_wait()
     assert isinstance(info.value.__cause__, TypeError)
 
 
-def test_call_exception_gives_zeros_then_barrier_raises():
+def test_call_exception_raises_then_barrier_raises():
     def host(a):
         raise ZeroDivisionError("no host result")
     f = jax.jit(lambda x: hcb.call(host, x, result_shape=(x, jnp.int32(0))))
-    assert jax.tree_util.tree_map(lambda a: a.tolist(), f(1.0)) == (0.0, 0)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="ZeroDivisionError: no host result"):
+        jax.tree_util.tree_map(np.asarray, f(1.0))
+    ok = jax.jit(lambda x: hcb.call(lambda a: a + 1, x, result_shape=x))
+    assert float(ok(1.0)) == 2.0
     with pytest.raises(hcb.CallbackException) as info:
         hcb.barrier_wait()
     assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+def test_failing_call_raises_as_pure_callback_does():
+    def host(a):
+        raise ValueError("user exception")
+    x = jnp.arange(3.0)
+    with pytest.raises(Exception) as theirs:
+        np.asarray(jax.jit(lambda v: jax.pure_callback(host, v, v))(x))
+    with pytest.raises(Exception) as ours:
+        np.asarray(jax.jit(lambda v: hcb.call(host, v, result_shape=v))(x))
+    assert type(ours.value) is type(theirs.value)
+    assert "ValueError: user exception" in str(ours.value)
+    with pytest.raises(hcb.CallbackException):
+        hcb.barrier_wait()
+
+
+def test_legacy_semantics_flag():
+    # The legacy implementation's semantics (jax-v0.4.33 host_callback with
+    # JAX_HOST_CALLBACK_LEGACY=True): what JAX's suite branches on.
+    assert hcb.LEGACY_SEMANTICS is True
+    with pytest.raises(NotImplementedError,
+                       match="batching rules are implemented only for id_tap, not for call"):
+        jax.vmap(lambda v: hcb.call(lambda a: a, v, result_shape=v))(jnp.ones((2, 3)))
 
 
 @pytest.mark.parametrize("bad", [object(), {"a": object()}, [1.0, "not a dtype"]])
@@ -446,7 +474,7 @@ def test_call_not_differentiable_or_batchable():
     f = lambda x: hcb.call(lambda a: a, x, result_shape=x)  # noqa: E731
     with pytest.raises(NotImplementedError, match="call does not support jvp"):
         jax.grad(f)(1.0)
-    with pytest.raises(NotImplementedError, match="call does not support vmap"):
+    with pytest.raises(NotImplementedError, match="batching rules are implemented only for id_tap, not for call"):
         jax.vmap(f)(jnp.ones(2))
 
 

@@ -1,13 +1,18 @@
-"""A failing callback never stops the device computation.
+"""Failing callbacks: a tap never stops the device computation; a failed
+``call`` never hands back a value where its failure can be raised safely.
 
 A tap or ``call`` whose function raises (a ``KeyboardInterrupt`` included) or
-whose ``call`` result has another shape or dtype: the computation runs on (a
-failed ``call`` gives zeros of its declared shape and dtype), the next valid
-call succeeds even with failed ones still in flight, and ``barrier_wait()``
-raises ``CallbackException`` once, chained to the original exception and
-naming an interrupt as such. Under pmapkit.pmap, pmapkit.pjit (4 devices)
-and jax.jit. The ``call`` cases run in a subprocess (a failing ``call`` under
-pjit used to abort the whole process)."""
+whose ``call`` result has another shape or dtype: a tap's computation runs
+on; a failed ``call`` fails its computation under jax.jit on one device (the
+caller gets the error, naming the original one, as with jax.pure_callback)
+and under pmapkit.pmap over 4 devices (every device fails at the end of the
+body: one failing alone would leave the others in a collective until
+XLA:CPU aborts), and under pmapkit.pjit over 4 devices gives zeros of its
+declared shape. The next valid call succeeds even with
+failed ones still in flight, and ``barrier_wait()`` raises
+``CallbackException`` once, chained to the original exception and naming an
+interrupt as such. The ``call`` cases run in a subprocess (a failing
+``call`` under pjit used to abort the whole process)."""
 import json
 import os
 import subprocess
@@ -123,13 +128,22 @@ CAUSES = {"raise": ("ValueError", "host function failed"),
 
 @pytest.mark.parametrize("failure", ["raise", "shape", "dtype", "interrupt"])
 @pytest.mark.parametrize("where", WHERE)
-def test_failing_call_gives_zeros_and_reports_at_barrier(call_reports, where, failure):
+def test_failing_call_fails_its_result_and_reports_at_barrier(call_reports, where, failure):
     rep = call_reports[(where, failure)]
-    # zeros of the declared shape (the program adds 1 to the call's result)
-    n = len(rep["expected"])
-    assert rep["failed_results"] == [[1.0] * n, [1.0] * n]
-    assert rep["next_result"] == rep["expected"]
     cause, text = CAUSES[failure]
+    n = len(rep["expected"])
+    if where == "pjit":
+        # A whole-mesh program on several devices: zeros of the declared
+        # shape (the program adds 1), reported by barrier_wait only.
+        assert rep["failed_results"] == [[1.0] * n, [1.0] * n]
+    else:
+        # jit (one device) and pmap (4 devices, all failing at the end of
+        # the body): the call raises, naming the original error.
+        for failed in rep["failed_results"]:
+            assert failed["error"] == "JaxRuntimeError", failed
+            assert "CallbackException" in failed["message"]
+            assert text in failed["message"] and cause in failed["message"]
+    assert rep["next_result"] == rep["expected"]
     barrier = rep["barrier"]
     assert barrier["type"] == "CallbackException" and barrier["cause"] == cause
     assert text in barrier["cause_message"]

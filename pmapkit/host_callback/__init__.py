@@ -10,8 +10,21 @@ fires once, on primal values; a tap on tangents taps their cotangents when
 transposed, with a ``("transpose", {})`` transform), ``checkpoint`` (it fires
 again when rematerialized), control flow, ``pmapkit.pmap`` (once per device,
 with that device's slice; in nested pmaps too) and ``pmapkit.pjit`` (once,
-with the whole operand). A failing callback never stops the device
-computation: its exception waits for ``barrier_wait``.
+with the whole operand). A failing tap never stops the device computation:
+its exception waits for ``barrier_wait``. A failing ``call`` fails its
+computation and the caller gets the error (as from ``jax.pure_callback``)
+in a program on one device, and in a ``pmapkit.pmap`` over several devices
+(every device fails at the end of the body: one failing alone would leave
+the others blocked in a collective until XLA:CPU aborts); in other programs
+over several devices (``pmapkit.pjit``, a pmap inside the user's
+``jax.jit``) its device gets zeros. ``barrier_wait`` raises it in every case.
+
+``LEGACY_SEMANTICS`` is True: these are the semantics of the classic
+module's legacy implementation (``JAX_HOST_CALLBACK_LEGACY=True``, its
+default through its last release): taps see ``transforms``, ``call`` does
+not batch under ``vmap``, errors are reported by ``barrier_wait``. Code (and
+JAX's own test suite) that branches on the classic
+``_HOST_CALLBACK_LEGACY`` flag should read this.
 
 In a multi-process run a callback runs in the process owning the device that
 issues it: under a pmap spanning processes, once per local device with its
@@ -31,7 +44,7 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit.host_callback import _printing, _runtime, _while_fix  # noqa: F401
+from pmapkit.host_callback import _failures, _printing, _runtime, _while_fix  # noqa: F401
 from pmapkit.host_callback._primitive import outside_call_p
 from pmapkit.host_callback._runtime import CallbackException
 from pmapkit.rules import host_callback as _rules  # noqa: F401  (registers the rules)
@@ -40,6 +53,10 @@ __all__ = ["CallbackException", "CallbackFlavor", "TapFunctionException",
            "barrier_wait", "call", "id_print", "id_tap", "stop_outfeed_receiver"]
 
 TapFunctionException = CallbackException  # the classic module's older name
+
+# Which of the classic module's two implementations these semantics follow
+# (see the module docstring): the legacy one.
+LEGACY_SEMANTICS = True
 
 
 class CallbackFlavor(enum.Enum):
@@ -108,8 +125,12 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
     must match ``result_shape``: a pytree of ``ShapeDtypeStruct``s, arrays or
     scalars (``None``/``()`` for no result). Under pmap each device calls with
     its slice and gets its own result back. If the function raises or
-    returns another shape or dtype, the device gets zeros of the declared
-    ones and the next ``barrier_wait`` raises ``CallbackException``."""
+    returns another shape or dtype, a program on one device, or a
+    ``pmapkit.pmap`` over several, fails with a ``CallbackException``
+    (chained to the original) that the caller gets; in other programs over
+    several devices the device gets zeros of the declared shapes and dtypes.
+    Either way the next ``barrier_wait`` raises it too. Under
+    ``vmap`` it raises NotImplementedError, as the legacy module did."""
     _check_flavor(callback_flavor, "call")
     return _outside_call(callback_func, arg, identity=False,
                          with_device=call_with_device, device_index=device_index,

@@ -155,8 +155,10 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
     axis_context = ctx.module_context.axis_context
     tapped, tapped_avals = list(args[:num_args]), list(ctx.avals_in[:num_args])
     result_avals = [] if identity else list(flat_results_aval)
-    invoke = functools.partial(_runtime.invoke, callback, arg_treedef, transforms,
-                               result_treedef, result_avals)
+
+    def invoker(on_failure):
+        return functools.partial(_runtime.invoke, callback, arg_treedef, transforms,
+                                 result_treedef, result_avals, on_failure)
     if isinstance(axis_context, mlir.SPMDAxisContext):
         mesh = axis_context.mesh
         if set(axis_context.manual_axes) != set(mesh.axis_names):
@@ -178,7 +180,9 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 "pmapkit host_callback: an ordered callback inside a manual "
                 "region nested in another (not a nested pmapkit.pmap) is not "
                 "supported; tap outside the nested region.")
-        host_fn = functools.partial(_per_device_host_fn, _region_devices(mesh), invoke)
+        region_devices = _region_devices(mesh)
+        host_fn = functools.partial(_per_device_host_fn, region_devices,
+                                    invoker(_region_on_failure(mesh, region_devices, ordered)))
         operands = [jp.partition_id_op(), *tapped]
         operand_avals = [_PARTITION_ID_AVAL, *tapped_avals]
         op_sharding = _manual_op_sharding(result_avals)
@@ -191,8 +195,11 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
             raise ValueError(
                 f"host_callback device_index={device_index} is out of range "
                 f"for a computation on {len(devices)} device(s).")
+        # Whole-mesh programs: raising is safe on one device only (the
+        # callback's device would leave the others in their collectives).
+        on_failure = _runtime.RAISE if len(devices) == 1 else _runtime.ZEROS
         host_fn = functools.partial(_one_device_host_fn, devices[device_index],
-                                    invoke)
+                                    invoker(on_failure))
         operands, operand_avals = tapped, tapped_avals
         op_sharding = _maximal_op_sharding(device_index, result_avals)
     token = ctx.tokens_in.get(host_callback_effect) if ordered else None
@@ -206,6 +213,17 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(
             mlir.TokenSet({host_callback_effect: token})))
     return list(args) if identity else list(results)
+
+
+def _region_on_failure(mesh, devices, ordered):
+    """How a failed call fails its computation in a manual region (see
+    ``_runtime``): raising is safe with one device only; a pmap body that
+    ends with the checks (``_failures``) takes the failure there."""
+    if len(devices) == 1:
+        return _runtime.RAISE
+    if ordered and manual_regions.checked_region(mesh):
+        return _runtime.PEND
+    return _runtime.ZEROS
 
 
 def _lower_on_every_device(ctx, args, axis_context, params):

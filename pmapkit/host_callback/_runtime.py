@@ -6,13 +6,25 @@ and — when the user's function raises — logging the exception and keeping it
 for the next ``barrier_wait``. Also the process-wide record of the runtime
 tokens that ``barrier_wait`` waits for.
 
-A failing callback never fails the device computation (as with the classic
-outfeed receiver): whatever it raises — an ordinary exception, a result of
-the wrong shape or dtype, even a ``KeyboardInterrupt`` — is kept, a tap
-returns normally and a ``call`` hands back zeros of its declared shapes and
-dtypes. A failed computation would poison the effect tokens every later
-call waits on, and in a program spanning devices leave the other devices
-blocked in a collective until XLA aborts the process.
+Whatever a callback function raises — an ordinary exception, a result of
+the wrong shape or dtype, even a ``KeyboardInterrupt`` — is kept for
+``barrier_wait``, and a tap returns normally (as with the classic outfeed
+receiver). A failed ``call`` must not hand back a value; how it fails its
+computation depends on where it runs (``on_failure``, chosen when lowering):
+
+- ``RAISE``: in a program on one device, the callback raises: the
+  computation fails and its caller gets the error (as with
+  ``jax.pure_callback``);
+- ``PEND``: in a pmap over several devices run by pmapkit's own program,
+  the device gets zeros and the failure waits for the checks at the end of
+  the pmap's body (``_failures``), which fail every device at once: a device
+  failing alone would leave the others blocked in a collective until
+  XLA:CPU aborts the process;
+- ``ZEROS``: in other programs over several devices (pjit, a pmap under a
+  user's jit), the device gets zeros and only ``barrier_wait`` reports it:
+  besides the collectives, a failed execution's effect token would fail the
+  next program with host callbacks (JAX threads it into that program, and
+  only pmapkit's own runner can keep it out).
 """
 from __future__ import annotations
 
@@ -65,8 +77,7 @@ def report_message(exc, formatted):
     """The message of the ``CallbackException`` reporting ``exc``."""
     if is_interrupt(exc):
         return ("There were exceptions during callback processing: a callback "
-                f"function was interrupted by {type(exc).__name__} (the device "
-                "computations went on; a call that failed returned zeros). "
+                f"function was interrupted by {type(exc).__name__}. "
                 f"It was: {formatted}")
     return ("There were exceptions during callback processing. "
             f"Last one was: {formatted}")
@@ -129,14 +140,41 @@ def _host_copy(x):
     return np.array(x, copy=True)
 
 
+RAISE, PEND, ZEROS = "raise", "pend", "zeros"
+
+
+class _PendingFailures:
+    """Per device, the failed ``call`` (exception, formatted traceback) that
+    the checks at the end of the running pmap body have not taken yet. The
+    callbacks of one device run in order on its effect token, the checks
+    last: what they find is their execution's (only concurrent executions
+    of pmaps with calls on one device, from several threads, could see
+    another's)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.failed = {}
+
+    def put(self, device, exc, formatted):
+        with self.lock:
+            self.failed[device] = (exc, formatted)
+
+    def take(self, device):
+        with self.lock:
+            return self.failed.pop(device, None)
+
+
+pending = _PendingFailures()
+
+
 def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
-           device, flat):
+           on_failure, device, flat):
     """Call the user's function on the host; returns its flat result, checked
     against ``result_avals`` (empty for a tap).
 
-    Never raises: an exception (an interrupt included) is logged and kept
-    for ``barrier_wait``, and a ``call`` then returns zeros of its declared
-    shapes and dtypes, so the device computation runs on."""
+    An exception (an interrupt included) is logged and kept for
+    ``barrier_wait``; a tap then returns normally, a ``call`` fails as
+    ``on_failure`` says (see the module docstring)."""
     _inside.depth += 1
     try:
         arg = jax.tree_util.tree_unflatten(arg_treedef, [_host_copy(x) for x in flat])
@@ -144,19 +182,31 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
         if wrapper.identity:
             return ()
         return check_results(wrapper, result, result_treedef, result_avals)
-    except BaseException as exc:  # noqa: BLE001  (raising would fail the device)
+    except BaseException as exc:  # noqa: BLE001  (an interrupt is reported too)
         formatted = traceback.format_exc()
-        logger.error("pmapkit host_callback: the callback %r raised %s (it will "
-                     "be raised by the next barrier_wait; the device computation "
-                     "goes on%s):\n%s", wrapper, type(exc).__name__,
-                     "" if wrapper.identity else " with zeros for its result",
-                     formatted)
+        mode = None if wrapper.identity else on_failure
+        logger.error("pmapkit host_callback: the callback %r raised %s (%s):\n%s",
+                     wrapper, type(exc).__name__, _FAILURE_NOTES[mode], formatted)
         exceptions.record(exc, formatted)
+        if mode == RAISE:
+            raise CallbackException(report_message(exc, formatted)) from exc
+        if mode == PEND:
+            pending.put(device, exc, formatted)
         if wrapper.identity:
             return ()
         return tuple(np.zeros(a.shape, a.dtype) for a in result_avals)
     finally:
         _inside.depth -= 1
+
+
+_FAILURE_NOTES = {
+    None: "it will be raised by the next barrier_wait; the device computation goes on",
+    RAISE: "the computation fails with it; the next barrier_wait raises it too",
+    PEND: "every device of the pmap fails at the end of its body; the next "
+          "barrier_wait raises it too",
+    ZEROS: "it will be raised by the next barrier_wait; the device computation "
+           "goes on with zeros for its result",
+}
 
 
 class _Inside(threading.local):

@@ -31,10 +31,12 @@ def _only_for_taps(params, what):
 
 def _batch(args, dims, **params):
     if not params["identity"]:
+        # The legacy module's error (LEGACY_SEMANTICS), and what to do.
         raise NotImplementedError(
-            "host_callback.call does not support vmap: the host function "
+            "batching rules are implemented only for id_tap, not for call. "
+            "(host_callback.call does not support vmap: the host function "
             "would receive a batch it was not written for; loop with "
-            "jax.lax.map instead.")
+            "jax.lax.map instead.)")
     batch_dims = tuple(dims[:params["num_args"]])
     new_params = dict(params, transforms=(*params["transforms"], ("batch", batch_dims)))
     return outside_call_p.bind(*args, **new_params), list(dims)

@@ -1,0 +1,125 @@
+"""The checks at the end of a pmap body that make a failed
+``host_callback.call`` fail its computation on every device at once.
+
+A ``call`` that fails in a pmap over several devices hands its device zeros
+and leaves the failure pending for that device (``_runtime.PEND``): failing
+that device alone would leave the others blocked in a later collective until
+XLA:CPU aborts the process. At the end of the body, once the outputs are
+computed, each device takes its pending failure (a callback ordered after
+the body's callbacks on the effect token), the devices sum their counts
+(``psum``: every device reaches it, outside any control flow of the body),
+and if any failed each device raises: the computation fails everywhere, no
+device waits, and every output reads as the error (the failing device's
+exception chained; ``barrier_wait`` reports it too). The program's runner
+then waits for it (``lowering``: a failed execution's effect token must not
+reach the next program) and raises at the call.
+
+Only pmapkit's own top-level programs of pmaps with a ``call`` on several
+devices of one process get the checks (not taps: they never fail a
+computation).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from pmapkit import _jax_private as jp
+from pmapkit import manual_regions
+from pmapkit.host_callback import _runtime
+from pmapkit.host_callback._primitive import outside_call_p
+
+_COUNT = jp.ShapedArray((), np.int32)
+
+
+def _sub_jaxprs(value):
+    if isinstance(value, jp.ClosedJaxpr):
+        yield value.jaxpr
+    elif isinstance(value, jp.Jaxpr):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _sub_jaxprs(v)
+
+
+def has_call(jaxpr):
+    """Whether ``jaxpr`` (at any depth) has a ``host_callback.call``."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is outside_call_p and not eqn.params["identity"]:
+            return True
+        for value in eqn.params.values():
+            if any(has_call(sub) for sub in _sub_jaxprs(value)):
+                return True
+    return False
+
+
+class _Take:
+    """Host side of the first check: this device's pending failure, moved to
+    ``failed`` for the raising step; returns how many (0 or 1)."""
+
+    def __init__(self):
+        self.failed = _runtime._PendingFailures()
+        self.last = None  # what the devices that did not fail report
+
+    def __call__(self, arg, device):
+        got = _runtime.pending.take(device)
+        if got is None:
+            return np.int32(0)
+        self.failed.put(device, *got)
+        self.last = got
+        return np.int32(1)
+
+
+_take = _Take()
+_TAKE = _runtime.CallbackWrapper(_take, False, True)
+
+
+def _raise_if_failed(devices, total, index):
+    if int(total) == 0:
+        return np.int32(0)
+    device = devices[int(index)]
+    got = _take.failed.take(device)
+    if got is not None:
+        exc, formatted = got
+        raise _runtime.CallbackException(_runtime.report_message(exc, formatted)) from exc
+    exc, formatted = _take.last or (None, None)
+    raise _runtime.CallbackException(
+        f"host_callback.call failed on {int(total)} other device(s) of this pmap "
+        f"(not on {device}); every device's computation fails with it. "
+        + ("" if exc is None else _runtime.report_message(exc, formatted))) from exc
+
+
+def _tail(outs, axis_name, body):
+    del body
+    mesh = manual_regions.current_checked_mesh()
+    devices = tuple(mesh.devices.flat)
+    tied = [i for i, o in enumerate(outs) if _plain(o)]
+    # After the outputs are computed (so after every collective of the body).
+    *vals, marker = jax.lax.optimization_barrier(
+        (*[outs[i] for i in tied], jnp.zeros((), np.int32)))
+    count, = outside_call_p.bind(
+        marker, callback=_TAKE, arg_treedef=jax.tree_util.tree_structure(0),
+        num_args=1, identity=False, result_treedef=jax.tree_util.tree_structure(0),
+        flat_results_aval=(_COUNT,), transforms=(), device_index=0, ordered=True)
+    total = jax.lax.psum(count, axis_name)
+    # An effect of its own (unordered IO), so no DCE drops it.
+    done = io_callback(
+        lambda t, i: _raise_if_failed(devices, t, i),
+        jax.ShapeDtypeStruct((), np.int32), total, jax.lax.axis_index(axis_name),
+        ordered=False)
+    *vals, _ = jax.lax.optimization_barrier((*vals, done))
+    outs = list(outs)
+    for i, v in zip(tied, vals):
+        outs[i] = v
+    return outs
+
+
+def _plain(x):
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return isinstance(x, (int, float, complex, bool, np.number))
+    return not jax.dtypes.issubdtype(dtype, jax.dtypes.extended) and dtype != jax.dtypes.float0
+
+
+manual_regions.register_region_tail(lambda body: has_call(body.jaxpr), _tail)
