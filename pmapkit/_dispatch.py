@@ -318,6 +318,10 @@ class DispatchFunction:
         if self._always_fallback or not self._is_top_level():
             # Under a JAX trace the call must bind our primitive; never cache it.
             return self._python_call(args, kwargs)
+        if _special_checks is not None and _special_checks():
+            # jax_debug_nans/infs on: Python checks the outputs (and keeps
+            # donation off); nothing is cached for such calls.
+            return self._python_call(args, kwargs)
         signed = self._sign(args, kwargs)
         if signed is None:
             return self._python_call(args, kwargs)
@@ -678,6 +682,19 @@ class DispatchFunction:
 
 def _first(item):
     return item[0]
+
+
+# None until jax_debug_nans or jax_debug_infs is first turned on (see
+# ``pmapkit.special_values``); from then on a callable telling whether either
+# is on now, read per call. Until then the hit path pays one pointer compare.
+_special_checks = None
+
+
+def arm_special_checks(flags_on):
+    """Make every later call ask ``flags_on()`` whether JAX's debug_nans /
+    debug_infs is on (then it takes the Python path, which checks)."""
+    global _special_checks
+    _special_checks = flags_on
 
 
 # One lock for every execution that donates: checking that an input is not
