@@ -104,18 +104,28 @@ def _find_special(outs):
 
 
 def _location(primitive, params, devices):
+    """Where the value is: mapped indices (a top-level pmap; nested pmaps
+    make them tuples, outermost first) or devices, with their ids."""
+    ids = [d.id for d in devices]
     if primitive is pmap_p and params["devices"] is not None:
         order = list(params["devices"])
         shape = (params["axis_size"],
                  *[s for _, s in nested_pmap_axes(params["jaxpr"].jaxpr, pmap_p)])
-        places = []
-        for d in devices:
-            index = np.unravel_index(order.index(d), shape)
-            index = ", ".join(str(int(i)) for i in index)
-            places.append(f"{index} (device {d.id})")
-        return f"at mapped index {'; '.join(places)}"
-    ids = ", ".join(str(d.id) for d in devices)
-    return f"on device{'s' if len(devices) > 1 else ''} {ids}"
+        indices = [tuple(int(i) for i in np.unravel_index(order.index(d), shape))
+                   for d in devices]
+        shown = [str(i[0]) if len(i) == 1 else str(i) for i in indices]
+        what = "mapped index" if len(shown) == 1 else "mapped indices"
+        return f"at {what} {_listed(shown)} (device{_plural(ids)} {_listed(ids)})"
+    return f"on device{_plural(ids)} {_listed(ids)}"
+
+
+def _plural(items):
+    return "s" if len(items) > 1 else ""
+
+
+def _listed(items, most=8):
+    shown = ", ".join(str(i) for i in items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 # -- de-optimized re-runs -------------------------------------------------------
