@@ -92,6 +92,31 @@ def test_cached_wrapper_hit_path_after_flag():
     assert f._cache_size == 1
 
 
+@pytest.mark.parametrize("how", ["config_update", "context", "infs_update"])
+def test_each_way_of_turning_a_flag_on_reaches_a_cached_wrapper(how):
+    """The hit path reads no flag until one is turned on: each way of
+    turning one on must tell it (JAX's config hooks)."""
+    from pmapkit import special_values
+    f = pmapkit.pmap(jnp.log)   # on X: nan at mapped indices 0..2, -inf at 3
+    f(X)
+    f(X)
+    special_values.rearm_from_flags()  # as before any flag was ever on
+    name = "jax_debug_infs" if how == "infs_update" else "jax_debug_nans"
+    expected = (r"Invalid value \(inf\) .* at mapped index 3 " if how == "infs_update"
+                else r"Invalid value \(nan\) .* at mapped indices 0, 1, 2 ")
+    try:
+        if how == "context":
+            with jax.debug_nans(True), pytest.raises(FloatingPointError, match=expected):
+                f(X)
+        else:
+            jax.config.update(name, True)
+            with pytest.raises(FloatingPointError, match=expected):
+                f(X)
+    finally:
+        jax.config.update(name, False)
+    np.testing.assert_array_equal(f(X), jnp.log(X))
+
+
 def test_pmap_debug_infs_like_jax_pmap():
     body = lambda v: 1.0 / v  # noqa: E731
     x = jnp.arange(float(N))
@@ -104,12 +129,20 @@ def test_pmap_debug_infs_like_jax_pmap():
     assert "at mapped index 0 (device 0)" in got[1]
 
 
-@pytest.mark.parametrize("case", ["psum", "out_axes_none", "inside_jit", "grad"])
+def with_callback(v):
+    jax.debug.callback(lambda a: None, v)  # a program with effects
+    return jnp.log(v)
+
+
+@pytest.mark.parametrize("case", ["psum", "out_axes_none", "inside_jit", "grad",
+                                  "callback"])
 def test_pmap_debug_nans_cases_like_jax_pmap(case):
     body = lambda v: jax.lax.psum(jnp.log(v), "i")  # noqa: E731
     x = X
     if case == "psum":
         run = lambda pm: pm(body, "i")  # noqa: E731
+    elif case == "callback":
+        run = lambda pm: pm(with_callback)  # noqa: E731
     elif case == "out_axes_none":
         run = lambda pm: pm(jnp.log, out_axes=None)  # noqa: E731
     elif case == "inside_jit":

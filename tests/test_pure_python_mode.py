@@ -27,7 +27,8 @@ needs_unset = pytest.mark.skipif(
 @needs_unset
 def test_dispatch_and_error_suites_pass_in_pure_python_mode():
     paths = ["tests/test_dispatch.py", "tests/test_pmap_errors.py",
-             "tests/test_input_origins.py"]
+             "tests/test_input_origins.py",
+             "tests/test_debugging_tools.py::test_cached_wrapper_hit_path_after_flag"]
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
         cwd=REPO, env=PURE_ENV, capture_output=True, text=True, timeout=600)
