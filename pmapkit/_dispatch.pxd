@@ -24,6 +24,7 @@ cdef class CacheEntry:
     cdef public list out_handlers
     cdef public object out_treedef
     cdef public object shard_fallback
+    cdef public object mover
     cdef public object is_equivalent
     cdef public list equivalents
     cdef public list differents
@@ -34,8 +35,13 @@ cdef class CacheEntry:
     cdef public Py_ssize_t n_inputs
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
-                   out=list, in_shardings=tuple)
+                   out=list, in_shardings=tuple, pending=list)
     cpdef list shard(self, leaves)
+
+    @cython.locals(flat=list, moved=list, k=Py_ssize_t)
+    cdef _move(self, leaves, list out, list pending)
+
+    cdef object _misplaced(self, object x, Py_ssize_t i)
 
     @cython.locals(seen=tuple)
     cdef bint _seen_equivalent(self, Py_ssize_t j, object have) except -1
@@ -46,6 +52,20 @@ cdef class CacheEntry:
 
     @cython.locals(leaf_types=LeafTypes, donated=tuple, first=dict, j=Py_ssize_t)
     cpdef bint aliases_donated(self, leaves) except -1
+
+
+cdef class SharedCaches:
+    cdef readonly dict caches
+    cdef readonly dict sig_ids
+    cdef readonly dict aval_ids
+    cdef readonly dict placed_ids
+    cdef readonly object next_id
+    cdef readonly object lock
+    cdef public bint sign_global
+    cdef public unsigned long long clock
+    cdef readonly object members
+    cdef public tuple current
+    cdef object __weakref__
 
 
 cdef class DispatchFunction:
@@ -89,6 +109,7 @@ cdef class DispatchFunction:
     cdef readonly Py_ssize_t _evictions
     cdef object _lock
     cdef public object _on_clear
+    cdef readonly SharedCaches _shared
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
                    signed=tuple, arrays=list)
@@ -99,6 +120,7 @@ cdef class DispatchFunction:
     @cython.locals(drop=bint)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
                                dict cache, object key, list leaves)
+    cdef _set_sign_global(self)
     cdef bint _has_global(self, list leaves) except -1
     @cython.locals(excess=Py_ssize_t, ready=list)
     cdef _evict(self, dict cache)
@@ -136,3 +158,5 @@ cdef object DONATION_LOCK
 cpdef object execute_donating(CacheEntry entry, object leaves)
 
 cdef tuple _remember(tuple seen, object sharding)
+
+cdef list _pend(list pending, Py_ssize_t j)

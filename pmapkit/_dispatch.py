@@ -15,6 +15,7 @@ tracing or compiling lives behind ``cache_miss``, a Python callable returning
 import itertools
 import threading
 import types
+import weakref
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
 FASTPATH_VERSION = 4
@@ -79,6 +80,7 @@ class CacheEntry:
         self.out_handlers = None
         self.out_treedef = None
         self.shard_fallback = None
+        self.mover = None
         self.is_equivalent = None
         self.equivalents = None
         self.differents = None
@@ -104,6 +106,9 @@ class CacheEntry:
         self.out_handlers = list(fastpath.out_handlers)
         self.out_treedef = fastpath.out_treedef
         self.shard_fallback = fastpath.shard_fallback
+        # Moves misplaced device arrays, all of a call's in one go (None:
+        # each goes to ``shard_fallback``).
+        self.mover = getattr(fastpath, "mover", None)
         self.is_equivalent = fastpath.is_equivalent
         # Per kept input: sharding objects seen and found to lay the array
         # out exactly as the compiled one (other mesh axis names, jax.pmap's
@@ -142,8 +147,8 @@ class CacheEntry:
         An array whose sharding is the compiled one, or one remembered as
         equivalent to it, is passed as is (no copy); host arrays and scalars
         are sliced and put per device; anything else is classified once per
-        sharding object (``_first_sight``) and remembered, or goes to the
-        Python ``shard_fallback`` (resharding).
+        sharding object (``_first_sight``) and remembered, or is moved:
+        all such arrays of the call by one ``mover.move`` (resharding).
         """
         if len(leaves) != self.n_inputs:
             # Indexing below is unchecked in the compiled build: never guess.
@@ -155,6 +160,7 @@ class CacheEntry:
         in_shardings = self.in_shardings
         n = len(in_shardings)
         out = [None] * n
+        pending = None
         for j in range(n):
             i = j if kept is None else kept[j]
             x = leaves[i]
@@ -167,6 +173,8 @@ class CacheEntry:
                     out[j] = x
                 else:
                     out[j] = self._first_sight(x, x, have, i, j)
+                    if out[j] is None:
+                        pending = _pend(pending, j)
             elif t is leaf_types.ndarray_type:
                 out[j] = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
@@ -182,10 +190,24 @@ class CacheEntry:
                     out[j] = base
                 else:
                     out[j] = self._first_sight(x, base, have, i, j)
+                    if out[j] is None:
+                        pending = _pend(pending, j)
             else:
                 self.resharded += 1
                 out[j] = self.shard_fallback(x, i)
+        if pending is not None:
+            self._move(leaves, out, pending)
         return out
+
+    def _move(self, leaves, out, pending):
+        """Fill ``out[j]`` for the kept inputs ``pending`` with the moved
+        arrays, in one ``mover.move`` call."""
+        kept = self.kept
+        flat = [j if kept is None else kept[j] for j in pending]
+        moved = self.mover.move([leaves[i] for i in flat], flat, self.shard_fallback)
+        self.resharded += len(pending)
+        for k in range(len(pending)):
+            out[pending[k]] = moved[k]
 
     def _seen_equivalent(self, j, have):
         seen = self.equivalents[j]
@@ -205,22 +227,39 @@ class CacheEntry:
         """A sharding object not remembered as equivalent on input ``j``:
         decided once per object (both ways, bounded): one that lays the
         array out as the program wants is remembered and its buffers passed
-        on; one that does not goes to the Python fallback, which moves them,
-        without asking again."""
+        on; one that does not is moved, without asking again: None (the
+        caller collects it for ``mover``), or the fallback's array."""
         if physical.is_deleted():
             self.resharded += 1
             return self.shard_fallback(x, i)  # raises JAX's deleted-array error
         other = self.differents[j]
         for s in other:
             if s is have:
-                self.resharded += 1
-                return self.shard_fallback(x, i)
+                return self._misplaced(x, i)
+        # A fresh object equal to a known one (``jax.device_put(x, device)``
+        # makes its sharding anew per call): not asked again either.
+        for s in other:
+            if have == s:
+                return self._misplaced(x, i)
         if self.is_equivalent(physical, i):
             self.equivalents[j] = _remember(self.equivalents[j], have)
             return physical
         self.differents[j] = _remember(other, have)
+        return self._misplaced(x, i)
+
+    def _misplaced(self, x, i):
+        if self.mover is not None:
+            return None
         self.resharded += 1
         return self.shard_fallback(x, i)
+
+
+def _pend(pending, j):
+    """``pending`` (a list or None) with kept input ``j`` appended."""
+    if pending is None:
+        return [j]
+    pending.append(j)
+    return pending
 
 
 def _remember(seen, sharding):
@@ -228,6 +267,31 @@ def _remember(seen, sharding):
     if len(seen) >= MAX_EQUIVALENTS:
         seen = seen[1:]
     return seen + (sharding,)
+
+
+class SharedCaches:
+    """What every wrapper of one function with one set of parameters shares:
+    the signature caches (per trace context), the leaf-signature tables that
+    key them, the id counter, the lock, and whether global arrays sign apart.
+
+    Held by the wrappers and by the Python side's weak registry (keyed by the
+    function), so it must not refer to the function: entries hold compiled
+    programs only. Its containers are only ever mutated in place (cleared,
+    never replaced), so every sharer keeps seeing the same ones.
+    """
+
+    def __init__(self):
+        self.caches = {}
+        self.sig_ids = {}
+        self.aval_ids = {}
+        self.placed_ids = {}
+        self.next_id = itertools.count()
+        self.lock = threading.Lock()
+        self.sign_global = False
+        self.clock = 0
+        self.members = weakref.WeakSet()
+        # The context last selected by a sharer: a new wrapper starts there.
+        self.current = (None, None, {})
 
 
 class DispatchFunction:
@@ -259,12 +323,15 @@ class DispatchFunction:
         evicted beyond it); None: ``DEFAULT_CACHE_SIZE``.
       describe: ``describe(elements, sig_ids, static_argnums)`` for
         ``_debug_cache_keys`` (the core itself imports nothing of JAX).
+      shared: a ``SharedCaches`` of another wrapper of the same function with
+        the same parameters and static/signing options: this one then starts
+        with (and keeps adding to) that one's compiled entries. None: its own.
     """
 
     def __init__(self, fun, cache_miss, static_argnums, types, canonical_dtypes,
                  flatten, trace_context, probe, lower, reduce_fn,
                  static_argnames=(), sign_shardings=False, cache_size=None,
-                 describe=None, context_state=None):
+                 describe=None, context_state=None, shared=None):
         self.fun = fun
         self._cache_miss = cache_miss
         self._static_argnums = tuple(static_argnums)
@@ -272,9 +339,13 @@ class DispatchFunction:
         self._max_static = max(static_argnums) if static_argnums else -1
         self._static_names = frozenset(static_argnames)
         self._sign_shardings = bool(sign_shardings)
+        if shared is None:
+            shared = SharedCaches()
+        self._shared = shared
+        shared.members.add(self)
         # Set (at a miss) once a program spans processes: arrays that are not
         # fully addressable (global arrays) then sign apart from local ones.
-        self._sign_global = False
+        self._sign_global = shared.sign_global
         self._types = types
         self._array_type = types.array_type
         self._ndarray_type = types.ndarray_type
@@ -284,10 +355,10 @@ class DispatchFunction:
         # Leaf signatures are interned to small ints, so keys hash and compare
         # fast; device arrays made by one result handler share an aval object,
         # so their ids are found by identity without rebuilding the signature.
-        self._sig_ids = {}
-        self._aval_ids = {}
-        self._placed_ids = {}
-        self._next_id = itertools.count()
+        self._sig_ids = shared.sig_ids
+        self._aval_ids = shared.aval_ids
+        self._placed_ids = shared.placed_ids
+        self._next_id = shared.next_id
         self._canonical_dtypes = frozenset(canonical_dtypes)
         self._flatten = flatten
         self._trace_context = trace_context
@@ -298,15 +369,15 @@ class DispatchFunction:
         self._lower = lower
         self._reduce_fn = reduce_fn
         self._describe = describe
-        self._caches = {}
-        self._current = (None, None, {})
+        self._caches = shared.caches
+        self._current = shared.current
         self._context_state = context_state
         self._always_fallback = False
         self._cache_size_limit = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
-        self._clock = 0
+        self._clock = shared.clock
         self._misses = 0
         self._evictions = 0
-        self._lock = threading.Lock()
+        self._lock = shared.lock
         # Called by clear_cache: the Python side's caches of traced bodies.
         self._on_clear = None
 
@@ -374,6 +445,7 @@ class DispatchFunction:
         cache = self._caches.setdefault(key, {})
         current = (ctx, extra, cache)
         self._current = current
+        self._shared.current = current
         return current
 
     def _is_top_level(self):
@@ -394,12 +466,12 @@ class DispatchFunction:
                 # shape, and this key was made without telling them apart:
                 # sign them apart from now on and key this call anew. (A key
                 # of local arrays only stays valid: they sign the same.)
-                self._sign_global = True
+                self._set_sign_global()
                 entry.fallback = True
                 drop = True
             else:
                 if fastpath.signs_global:
-                    self._sign_global = True
+                    self._set_sign_global()
                 entry.populate(fastpath, self._types)
         except ArgumentAliasError:
             # About this call's values only: waiters take Python with their
@@ -414,6 +486,8 @@ class DispatchFunction:
         finally:
             self._clock += 1
             entry.last_used = self._clock
+            if self._shared.clock < self._clock:
+                self._shared.clock = self._clock  # a new sharer starts from here
             entry.ready = True
             entry.event.set()
             with self._lock:
@@ -423,6 +497,13 @@ class DispatchFunction:
                 elif len(cache) > self._cache_size_limit:
                     self._evict(cache)
         return result[0]
+
+    def _set_sign_global(self):
+        # Keys of every sharer must tell global arrays apart from now on.
+        shared = self._shared
+        shared.sign_global = True
+        for member in list(shared.members):
+            member._sign_global = True
 
     def _has_global(self, leaves):
         for x in leaves:
@@ -558,7 +639,7 @@ class DispatchFunction:
             if leaf_id is None:
                 leaf_id = self._intern((aval.dtype, aval.shape, aval.weak_type))
                 if len(self._aval_ids) >= 256:
-                    self._aval_ids = {}  # bound the memory held by remembered avals
+                    self._aval_ids.clear()  # bound the memory held by remembered avals
                 self._aval_ids[aval] = leaf_id
             if self._sign_shardings and x._committed:
                 leaf_id = self._placed_id(leaf_id, getattr(x, self._sharding_attr))
@@ -589,7 +670,7 @@ class DispatchFunction:
         by_leaf = self._placed_ids.get(sharding)
         if by_leaf is None:
             if len(self._placed_ids) >= 256:
-                self._placed_ids = {}
+                self._placed_ids.clear()
             by_leaf = self._placed_ids.setdefault(sharding, {})
         found = by_leaf.get(leaf_id)
         if found is None:
@@ -607,9 +688,10 @@ class DispatchFunction:
     def _forget_signatures(self):
         # Ids are never reused (the counter goes on), so keys made with the
         # forgotten ids can only miss; the LRU bound drops their entries.
-        self._sig_ids = {}
-        self._aval_ids = {}
-        self._placed_ids = {}
+        # Cleared in place: the tables are shared with the other wrappers.
+        self._sig_ids.clear()
+        self._aval_ids.clear()
+        self._placed_ids.clear()
 
     # -- introspection and control ---------------------------------------------
     @property
@@ -657,7 +739,11 @@ class DispatchFunction:
                 self._evict(cache)
 
     def clear_cache(self):
-        self._caches = {}
+        """Empty the entries of this wrapper and of every wrapper sharing
+        them (in place: each sharer's selected context stays one of them)."""
+        with self._lock:
+            for cache in list(self._caches.values()):
+                cache.clear()
         self._current = (None, None, {})
         self._forget_signatures()
         if self._on_clear is not None:

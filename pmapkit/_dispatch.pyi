@@ -31,6 +31,7 @@ class CacheEntry:
     n_inputs: int
     equivalents: list[tuple[Any, ...]] | None
     resharded: int
+    mover: Any
     last_used: int
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...
@@ -39,6 +40,19 @@ class CacheEntry:
 
 def execute_donating(entry: CacheEntry, leaves: Any) -> Any: ...
 def arm_special_checks(flags_on: Callable[[], bool]) -> None: ...
+
+class SharedCaches:
+    caches: dict[Any, dict[Any, CacheEntry]]
+    sig_ids: dict[Any, int]
+    aval_ids: dict[Any, int]
+    placed_ids: dict[Any, dict[int, int]]
+    next_id: Any
+    lock: Any
+    sign_global: bool
+    clock: int
+    members: Any
+    current: tuple[Any, Any, dict[Any, CacheEntry]]
+    def __init__(self) -> None: ...
 
 class DispatchFunction:
     fun: Callable[..., Any]
@@ -52,6 +66,7 @@ class DispatchFunction:
     _misses: int
     _evictions: int
     _on_clear: Callable[[], None] | None
+    _shared: SharedCaches
     def __init__(
         self,
         fun: Callable[..., Any],
@@ -69,6 +84,7 @@ class DispatchFunction:
         cache_size: int | None = ...,
         describe: Callable[..., str] | None = ...,
         context_state: Any = ...,
+        shared: SharedCaches | None = ...,
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, obj: Any, objtype: Any) -> Any: ...

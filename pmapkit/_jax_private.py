@@ -7,6 +7,8 @@ is JAX's, so that a reader can find it in JAX's sources.
 """
 from __future__ import annotations
 
+import hashlib as _hashlib
+
 from jax._src import api_util as _api_util
 from jax._src import config as _config
 from jax._src import core as _core
@@ -22,6 +24,9 @@ from jax._src.lib import xla_client as _xc
 
 # --- arrays, avals, dtypes -------------------------------------------------
 ArrayImpl = _xc.ArrayImpl
+# jax.extend.core.Primitive is this class; importing it from there loads
+# jax.extend's whole package (pallas and more: tens of ms at start-up).
+Primitive = _core.Primitive
 Tracer = _core.Tracer
 ShapedArray = _core.ShapedArray
 ClosedJaxpr = _core.ClosedJaxpr
@@ -106,6 +111,10 @@ def top_level_probe():
 
 # --- devices, sharding, execution ----------------------------------------------
 batched_device_put = _xc.batched_device_put
+# Copies whole arrays to other devices keeping their split, many in one call
+# (what jax.jit does with inputs laid out right on the wrong devices).
+batched_copy_array_to_devices_with_sharding = _xc.batched_copy_array_to_devices_with_sharding
+ArrayCopySemantics = _xc.ArrayCopySemantics
 # The attribute a jax.Array keeps its sharding in (the public ``.sharding`` is
 # a Python property over it, twice as slow on the hit path).
 ARRAY_SHARDING_ATTR = "_sharding"
@@ -135,6 +144,44 @@ def mesh_executable_parts(compiled):
     mesh_exec = compiled._executable
     kept = getattr(mesh_exec, "_kept_var_idx", None)
     return mesh_exec.xla_executable, kept
+
+
+def program_identity(lowered):
+    """A key equal for two lowerings that compile to the same executable,
+    or None when the module does not say everything about the program.
+
+    The key: a digest of the StableHLO module's text (constants and
+    shardings included, locations left out), the device assignment, the flat in/out avals (weak
+    types included), donation, kept inputs, platforms and compiler options.
+    None for host callbacks and kept-alive objects (tied to the Python
+    objects of one lowering), constants passed as arguments (their values
+    are not in the module) and effects.
+    """
+    lowering = getattr(lowered, "_lowering", None)
+    if not isinstance(lowering, _pxla.MeshComputation):
+        return None
+    args = lowering.compile_args
+    if (lowering.const_args or args.get("host_callbacks") or args.get("keepalive")
+            or args.get("ordered_effects") or args.get("unordered_effects")):
+        return None
+    # The module without locations (as JAX's persistent cache keys it): the
+    # same program traced on another source line is the same program.
+    text = lowering.stablehlo().operation.get_asm(binary=True, enable_debug_info=False)
+    devices = lowering._device_list
+    kept = args.get("kept_var_idx")
+    key = (_hashlib.sha256(text).digest(),
+           None if devices is None else tuple((d.platform, d.id) for d in devices),
+           tuple(args.get("global_in_avals", ())),
+           tuple(args.get("global_out_avals", ())),
+           tuple(lowering._donated_invars),
+           None if kept is None else tuple(sorted(kept)),
+           tuple(lowering._platforms), lowering._compiler_options_kvs,
+           tuple(args.get("in_layouts", ())), tuple(args.get("out_layouts", ())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 # --- transformation tables and helpers -----------------------------------------

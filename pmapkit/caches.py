@@ -2,7 +2,8 @@
 
 Per pmapped / pjit'd function: the dispatch core's signature cache (least
 recently used entries evicted beyond ``per_function`` entries per trace
-context) and its cache of traced bodies. Process-wide: compiled programs
+context) and its cache of traced bodies, both shared by the wrappers of one
+function with equal parameters (``pmapkit.wrapper_cache``). Process-wide: compiled programs
 (least recently used evicted beyond ``programs``) and the jits that wrap our
 equations under JAX transformations.
 
@@ -44,6 +45,7 @@ _sizes = {"per_function": _env_size("PMAPKIT_CACHE_SIZE", DEFAULT_PER_FUNCTION),
           "programs": _env_size("PMAPKIT_PROGRAM_CACHE_SIZE", DEFAULT_PROGRAMS)}
 _functions: weakref.WeakSet = weakref.WeakSet()
 _process_caches = []  # (clear, resize) of each process-wide cache
+_clear_hooks = []  # unbounded process-wide stores, emptied with the caches
 
 
 def cache_sizes():
@@ -69,6 +71,13 @@ def register_process_cache(clear, resize):
     """A process-wide cache: ``clear()`` empties it, ``resize(n)`` bounds it."""
     with _lock:
         _process_caches.append((clear, resize))
+
+
+def register_clear(clear):
+    """A process-wide store with no bound of its own: ``clear()`` empties it
+    (after every function's caches, so nothing refills it meanwhile)."""
+    with _lock:
+        _clear_hooks.append(clear)
 
 
 def _check_size(value, what):
@@ -109,9 +118,12 @@ def clear_caches():
     with _lock:
         functions = list(_functions)
         process = list(_process_caches)
+        hooks = list(_clear_hooks)
     for fn in functions:
         fn.clear_cache()
     for clear, _ in process:
+        clear()
+    for clear in hooks:
         clear()
 
 

@@ -246,16 +246,19 @@ class LeafNames:
 
 
 def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature, *,
-                  static_argnames=(), sign_shardings=False, context_state=None):
+                  static_argnames=(), sign_shardings=False, context_state=None,
+                  shared=None):
     """The compiled-dispatch callable of one user function, with the classic
-    introspection attributes (functools.wraps metadata, __signature__)."""
+    introspection attributes (functools.wraps metadata, __signature__).
+    ``shared``: the ``SharedCaches`` of the wrappers of ``fun`` with the same
+    parameters (``pmapkit.wrapper_cache``)."""
     fn = _dispatch_mod.DispatchFunction(
         fun, cache_miss, static, lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten, jp.trace_context,
         jp.top_level_probe(), lower, reduce_fn,
         static_argnames=static_argnames, sign_shardings=sign_shardings,
         cache_size=caches.per_function_size(), describe=_cache_keys.describe,
-        context_state=context_state)
+        context_state=context_state, shared=shared)
     caches.register_function(fn)
     # functools.wraps metadata, without update_wrapper's __dict__ merge: when
     # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its

@@ -19,7 +19,7 @@ from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import caches, inflight
+from pmapkit import caches, inflight, moves
 from pmapkit.interning import intern_sharding
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
@@ -138,7 +138,7 @@ class FastpathData:
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
                  "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
-                 "compiled", "donated", "signs_global", "n_inputs")
+                 "mover", "compiled", "donated", "signs_global", "n_inputs")
 
     def __init__(self, compiled, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -152,6 +152,7 @@ class FastpathData:
         self.out_treedef = out_treedef
         self.shard_fallback = compiled.shard_fallback
         self.is_equivalent = compiled.is_equivalent
+        self.mover = compiled.mover()
         # Whether global arrays must sign apart from local ones of the same
         # shape (see the core).
         self.signs_global = compiled.signs_global
@@ -217,6 +218,18 @@ class CompiledProgram:
         object by the hit path, which then passes such arrays on as they are.
         """
         return same_layout(x, self.physical_in_shardings[i])
+
+    def mover(self):
+        """What moves misplaced device arrays on the hit path (one per
+        program: its plans are shared by every signature running it); None
+        for programs across processes, which take each process's data."""
+        if self.spans_processes:
+            return None
+        mover = self.__dict__.get("_mover")
+        if mover is None:
+            mover = self._mover = moves.Mover(
+                self.physical_in_shardings, self.in_avals, self.donated)
+        return mover
 
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
@@ -431,6 +444,9 @@ class Float0HostSpec:
 # Compiled programs by (primitive, params, input avals), least recently used
 # evicted beyond ``caches.programs_size()``.
 _compile_cache: collections.OrderedDict = collections.OrderedDict()
+# The same programs by what was lowered (``_program_identity``): equal
+# programs traced from different function objects share one compile.
+_by_program: collections.OrderedDict = collections.OrderedDict()
 _compile_lock = threading.Lock()
 
 
@@ -442,12 +458,16 @@ def _trim(cache, size):
 def _clear_program_caches():
     with _compile_lock:
         _compile_cache.clear()
+        _by_program.clear()
+        _shardings_memo.clear()
         _outer_jits.clear()
 
 
 def _resize_program_caches(size):
     with _compile_lock:
         _trim(_compile_cache, size)
+        _trim(_by_program, size)
+        _trim(_shardings_memo, size)
         _trim(_outer_jits, size)
 
 
@@ -487,9 +507,22 @@ def register_program(primitive, shardings, effects, local_outputs=False,
                                        local_inputs_resized)
 
 
+# program_shardings per equation: a traced call reused from a trace cache
+# (under grad, jvp, an outer jit) brings the same params dict every time.
+_shardings_memo: collections.OrderedDict = collections.OrderedDict()
+
+
 def program_shardings(primitive, params, in_avals):
+    key = (primitive, id(params), tuple(in_avals))
+    hit = _shardings_memo.get(key)
+    if hit is not None and hit[0] is params:  # (the id of a live dict)
+        return hit[1]
     ins, outs = _PROGRAMS[primitive].shardings(params, in_avals)
-    return tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
+    result = tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
+    with _compile_lock:
+        _shardings_memo[key] = (params, result)
+        _trim(_shardings_memo, caches.programs_size())
+    return result
 
 
 def _pmap_shardings(params, in_avals):
@@ -686,11 +719,38 @@ def compile_program(primitive, params, in_avals) -> CompiledProgram:
             _compile_cache.move_to_end(key)
             return hit
     lowered = lower_program(primitive, params, in_avals)
-    result = make_program(primitive, params, in_avals, lowered, lowered.compile())
+    # A body traced anew (a lambda made per call, a closure) that lowers to
+    # the very program compiled before runs that program: one compile per
+    # program, whichever function object it came from.
+    same = _program_identity(primitive, params, in_avals, lowered)
+    with _compile_lock:
+        result = None if same is None else _by_program.get(same)
+    if result is None:
+        result = make_program(primitive, params, in_avals, lowered, lowered.compile())
     with _compile_lock:
         _compile_cache[key] = result
         _trim(_compile_cache, caches.programs_size())
+        if same is not None and type(result) is CompiledProgram:
+            _by_program[same] = result
+            _by_program.move_to_end(same)
+            _trim(_by_program, caches.programs_size())
     return result
+
+
+def _program_identity(primitive, params, in_avals, lowered):
+    """What the compiled program is (see ``jp.program_identity``) and what a
+    ``CompiledProgram`` derives from its equation besides the module: every
+    flat input's aval, donation and sharding (an unused input is pruned from
+    the module), the outputs' shardings. None when it cannot be shared
+    (effects). Only plain ``CompiledProgram``s are kept by it: a program
+    kind of a room above (spanning processes) may hold more than that."""
+    if _PROGRAMS[primitive].effects(params):
+        return None
+    same = jp.program_identity(lowered)
+    if same is None:
+        return None
+    return (primitive, same, tuple(in_avals), tuple(params["donated_invars"]),
+            program_shardings(primitive, params, in_avals))
 
 
 def _compiled_impl(primitive):

@@ -30,7 +30,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
 from pmapkit.distributed import pjit_across
-from pmapkit import stages
+from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.mesh import active_mesh
 from pmapkit.primitives import no_mesh, pjit_p, plain_avals
@@ -70,9 +70,17 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
       inline: under an enclosing trace, inline ``fun`` instead of staging a
         pjit equation.
     """
-    spec = _PjitSpec(fun, in_axis_resources, out_axis_resources, static_argnums,
-                     donate_argnums, in_shardings, out_shardings, static_argnames,
-                     device, backend, keep_unused, inline)
+    # Wrappers of one function with equal parameters share the validated
+    # options, the traced bodies and the compiled entries (the mesh is the
+    # call's: it keys the entries, see pmapkit.wrapper_cache).
+    key = wrapper_cache.params_key(
+        in_axis_resources, out_axis_resources, static_argnums, donate_argnums,
+        in_shardings, out_shardings, static_argnames, device, backend,
+        keep_unused, inline)
+    spec, shared = wrapper_cache.spec_and_caches(fun, key, lambda: _PjitSpec(
+        fun, in_axis_resources, out_axis_resources, static_argnums,
+        donate_argnums, in_shardings, out_shardings, static_argnames, device,
+        backend, keep_unused, inline))
     # Every call form runs on the dispatch core: static keywords are signed by
     # value and, with in_axis_resources omitted, committed arrays by their
     # sharding (the program places them as they come).
@@ -84,7 +92,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         # JAX's trace context holds pmapkit's mesh state and JAX's classic
         # resource env, but of jax.set_mesh only the abstract mesh (which
         # meshes over other devices share): the concrete one selects too.
-        context_state=jp.device_context)
+        context_state=jp.device_context, shared=shared)
     fn._on_clear = spec.clear_caches
     return fn
 
@@ -570,8 +578,10 @@ def _cache_miss(spec, *args, **kwargs):
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     fastpath = compiled.fastpath(prepared.out_tree, out_shardings)
     if _refuses_other_devices(spec):
-        fastpath.shard_fallback = _refusing_other_devices(
-            fastpath.shard_fallback, prepared.params["in_shardings"], spec.name)
+        check = _other_devices_check(prepared.params["in_shardings"], spec.name)
+        fastpath.shard_fallback = _refusing_other_devices(fastpath.shard_fallback, check)
+        if fastpath.mover is not None:
+            fastpath.mover = fastpath.mover.checking(check)
     return out, fastpath
 
 
@@ -617,15 +627,23 @@ def _committed_elsewhere(x, want):
     return x.sharding.device_set != want.device_set
 
 
-def _refusing_other_devices(fallback, in_shardings, name):
-    """The hit path's resharding fallback, refusing (as the miss path does)
-    a committed argument on devices the computation does not run on."""
-    def shard_fallback(x, i):
+def _other_devices_check(in_shardings, name):
+    """``check(x, i)`` refusing (as the miss path does) a committed argument
+    on devices the computation does not run on."""
+    def check(x, i):
         want = in_shardings[i]
         if _committed_elsewhere(x, want):
             raise ValueError(_devices_mismatch(
                 list(want._device_assignment), list(x.sharding._device_assignment),
                 f"flat argument {i} of {name} is committed there"))
+
+    return check
+
+
+def _refusing_other_devices(fallback, check):
+    """The hit path's resharding fallback, running ``check`` first."""
+    def shard_fallback(x, i):
+        check(x, i)
         return fallback(x, i)
 
     return shard_fallback

@@ -19,7 +19,7 @@ import jax
 
 from pmapkit import _jax_private as jp
 from pmapkit import calls, lowering, specs
-from pmapkit import stages
+from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.analysis import nested_pmap_axes
 from pmapkit.primitives import per_device_context, plain_avals, pmap_p, remove_axis
@@ -54,10 +54,16 @@ def pmap(
     constants (hashable) given to every device; ``devices`` picks and orders
     the devices; ``donate_argnums`` lets the program reuse input buffers.
     """
-    spec = _PmapSpec(fun, axis_name, in_axes, out_axes,
-                     static_broadcasted_argnums, devices, backend, axis_size,
-                     donate_argnums)
-    return _make_dispatch(spec)
+    # Wrappers of one function with equal parameters share the validated
+    # options, the traced bodies and the compiled entries: a fresh wrapper's
+    # first call is a cached call (see pmapkit.wrapper_cache).
+    key = wrapper_cache.params_key(axis_name, in_axes, out_axes,
+                                   static_broadcasted_argnums, devices, backend,
+                                   axis_size, donate_argnums)
+    spec, shared = wrapper_cache.spec_and_caches(fun, key, lambda: _PmapSpec(
+        fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices,
+        backend, axis_size, donate_argnums))
+    return _make_dispatch(spec, shared)
 
 
 class _PmapSpec:
@@ -521,11 +527,11 @@ def _lower(spec, *args, **kwargs):
                                  args, kwargs)
 
 
-def _make_dispatch(spec):
+def _make_dispatch(spec, shared=None):
     fn = calls.make_dispatch(
         spec.fun, functools.partial(_cache_miss, spec), spec.static,
         functools.partial(_lower, spec), functools.partial(_reduce, spec),
-        spec.signature)
+        spec.signature, shared=shared)
     fn._on_clear = spec.trace_cache.clear
     return fn
 

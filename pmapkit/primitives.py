@@ -23,11 +23,10 @@ from __future__ import annotations
 import contextlib
 
 import jax
-from jax.extend.core import Primitive
 
 from pmapkit import _jax_private as jp
 
-pmap_p = Primitive("pmapkit_pmap")
+pmap_p = jp.Primitive("pmapkit_pmap")
 pmap_p.multiple_results = True
 
 
@@ -97,7 +96,7 @@ pmap_p.def_effectful_abstract_eval(_pmap_abstract_eval)
 #   out_shardings  tuple of NamedSharding, one per result
 #   donated_invars tuple of bool, one per operand
 #   name           the user function's name
-pjit_p = Primitive("pmapkit_pjit")
+pjit_p = jp.Primitive("pmapkit_pjit")
 pjit_p.multiple_results = True
 
 

@@ -670,3 +670,101 @@ def test_output_feeds_another_pmapped_function(spy):
     assert g._cache_size == 1
     assert spy.prepare == 2  # one miss each for f and g; none on g's re-calls
     assert not y.is_deleted()
+
+
+# ------------------------------------------------- config flips between calls --
+
+def _flip_cases():
+    """(name, context factory, function) per config: the function's result
+    depends on the setting, the way a cached jax.jit call's does."""
+    return [
+        ("jax_enable_x64", lambda: jax.enable_x64(True),
+         lambda v: (v, jnp.zeros(2), jnp.arange(2))),
+        ("jax_default_matmul_precision", lambda: jax.default_matmul_precision("highest"),
+         lambda v: (v @ v.T, v)),
+        ("jax_numpy_rank_promotion", lambda: jax.numpy_rank_promotion("allow"),
+         lambda v: v + jnp.ones((v.shape[-1],), v.dtype)),
+    ]
+
+
+def _run_flips(call, make_jit):
+    """Call ``call`` (pmapkit) and the matching jax.jit with each config
+    flipped between cached calls; both see the same results or errors."""
+    x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    for name, flipped, fn in _flip_cases():
+        ours, theirs = call(fn), make_jit(fn)
+
+        def both():
+            results = []
+            for g, arg in ((ours, x), (theirs, x[0])):
+                try:
+                    out = g(arg)
+                except Exception as exc:  # noqa: BLE001 - compared below
+                    results.append(type(exc))
+                    continue
+                leaves = jax.tree_util.tree_leaves(out)
+                if g is ours:
+                    leaves = [leaf[0] for leaf in leaves]  # the one device's slice
+                results.append([(np.asarray(leaf).dtype, np.asarray(leaf).tolist())
+                                for leaf in leaves])
+            assert results[0] == results[1], (name, results)
+            return results[0]
+
+        before = [both(), both()]             # miss, then cached
+        with flipped():
+            during = [both(), both()]         # the flip, then cached under it
+        after = both()                        # back: the first entry again
+        assert before[0] == before[1] == after, name
+        assert during[0] == during[1], name
+        if name != "jax_default_matmul_precision":  # numerically equal on CPU
+            assert during[0] != before[0], (name, before[0], during[0])
+
+
+def test_config_flips_between_cached_pmap_calls_follow_like_jit():
+    _run_flips(lambda fn: pmapkit.pmap(fn, devices=jax.devices()[:1]),
+               lambda fn: jax.jit(fn))
+
+
+def test_config_flips_between_cached_pjit_calls_follow_like_jit():
+    mesh = pmapkit.Mesh(np.array(jax.devices()[:1]), ("x",))
+
+    def pjit_call(fn):
+        f = pmapkit.pjit(fn)
+        # The pmap-shaped view _run_flips reads: a leading axis of one.
+        return lambda v: jax.tree_util.tree_map(lambda o: o[None], f(v[0]))
+
+    with mesh:
+        _run_flips(pjit_call, lambda fn: jax.jit(fn))
+
+
+def test_matmul_precision_flip_keys_another_entry():
+    # Not visible in CPU values: the program is another one (as jax.jit's).
+    f = pmapkit.pmap(lambda v: v @ v.T, devices=jax.devices()[:1])
+    x = np.ones((1, 2, 2), np.float32)
+    f(x)
+    f(x)
+    with jax.default_matmul_precision("highest"):
+        f(x)
+        text = f.lower(x).as_text()
+        f(x)
+    f(x)
+    assert f._cache_size == 2 and f._debug_dispatch_stats()["misses"] == 2
+    assert "HIGHEST" in text
+
+
+def test_mesh_context_flip_between_cached_pjit_calls():
+    from jax.sharding import PartitionSpec as P
+    f = pmapkit.pjit(lambda v: v * 2, in_axis_resources=P("x"), out_axis_resources=P("x"))
+    x = np.arange(8, dtype=np.float32)
+    seen = []
+    for devices in (jax.devices()[:2], jax.devices()[:4], jax.devices()[:2]):
+        with pmapkit.Mesh(np.array(devices), ("x",)):
+            for _ in range(2):  # a miss (first time per mesh), then cached
+                out = f(x)
+                np.testing.assert_array_equal(np.asarray(out), x * 2)
+                assert out.sharding.device_set == set(devices)
+                theirs = jax.jit(lambda v: v * 2, out_shardings=jax.sharding.NamedSharding(
+                    jax.sharding.Mesh(np.array(devices), ("x",)), P("x")))(x)
+                assert out.sharding.is_equivalent_to(theirs.sharding, 1)
+        seen.append(f._cache_size)
+    assert seen == [1, 2, 2]

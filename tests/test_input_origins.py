@@ -371,3 +371,157 @@ def test_a_different_layout_is_decided_once_too(monkeypatch):
         np.testing.assert_array_equal(np.asarray(f(x)), host(N) + 1)
     assert len(asked) == 1
     assert stats(f)["resharded"] == 4 and stats(f)["misses"] == 1
+
+
+# -- inputs that must move: one plan per source sharding, one move per call ----------
+def moved_input(origin, devices):
+    """An (N, 3) float32 input laid out otherwise than a pmap over ``devices``."""
+    h = host(N)
+    everywhere = jax.devices()
+    if origin == "uncommitted_device0":
+        return jnp.asarray(h)
+    if origin == "committed_device3":
+        return jax.device_put(h, everywhere[3])
+    if origin == "numpy":
+        return h
+    if origin == "reversed_mesh":  # split alike, devices in another order
+        return jax.device_put(h, NamedSharding(Mesh(np.array(everywhere[::-1]), ("r",)), P("r")))
+    if origin == "replicated":
+        return jax.device_put(h, NamedSharding(Mesh(np.array(everywhere), ("x",)), P()))
+    if origin == "two_axis_mesh":  # rows over 2 devices, columns left whole
+        mesh = Mesh(np.array(everywhere).reshape(2, N // 2), ("a", "b"))
+        return jax.device_put(h, NamedSharding(mesh, P("a")))
+    if origin == "other_half":  # the other half of the devices, split alike
+        return jax.device_put(host(N // 2), NamedSharding(
+            Mesh(np.array(everywhere[N // 2:]), ("o",)), P("o")))
+    raise ValueError(origin)
+
+
+MOVED = ["uncommitted_device0", "committed_device3", "numpy", "reversed_mesh",
+         "replicated", "two_axis_mesh"]
+
+
+def _moves(f):
+    return stats(f)["resharded"]
+
+
+@pytest.mark.parametrize("origin", MOVED + ["other_half"])
+def test_moved_inputs_equal_jax_pmaps(origin):
+    devices = jax.devices()[:N // 2] if origin == "other_half" else jax.devices()
+    fn = lambda a: a * 2 + 1  # noqa: E731
+    f = pmapkit.pmap(fn, axis_name="i", devices=devices)
+    x = moved_input(origin, devices)
+    # jax.pmap refuses an array committed elsewhere: it is given the values.
+    theirs = jax.pmap(fn, axis_name="i", devices=devices)(
+        x if origin in ("uncommitted_device0", "numpy") else np.asarray(x))
+    for _ in range(3):  # the miss, then the hit path twice (the plan remembered)
+        out = f(x)
+        assert out.dtype == theirs.dtype and out.shape == theirs.shape
+        assert_like_jax_pmap(out, theirs)
+    assert stats(f)["misses"] == 1 and f._cache_size == 1
+    if origin != "numpy":
+        assert _moves(f) == 2
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.bool_, jnp.bfloat16, np.float16])
+def test_moved_inputs_keep_dtypes(dtype):
+    f = pmapkit.pmap(lambda a: a, axis_name="i")
+    g = jax.pmap(lambda a: a, axis_name="i")
+    h = (np.arange(N * 5) % 3).astype(dtype).reshape(N, 5)
+    for x in (jnp.asarray(h), jax.device_put(h, jax.devices()[5])):
+        for _ in range(2):
+            out = f(x)
+            theirs = g(jnp.asarray(h))
+            assert out.dtype == theirs.dtype == x.dtype
+            assert_like_jax_pmap(out, theirs)
+
+
+def test_several_moved_inputs_of_one_call():
+    devices = jax.devices()
+    f = pmapkit.pmap(lambda *xs: sum(xs[1:], xs[0]), axis_name="i")
+    args = [moved_input(o, devices) for o in MOVED]
+    args.append(make_input("device_put_named", devices))  # placed: not moved
+    for _ in range(2):
+        out = f(*args)
+    np.testing.assert_array_equal(np.asarray(out), host(N) * len(args))
+    assert _moves(f) == len(MOVED) - 1  # numpy is put, not moved
+
+
+@pytest.mark.parametrize("origin", MOVED[:2] + MOVED[3:])
+def test_donating_a_moved_input_leaves_the_callers_array(origin):
+    devices = jax.devices()
+    f = pmapkit.pmap(lambda a: a * 3, axis_name="i", donate_argnums=0)
+    for _ in range(3):
+        x = moved_input(origin, devices)
+        out = f(x)
+        np.testing.assert_array_equal(np.asarray(out), host(N) * 3)
+        # A copy reached the program and was donated; the caller's array is
+        # alive and unchanged (its buffers were never handed over).
+        assert not x.is_deleted()
+        np.testing.assert_array_equal(np.asarray(x), host(N))
+    # Fed again after donating a copy of it: still the same values.
+    np.testing.assert_array_equal(np.asarray(f(x)), host(N) * 3)
+
+
+def test_a_deleted_moved_input_raises_jaxs_error():
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i")
+    x = jnp.asarray(host(N))
+    f(x)
+    x.delete()
+    with pytest.raises(RuntimeError, match="deleted"):
+        f(x)
+
+
+def test_moved_typed_keys_equal_jax_pmaps():
+    f = pmapkit.pmap(lambda k: jax.random.uniform(k, (2,)), axis_name="i")
+    keys = jax.random.split(jax.random.key(0), N)  # uncommitted, on device 0
+    theirs = jax.pmap(lambda k: jax.random.uniform(k, (2,)), axis_name="i")(keys)
+    for _ in range(2):
+        assert_like_jax_pmap(f(keys), theirs)
+
+
+def test_pjit_still_refuses_arrays_committed_elsewhere_on_the_hit_path():
+    devices = jax.devices()[:4]
+    mesh = pmapkit.Mesh(np.array(devices), ("x",))
+    f = pmapkit.pjit(lambda a: a + 1, in_axis_resources=P("x"), out_axis_resources=P("x"))
+    with mesh:
+        out = f(jnp.asarray(host(4)))  # uncommitted: moved
+        out = f(jnp.asarray(host(4)))
+        np.testing.assert_array_equal(np.asarray(out), host(4) + 1)
+        with pytest.raises(ValueError, match="committed"):
+            f(jax.device_put(host(4), jax.devices()[6]))
+
+
+def test_moved_into_a_partly_replicated_pjit_input():
+    # A 2x4 mesh, P("x"): each row block on 4 devices (repeated host slices).
+    mesh = pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
+    f = pmapkit.pjit(lambda a: a * 2, in_axis_resources=P("x"), out_axis_resources=P("x"),
+                     donate_argnums=0)
+    h = np.arange(64, dtype=np.float32).reshape(8, 8)
+    for _ in range(3):
+        x = jnp.asarray(h)  # uncommitted, device 0
+        with mesh:
+            out = f(x)
+        np.testing.assert_array_equal(np.asarray(out), h * 2)
+        assert not x.is_deleted()
+        np.testing.assert_array_equal(np.asarray(x), h)
+
+
+def test_fresh_equal_source_shardings_are_decided_once(monkeypatch):
+    # jax.device_put(x, device) makes a new SingleDeviceSharding per call: an
+    # equal one is known, so the layout question is not asked again.
+    asked = []
+    real = lowering.CompiledProgram.is_equivalent
+
+    def counting(self, x, i):
+        asked.append(i)
+        return real(self, x, i)
+
+    monkeypatch.setattr(lowering.CompiledProgram, "is_equivalent", counting)
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i")
+    f(host(N))
+    for _ in range(4):
+        x = jax.device_put(host(N), jax.devices()[2])
+        np.testing.assert_array_equal(np.asarray(f(x)), host(N) + 1)
+    assert len(asked) == 1
+    assert stats(f)["resharded"] == 4 and stats(f)["misses"] == 1

@@ -28,7 +28,11 @@ needs_unset = pytest.mark.skipif(
 def test_dispatch_and_error_suites_pass_in_pure_python_mode():
     paths = ["tests/test_dispatch.py", "tests/test_pmap_errors.py",
              "tests/test_input_origins.py",
-             "tests/test_debugging_tools.py::test_cached_wrapper_hit_path_after_flag"]
+             "tests/test_debugging_tools.py::test_cached_wrapper_hit_path_after_flag",
+             # The core's shared caches (wrappers of one function).
+             "tests/test_fresh_wrappers.py::test_fresh_pmap_wrappers_trace_and_compile_once",
+             "tests/test_fresh_wrappers.py::test_clearing_reaches_every_sharer",
+             "tests/test_fresh_wrappers.py::test_each_fresh_wrapper_keeps_its_introspection"]
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
         cwd=REPO, env=PURE_ENV, capture_output=True, text=True, timeout=600)

@@ -13,6 +13,7 @@ collectives. ``jax.jit`` runs the same body on the global arrays with
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import jax
 import numpy as np
@@ -40,10 +41,18 @@ def add_one_tree(xs):
     return [x + 1 for x in xs]
 
 
+_fresh_bodies = itertools.count(1)
+
+
 def _fresh_body():
     # A new function object per call: every impl traces, lowers and compiles.
+    # Its constant differs per body, so the program does too: pmapkit shares
+    # the compile of a program lowered before, whichever function it came
+    # from, and this row times a compile.
+    k = float(next(_fresh_bodies))
+
     def first_call_body(x):
-        return x * 2 + 1
+        return x * 2 + k
     return first_call_body
 
 

@@ -14,6 +14,14 @@ impl fed the same thing:
     outputs, ``device_put`` on a ``NamedSharding``, a ``jit`` output,
     ``SingleDeviceSharding`` (one device), numpy, ``device_put_replicated``).
     jax.jit: ``jax.jit(f)`` fed the same array (it keeps its sharding).
+``pmap_input_{single_device,committed_other_device,numpy_blocking}_8_devices``
+    inputs that must move into an 8-device pmap, each call blocking (wall):
+    an uncommitted array on device 0 (``jnp.asarray``), one committed to
+    device 3 (``jax.device_put(x, devices[3])``), numpy. jax.pmap refuses a
+    committed array on another device: its column is fed the device-0 array
+    there (the same bytes from device 0), as is jax.jit's (which refuses it
+    too, with in_shardings); raw is the floor: the program run on inputs
+    already placed (no move).
 ``pjit_<form>_{1,4}_device``
     pjit under ``with mesh:`` called with explicit specs, omitted specs,
     keyword arguments, ``static_argnames``, and ``lower().compile()``d;
@@ -43,6 +51,8 @@ FLAX_AXIS = "_device_put_sharded"  # flax's replicate/prefetch mesh axis name
 ORIGINS = ("pmapkit_same_axis", "pmapkit_other_axis", "jax_pmap",
            "device_put_named", "jit_output", "single_device", "numpy",
            "device_put_replicated")
+# Inputs that must move into an 8-device pmap (blocking cases).
+MOVED_ORIGINS = ("single_device", "committed_other_device", "numpy_blocking")
 PJIT_FORMS = ("explicit", "omitted_specs", "kwargs", "static_argnames", "aot")
 TRAIN_IMPLS = ("jax.pmap", "pmapkit", "raw")
 
@@ -82,9 +92,11 @@ def _origin_input(origin, devices):
         return jax.jit(identity, out_shardings=s)(host)
     if origin == "single_device":
         if n != 1:
-            raise bench.Unavailable("a SingleDeviceSharding input fits a one-device pmap only")
+            return jnp.asarray(host)  # uncommitted, on the default device
         return jax.device_put(host, devices[0])
-    if origin == "numpy":
+    if origin == "committed_other_device":
+        return jax.device_put(host, devices[min(3, n - 1)])
+    if origin in ("numpy", "numpy_blocking"):
         return host
     if origin == "device_put_replicated":
         return pmapkit.device_put_replicated(host[0], devices)
@@ -156,6 +168,24 @@ def _build_input(case, impl, devices):
             fn = jax.jit(add_one, in_shardings=s, out_shardings=s)
         else:
             fn = jax.jit(add_one)  # keeps the input's (equivalent) sharding
+    else:
+        fn = pmapkit.pmap(add_one, axis_name="i", devices=devices)
+    return _pmap_runner(case, impl, fn, x)
+
+
+def _build_moved_input(case, impl, devices):
+    """An input that must move; see the module docstring for the columns."""
+    origin = case.origin
+    if origin == "committed_other_device" and impl in ("jax.pmap", "jax.jit"):
+        origin = "single_device"
+    x = _origin_input(origin, devices)
+    if impl == "raw":
+        x = jax.device_put(_host(len(devices)), _pmap_sharding(devices))
+    if impl == "jax.pmap":
+        fn = jax.pmap(add_one, axis_name="i", devices=devices)
+    elif impl == "jax.jit":
+        s = _pmap_sharding(devices)
+        fn = jax.jit(add_one, in_shardings=s, out_shardings=s)
     else:
         fn = pmapkit.pmap(add_one, axis_name="i", devices=devices)
     return _pmap_runner(case, impl, fn, x)
@@ -304,6 +334,12 @@ def _cases():
                 mode="dispatch", ndev=n, fun=add_one, make_inputs=_host,
                 impls=bench.PMAP_IMPLS, numpy_input=origin == "numpy",
                 build=_build_input, origin=origin))
+    for origin in MOVED_ORIGINS:
+        cases.append(bench.Case(
+            f"pmap_input_{origin}_8_devices", family="pmap_input_moved",
+            mode="blocking", ndev=8, fun=add_one, make_inputs=_host,
+            impls=bench.PMAP_IMPLS, numpy_input=origin == "numpy_blocking",
+            build=_build_moved_input, origin=origin))
     for n in (1, 8):
         cases.append(bench.Case(
             f"pmap_aot_{n}_devices", family="pmap_aot", mode="dispatch", ndev=n,

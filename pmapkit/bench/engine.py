@@ -8,6 +8,8 @@ register the cases (``register_cases``), one module per system:
 ``cases_dispatch``  JAX's api_benchmark dispatch cases (pmap, pjit, first call)
 ``cases_inputs``    what real programs feed: input origins, pjit call forms,
                     AOT calls, ``out_axes=None``, a training loop
+``cases_wrappers``  wrappers built afresh per call (pmap, pjit, a pmap built
+                    inside a loss under grad)
 
 Impls ("columns") of a case: ``jax.pmap``, ``jax.jit`` (the equivalent jit),
 ``pmapkit``, ``raw`` (the floor: bare ``execute_sharded`` + result handlers
@@ -93,7 +95,8 @@ class Case:
 CASES = []
 CASES_BY_NAME = {}
 #: Modules that register their cases with ``register_cases`` on import.
-CASE_MODULES = ("pmapkit.bench.cases_dispatch", "pmapkit.bench.cases_inputs")
+CASE_MODULES = ("pmapkit.bench.cases_dispatch", "pmapkit.bench.cases_inputs",
+                "pmapkit.bench.cases_wrappers")
 
 
 def register_cases(cases):

@@ -30,6 +30,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit.bench.features_colocated",
     "pmapkit.bench.features_debugging",
     "pmapkit.bench.features_multiprocess",
+    "pmapkit.bench.features_wrappers",
 )
 
 

@@ -13,7 +13,6 @@ hang.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import signal
@@ -64,6 +63,8 @@ def process_environment(base, *, rank, num_processes, coordinator, devices_per_p
 
 
 def _parse(argv):
+    import argparse  # only the command line needs it (not ``import pmapkit``)
+
     parser = argparse.ArgumentParser(
         prog="pmapkit launch",
         description="Run SCRIPT in N local processes joined by jax.distributed "

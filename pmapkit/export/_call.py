@@ -31,6 +31,7 @@ from jax import export as jax_export
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
+from pmapkit.export import _container
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import PLATFORM_CHECK
 from pmapkit.mesh import current_mesh
@@ -204,9 +205,23 @@ class _Caller:
         exported = self.exported
         flat = check_args(exported, args, kwargs, self.has_dim_vars)
         if jp.trace_state_clean() and not any(isinstance(x, jp.Tracer) for x in flat):
+            if exported._unparsed:
+                return self._first_top_level(flat)
             outs = self._run_top_level(flat)
         else:
             outs = self.flat(*flat)
+        return exported.out_tree.unflatten(outs)
+
+    def _first_top_level(self, flat):
+        # The first compile of a loaded artifact parses its module: a module
+        # that does not parse is the artifact's fault (DeserializationError).
+        exported = self.exported
+        try:
+            outs = self._run_top_level(flat)
+        except Exception as exc:
+            _container.check_module_parses(exported._jax, exc)
+            raise
+        exported._unparsed = False
         return exported.out_tree.unflatten(outs)
 
     # top level -------------------------------------------------------------

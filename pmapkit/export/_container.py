@@ -180,11 +180,19 @@ def parse_payload(unpacked):
         if key in summary and summary[key] != value:
             _fail(f"the header records {key}={summary[key]!r} but the payload "
                   f"has {value!r}.")
-    try:
-        # jax.export parses the module only when it is first called; a module
-        # that does not parse is rejected now, not half-loaded.
-        exported.mlir_module()
-    except Exception as exc:  # noqa: BLE001 — any parse failure means a bad blob
-        _fail(f"the payload's StableHLO module does not parse "
-              f"({type(exc).__name__}: {str(exc)[:200]}).")
+    # The module itself is parsed once, by the first call's compile (parsing
+    # it here too would double a new process's load time); a module that
+    # does not parse is reported then (``check_module_parses``).
     return exported
+
+
+def check_module_parses(jax_exported, error):
+    """After ``error`` in the first call of a loaded artifact: a
+    DeserializationError (from ``error``) if its StableHLO module does not
+    parse; otherwise returns, and the caller re-raises ``error``."""
+    try:
+        jax_exported.mlir_module()
+    except Exception as exc:  # noqa: BLE001 — any parse failure means a bad blob
+        raise DeserializationError(
+            f"the payload's StableHLO module does not parse "
+            f"({type(exc).__name__}: {str(exc)[:200]}).") from error

@@ -46,8 +46,10 @@ class Exported:
         (``mlir_module_serialization_version``, ``xla_call_module_version``).
     """
 
-    # _caller is the cache slot of the caller that ``_call`` builds on first use.
-    __slots__ = ("_jax", "_caller", "_vjp", "__weakref__")
+    # _caller is the cache slot of the caller that ``_call`` builds on first use;
+    # _unparsed: loaded from an artifact whose module no call has parsed yet
+    # (see ``_container.parse_payload``).
+    __slots__ = ("_jax", "_caller", "_vjp", "_unparsed", "__weakref__")
 
     def __init__(self, jax_exported):
         if not isinstance(jax_exported, jax_export.Exported):
@@ -56,6 +58,7 @@ class Exported:
         self._jax = jax_exported
         self._caller = None
         self._vjp = None
+        self._unparsed = False
 
     # -- every vintage -------------------------------------------------------
     @property

@@ -53,7 +53,9 @@ def deserialize(data) -> Exported:
     empty, foreign, truncated, corrupted or unsupported blob, saying which.
     """
     unpacked = _container.unpack(data)
-    return Exported(_container.parse_payload(unpacked))
+    exported = Exported(_container.parse_payload(unpacked))
+    exported._unparsed = True  # the first call parses it (and says if it can't)
+    return exported
 
 
 def artifact_info(data) -> dict:
