@@ -29,12 +29,12 @@ def checks_on():
 
 
 def _arm():
-    _dispatch_mod.arm_special_checks(checks_on)
+    _dispatch_mod.arm_special_checks((jp.debug_nans, jp.debug_infs))
 
 
 # Until either flag is first turned on the hit path does not read them;
-# after, it reads them per call (about 0.1 us) for the rest of the process,
-# as a thread may still hold one on in a ``with`` block.
+# after, it reads both per call (about 0.1-0.2 us) for the rest of the
+# process, as a thread may still hold one on in a ``with`` block.
 jp.when_turned_on(jp.debug_nans, _arm)
 jp.when_turned_on(jp.debug_infs, _arm)
 
@@ -43,7 +43,10 @@ def rearm_from_flags():
     """Stop the per-call read if neither flag is on now. For harnesses (the
     benchmarks) that turned the flags on and off again and know that no
     thread holds either on in a ``with`` block."""
-    _dispatch_mod.arm_special_checks(checks_on if checks_on() else None)
+    if checks_on():
+        _arm()
+    else:
+        _dispatch_mod.arm_special_checks(None)
 
 
 def unchecked_by_jax():
