@@ -144,6 +144,7 @@ cdef class DispatchFunction:
 
 
 cdef bint _COMPILED
+cdef tuple _special_flags
 
 @cython.locals(a=tuple, b=tuple, n=Py_ssize_t, i=Py_ssize_t)
 cdef bint _same_context(object cached, object ctx) except -1

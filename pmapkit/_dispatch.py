@@ -389,6 +389,11 @@ class DispatchFunction:
         if self._always_fallback or not self._is_top_level():
             # Under a JAX trace the call must bind our primitive; never cache it.
             return self._python_call(args, kwargs)
+        if _special_flags is not None and (_special_flags[0].value
+                                           or _special_flags[1].value):
+            # jax_debug_nans/infs on: Python checks the outputs (and keeps
+            # donation off); nothing is cached for such calls.
+            return self._python_call(args, kwargs)
         signed = self._sign(args, kwargs)
         if signed is None:
             return self._python_call(args, kwargs)
@@ -764,6 +769,20 @@ class DispatchFunction:
 
 def _first(item):
     return item[0]
+
+
+# None until jax_debug_nans or jax_debug_infs is first turned on (see
+# ``pmapkit.special_values``); from then on the two config objects, whose
+# ``.value`` is read per call. Until then the hit path pays one pointer compare.
+_special_flags = None
+
+
+def arm_special_checks(flags):
+    """Make every later call read ``flags`` (two objects with a ``.value``:
+    JAX's debug_nans and debug_infs): while either is on, a call takes the
+    Python path, which checks. None: read nothing."""
+    global _special_flags
+    _special_flags = None if flags is None else tuple(flags)
 
 
 # One lock for every execution that donates: checking that an input is not

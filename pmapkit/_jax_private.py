@@ -57,6 +57,36 @@ prefix_errors = _tree_util.prefix_errors
 # --- config / trace context ---------------------------------------------------
 trace_context = _config.trace_context
 debug_nans = _config.debug_nans
+debug_infs = _config.debug_infs
+
+
+def when_turned_on(state, callback):
+    """Call ``callback()`` whenever the boolean config ``state`` is set to
+    True: globally (``jax.config.update``, absl flags) or for a block
+    (``with jax.debug_nans(True):``); and once now if it is on already (an
+    environment variable). JAX keeps no list of hooks, only one slot of each
+    kind: ours runs after any hook already there. Neither debug_nans nor
+    debug_infs is in JAX's trace context, so this is how a flip reaches
+    pmapkit's dispatch core without a per-call read."""
+    global_hook = state._update_global_hook
+    local_hook = state._update_thread_local_hook
+
+    def on_global(value):
+        if global_hook is not None:
+            global_hook(value)
+        if value:
+            callback()
+
+    def on_local(value):
+        if local_hook is not None:
+            local_hook(value)
+        if value:
+            callback()
+
+    state._update_global_hook = on_global
+    state._update_thread_local_hook = on_local
+    if state.value:
+        callback()
 
 
 def make_trace_context_state(name, help):
@@ -386,3 +416,12 @@ def staging_trace_active():
             return True
         trace = getattr(trace, "parent_trace", None)
     return False
+
+
+# --- checkify ----------------------------------------------------------------------
+# checkify's table of rules by primitive, and its tracing of a checked body
+# (``(ClosedJaxpr, out tree of (Error, outputs), error effects)``).
+from jax._src import checkify as _checkify  # noqa: E402
+
+checkify_error_checks = _checkify.error_checks
+jaxpr_to_checkify_jaxpr = _checkify.jaxpr_to_checkify_jaxpr

@@ -25,7 +25,7 @@ from pmapkit import caches, inflight, moves
 from pmapkit.interning import intern_sharding
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
-from pmapkit import manual_regions
+from pmapkit import manual_regions, special_values
 from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
 from pmapkit.analysis import (dims_spec, mapped_dims, nested_in_dims,
                               nested_out_dims, nested_pmap_axes)
@@ -355,7 +355,14 @@ class CompiledProgram:
         return jax.device_put(x, sharding)
 
     def run_flat(self, args):
-        """Run with flat arguments (Python path); returns flat outputs."""
+        """Run with flat arguments (Python path); returns flat outputs,
+        checked for NaNs/infinities under jax_debug_nans/infs."""
+        outs = self._run_flat(args)
+        if special_values.checks_on():
+            special_values.check_outputs(self.primitive, self.params, args, outs)
+        return outs
+
+    def _run_flat(self, args):
         if self.donated is not None:
             check_donated_aliases(args, self.donated)
         entry = _dispatch_mod.CacheEntry()
@@ -363,7 +370,8 @@ class CompiledProgram:
         entry.populate(data, LEAF_TYPES)
         if self.has_effects and not self.spans_processes:
             arrays = entry.shard(list(args))
-            with inflight.bounded(self.cpu_collectives) as record:
+            with inflight.bounded(self.cpu_collectives) as record, \
+                    special_values.unchecked_by_jax():
                 outs = record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
             return _checked_run(outs) if self.checks_at_end else outs
         if self.donated is not None:
