@@ -30,6 +30,8 @@ Primitive = _core.Primitive
 Tracer = _core.Tracer
 ShapedArray = _core.ShapedArray
 ClosedJaxpr = _core.ClosedJaxpr
+# A closed jaxpr as a Python function (what jax.extend.core.jaxpr_as_fun is).
+jaxpr_as_fun = _core.jaxpr_as_fun
 Jaxpr = _core.Jaxpr
 Literal = _core.Literal
 Var = _core.Var

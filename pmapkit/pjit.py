@@ -23,12 +23,13 @@ from __future__ import annotations
 import functools
 import inspect
 
+
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, committed_inputs, lowering, specs
+from pmapkit import caches, calls, committed_inputs, lowering, specs
 from pmapkit.distributed import pjit_across
 from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
@@ -154,7 +155,7 @@ class _PjitSpec:
                                         "out_axis_resources", "out_shardings")
         if device is not None and backend is not None:
             raise ValueError("can't specify both a device and a backend for "
-                             f"pjit, got device={device!r} and backend={backend!r}")
+                             f"jit (pjit), got device={device!r} and backend={backend!r}")
         if device is not None or backend is not None:
             for tree, what in ((in_tree, self.in_what), (out_tree, self.out_what)):
                 if tree is not _UNSET:
@@ -269,7 +270,9 @@ def _active_mesh(spec, flat_args=()):
             return _device_mesh(_default_device())
     raise RuntimeError("pjit requires a non-empty mesh! Are you sure that it's "
                        "defined at the call site? (enter one with "
-                       "`with pmapkit.Mesh(devices, axis_names):`)")
+                       "`with pmapkit.Mesh(devices, axis_names):`) Alternatively, "
+                       "provide a XLACompatibleSharding to pjit and then the mesh "
+                       "context manager is not required.")
 
 
 def _default_device():
@@ -627,9 +630,13 @@ def _both(first, second):
 def _runs_as_jit(spec, flat):
     """Whether this call is a 0.4-era mesh-less pjit run as jax.jit: no
     specs, no device=, no mesh context and no committed argument."""
+    return _mesh_less_jit(spec) and not any(_placement(x) is not None for x in flat)
+
+
+def _mesh_less_jit(spec):
+    """A 0.4-era pjit used as jax.jit: no specs, no device=, no mesh context."""
     return (spec.in_unspecified and spec.out_unspecified and spec.device is None
-            and active_mesh() is None and _declared_mesh(spec) is None
-            and not any(_placement(x) is not None for x in flat))
+            and active_mesh() is None and _declared_mesh(spec) is None)
 
 
 def _flat_in_resources(spec, nargs, dyn_positions, dyn_args):
@@ -724,6 +731,12 @@ def _other_devices_check(in_shardings, name):
 
 def _bind_traced(spec, prepared):
     flat = prepared.flat_args
+    if not spec.inline and _mesh_less_jit(spec):
+        # A 0.4-era pjit used as jax.jit places nothing of its own: under a
+        # trace it is a plain jax.jit of its body, its values living where
+        # the enclosing computation puts them.
+        outs = _jit_of_body(prepared.params["jaxpr"])(*flat)
+        return jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     if spec.inline:
         # Inlined: the body's equations join the enclosing trace directly.
         jaxpr = prepared.params["jaxpr"]
@@ -732,6 +745,17 @@ def _bind_traced(spec, prepared):
         outs = lowering.bind_in_outer_trace(pjit_p, prepared.params,
                                             prepared.in_avals, flat)
     return jax.tree_util.tree_unflatten(prepared.out_tree, outs)
+
+
+# One jax.jit per traced body, so JAX's own caches key the nested call by a
+# stable function, as a user's jax.jit would be; bounded (a jit holds its
+# body), emptied with pmapkit's caches.
+@functools.lru_cache(maxsize=256)
+def _jit_of_body(closed_jaxpr):
+    return jax.jit(jp.jaxpr_as_fun(closed_jaxpr))
+
+
+caches.register_clear(_jit_of_body.cache_clear)
 
 
 def _compile(spec, prepared):

@@ -166,6 +166,26 @@ def test_omitted_without_a_mesh_or_committed_input_runs_as_jit():
         jax.grad(lambda v: pmapkit.pjit(lambda u: u * 3)(v).sum())(x), np.full(8, 3.0))
 
 
+def test_mesh_less_pjit_nested_under_transformations_is_a_nested_jit():
+    """Nested in a trace (another pjit, jvp, vmap) a mesh-less pjit places
+    nothing of its own: values stay where the enclosing computation puts
+    them, as with nested jax.jit (0.4.2's test_vmap_of_jvp_pjit_no_axis_resources)."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("x")))
+
+    def nest(wrap, n):
+        if n == 0:
+            return lambda v: v * 2.0
+        inner = nest(wrap, n - 1)
+        return wrap(lambda v: inner(v - 1.0))
+
+    ours, ref = nest(pmapkit.pjit, 3), nest(jax.jit, 3)
+    same(ours(x), ref(x))
+    run = lambda f: jax.vmap(lambda xs, ts: jax.jvp(f, xs, ts))((x,), (x,))
+    for got, want in zip(run(ours), run(ref)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_omitted_in_specs_with_out_specs_naming_axes_still_needs_a_mesh():
     with pytest.raises(RuntimeError, match="pjit requires a non-empty mesh"):
         pmapkit.pjit(lambda v: v * 3, out_axis_resources=P("x"))(farange(8))
