@@ -173,6 +173,17 @@ def _build_input(case, impl, devices):
     return _pmap_runner(case, impl, fn, x)
 
 
+def _add_one_over(impl, devices):
+    """``add_one`` over ``devices`` as each impl runs it (jax.jit: with the
+    pmap's sharding in and out)."""
+    if impl == "jax.pmap":
+        return jax.pmap(add_one, axis_name="i", devices=devices)
+    if impl == "jax.jit":
+        s = _pmap_sharding(devices)
+        return jax.jit(add_one, in_shardings=s, out_shardings=s)
+    return pmapkit.pmap(add_one, axis_name="i", devices=devices)
+
+
 def _build_moved_input(case, impl, devices):
     """An input that must move; see the module docstring for the columns."""
     origin = case.origin
@@ -181,13 +192,7 @@ def _build_moved_input(case, impl, devices):
     x = _origin_input(origin, devices)
     if impl == "raw":
         x = jax.device_put(_host(len(devices)), _pmap_sharding(devices))
-    if impl == "jax.pmap":
-        fn = jax.pmap(add_one, axis_name="i", devices=devices)
-    elif impl == "jax.jit":
-        s = _pmap_sharding(devices)
-        fn = jax.jit(add_one, in_shardings=s, out_shardings=s)
-    else:
-        fn = pmapkit.pmap(add_one, axis_name="i", devices=devices)
+    fn = _add_one_over(impl, devices)
     return _pmap_runner(case, impl, fn, x)
 
 
@@ -200,13 +205,7 @@ def _out_axes_none(case, impl, devices):
 
 def _pmap_aot(case, impl, devices):
     x = _origin_input("device_put_replicated", devices)
-    if impl == "jax.pmap":
-        fn = jax.pmap(add_one, axis_name="i", devices=devices)
-    elif impl == "jax.jit":
-        s = _pmap_sharding(devices)
-        fn = jax.jit(add_one, in_shardings=s, out_shardings=s)
-    else:
-        fn = pmapkit.pmap(add_one, axis_name="i", devices=devices)
+    fn = _add_one_over(impl, devices)
     compiled = fn.lower(x).compile()
     x = compiled(x)  # its own output: the steady state
     args = (x,)
