@@ -352,9 +352,9 @@ def test_placement_helpers_classic_errors():
         pmapkit.device_put_replicated(np.ones(2), [0, 1])
 
 
-def test_a_different_layout_is_decided_once_too(monkeypatch):
-    # The layout question is asked once per sharding object, both ways: an
-    # input laid out otherwise is resharded on later calls without asking.
+def count_layout_questions(monkeypatch):
+    """A list that records each input index JAX's layout question
+    (``CompiledProgram.is_equivalent``) is asked for."""
     asked = []
     real = lowering.CompiledProgram.is_equivalent
 
@@ -363,6 +363,13 @@ def test_a_different_layout_is_decided_once_too(monkeypatch):
         return real(self, x, i)
 
     monkeypatch.setattr(lowering.CompiledProgram, "is_equivalent", counting)
+    return asked
+
+
+def test_a_different_layout_is_decided_once_too(monkeypatch):
+    # The layout question is asked once per sharding object, both ways: an
+    # input laid out otherwise is resharded on later calls without asking.
+    asked = count_layout_questions(monkeypatch)
     devices = jax.devices()
     f = pmapkit.pmap(lambda a: a + 1, axis_name="i", devices=devices)
     f(host(N))
@@ -510,14 +517,7 @@ def test_moved_into_a_partly_replicated_pjit_input():
 def test_fresh_equal_source_shardings_are_decided_once(monkeypatch):
     # jax.device_put(x, device) makes a new SingleDeviceSharding per call: an
     # equal one is known, so the layout question is not asked again.
-    asked = []
-    real = lowering.CompiledProgram.is_equivalent
-
-    def counting(self, x, i):
-        asked.append(i)
-        return real(self, x, i)
-
-    monkeypatch.setattr(lowering.CompiledProgram, "is_equivalent", counting)
+    asked = count_layout_questions(monkeypatch)
     f = pmapkit.pmap(lambda a: a + 1, axis_name="i")
     f(host(N))
     for _ in range(4):
