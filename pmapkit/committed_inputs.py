@@ -18,17 +18,24 @@ import jax
 from pmapkit import _jax_private as jp
 
 
-def _committed(x):
-    return (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
-            and getattr(x, "committed", False))
+def _committed_here(x, want):
+    """Whether ``x`` is a committed array that ``want`` governs: not this
+    process's local data of a program across processes."""
+    if not (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
+            and getattr(x, "committed", False)):
+        return False
+    return want.is_fully_addressable or not x.is_fully_addressable
+
+
+def on_other_devices(x, want):
+    """Whether ``x`` is a committed array on devices ``want`` does not use."""
+    return _committed_here(x, want) and x.sharding.device_set != want.device_set
 
 
 def laid_out_otherwise(x, want):
     """Whether ``x`` is a committed array not laid out as ``want`` places it."""
-    if not _committed(x) or x.is_deleted():
+    if not _committed_here(x, want) or x.is_deleted():
         return False
-    if not want.is_fully_addressable and x.is_fully_addressable:
-        return False  # this process's local data of a program across processes
     try:
         return not x.sharding.is_equivalent_to(want, x.ndim)
     except Exception:  # noqa: BLE001 - shardings JAX cannot compare differ

@@ -694,26 +694,11 @@ def _check_committed_devices(spec, prepared, args, kwargs):
     the ones its in_axis_resources place it on."""
     if not _refuses_other_devices(spec):
         return
-    flat = prepared.flat_args
-    hoisted = len(flat) - len(prepared.params["in_shardings"])
-    for k, (x, want) in enumerate(zip(flat, prepared.params["in_shardings"])):
-        if not _committed_elsewhere(x, want):
-            continue
-        _, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
-        names = calls.LeafNames(spec.signature, dyn_positions, dyn_args,
-                                _split_kwargs(spec, kwargs)[1])
-        raise ValueError(_devices_mismatch(
-            list(want._device_assignment), list(x.sharding._device_assignment),
-            f"{names(k - hoisted)} of {spec.name} is committed there"))
-
-
-def _committed_elsewhere(x, want):
-    if not (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
-            and getattr(x, "committed", False)):
-        return False
-    if not want.is_fully_addressable and x.is_fully_addressable:
-        return False  # this process's local data of a program across processes
-    return x.sharding.device_set != want.device_set
+    for k, (x, want) in enumerate(zip(prepared.flat_args, prepared.params["in_shardings"])):
+        if committed_inputs.on_other_devices(x, want):
+            raise ValueError(_devices_mismatch(
+                list(want._device_assignment), list(x.sharding._device_assignment),
+                f"{_input_names(spec, prepared, args, kwargs)(k)} is committed there"))
 
 
 def _other_devices_check(in_shardings, name):
@@ -721,7 +706,7 @@ def _other_devices_check(in_shardings, name):
     on devices the computation does not run on."""
     def check(x, i):
         want = in_shardings[i]
-        if _committed_elsewhere(x, want):
+        if committed_inputs.on_other_devices(x, want):
             raise ValueError(_devices_mismatch(
                 list(want._device_assignment), list(x.sharding._device_assignment),
                 f"flat argument {i} of {name} is committed there"))
