@@ -67,14 +67,15 @@ def _enclosing_mesh(ctx, axis_name):
     return mesh
 
 
-class _QuietJits(threading.local):
-    """Depth of pmapkit's own jits around a pmap on this thread."""
+class _Depth(threading.local):
+    """A nesting depth on this thread."""
 
     def __init__(self):
         self.depth = 0
 
 
-_quiet_jits = _QuietJits()
+# Depth of pmapkit's own jits around a pmap.
+_quiet_jits = _Depth()
 
 
 @contextlib.contextmanager
@@ -133,15 +134,9 @@ def _warn_jit_of_pmap(ctx, name):
         UserWarning, stacklevel=2)
 
 
-class _OwnPrograms(threading.local):
-    """Depth of ``lower_program`` of a pmap on this thread: the program
-    pmapkit itself runs (``CompiledProgram``)."""
-
-    def __init__(self):
-        self.depth = 0
-
-
-_own_programs = _OwnPrograms()
+# Depth of ``lower_program`` of a pmap: the program pmapkit itself runs
+# (``CompiledProgram``).
+_own_programs = _Depth()
 
 
 def checks_at_end(params):
