@@ -26,7 +26,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from pmapkit import _jax_private as jp
-from pmapkit import manual_regions
+from pmapkit import lowering, manual_regions
 from pmapkit.host_callback import _runtime
 from pmapkit.host_callback._primitive import outside_call_p
 
@@ -119,7 +119,7 @@ def _plain(x):
     dtype = getattr(x, "dtype", None)
     if dtype is None:
         return isinstance(x, (int, float, complex, bool, np.number))
-    return not jax.dtypes.issubdtype(dtype, jax.dtypes.extended) and dtype != jax.dtypes.float0
+    return not (lowering.is_extended(x) or lowering.is_float0(x))
 
 
 manual_regions.register_region_tail(lambda body: has_call(body.jaxpr), _tail)
