@@ -307,6 +307,43 @@ def watch_runtime_tokens(hook):
     cls.set_output_runtime_token = set_output_runtime_token
 
 
+def drop_failed_effect_tokens(effect_type):
+    """Let a failed computation's effect token not fail the next one.
+
+    JAX threads the token of each ordered effect from one computation into
+    the next; a computation that failed (a host callback raised) leaves a
+    failed token, and every later computation with that effect would fail
+    with the same error. Before JAX hands a token of ``effect_type`` to a
+    computation, a failed one is dropped (JAX then starts a fresh one). JAX
+    waits for the token there anyway (``_token_shard_arg`` blocks on it), so
+    looking costs no extra wait.
+    """
+    cls = type(_hcb_dispatch.runtime_tokens)
+    original = cls.get_token_input
+    watched = getattr(original, "_pmapkit_watched", None)
+    if watched is not None:
+        watched.add(effect_type)
+        return
+
+    def get_token_input(self, eff, devices):
+        if type(eff) in get_token_input._pmapkit_watched:
+            token = self.current_tokens.get(eff)
+            if token is not None and _failed(token._buf):
+                del self.current_tokens[eff]
+        return original(self, eff, devices)
+
+    get_token_input._pmapkit_watched = {effect_type}
+    cls.get_token_input = get_token_input
+
+
+def _failed(array):
+    try:
+        array.block_until_ready()
+    except Exception:  # noqa: BLE001 - that computation's error went to its caller
+        return True
+    return False
+
+
 def clear_runtime_tokens():
     """Forget the calling thread's runtime tokens (all already waited for)."""
     _hcb_dispatch.runtime_tokens.clear()
@@ -318,6 +355,12 @@ def effectful_runner(compiled):
     callbacks) — what ``Compiled.__call__`` ends in, minus argument checks.
     It takes every input (pruned ones are skipped by position)."""
     return compiled._executable.unsafe_call
+
+
+def shard_map_primitive():
+    """The primitive of ``jax.shard_map`` regions (not exported publicly)."""
+    from jax._src import shard_map as _shard_map_mod
+    return _shard_map_mod.shard_map_p
 
 
 def lowering_rule(primitive):

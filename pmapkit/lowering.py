@@ -134,11 +134,6 @@ def _warn_jit_of_pmap(ctx, name):
         UserWarning, stacklevel=2)
 
 
-# Depth of ``lower_program`` of a pmap: the program pmapkit itself runs
-# (``CompiledProgram``).
-_own_programs = _Depth()
-
-
 def checks_at_end(params):
     """Whether a top-level pmap's own program ends its body with the
     registered checks (``manual_regions.register_region_tail``): several
@@ -167,7 +162,7 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     # device's (classic pmap, and jax.pmap's out_specs P() without checks).
     in_specs = tuple(axis_spec(axis_name, ax) for ax in in_axes)
     out_specs = tuple(axis_spec(axis_name, ax) for ax in out_axes)
-    checked = bool(_own_programs.depth) and checks_at_end(params)
+    checked = checks_at_end(params)
 
     def per_device(*xs):
         xs = [x if ax is None else jax.lax.squeeze(x, (ax,))
@@ -829,11 +824,7 @@ def lower_program(primitive, params, in_avals):
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     with _outside_ambient_mesh(), own_jit_of_pmap():
-        _own_programs.depth += primitive is pmap_p
-        try:
-            return jitted.lower(*structs)
-        finally:
-            _own_programs.depth -= primitive is pmap_p
+        return jitted.lower(*structs)
 
 
 # Kinds of program registered by rooms above this one (the multi-process

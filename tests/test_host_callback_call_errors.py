@@ -1,12 +1,14 @@
 """A failed ``host_callback.call`` is raised to its caller, never a value.
 
 On one device (jax.jit, eager, a 1-device pmap) the computation fails as
-with ``jax.pure_callback``. In a pmapkit.pmap over 8 devices the failing
-device gets zeros until the end of the body, where every device fails at
-once (none is left waiting in a collective: no abort, no hang), and the call
-raises; later calls run normally and ``barrier_wait`` reports it too.
-Whatever the body: collectives after the call, the call inside scan or a
-cond taken on some devices only.
+with ``jax.pure_callback``. In a pmapkit.pmap over 8 devices (run by
+pmapkit or inside a user's jit), nested pmaps and a user's shard_map, the
+failing device gets zeros until the end of its region, where every device
+fails at once; in a whole-mesh program (jax.jit, pjit) every device meets
+the call and fails with it. No device is left waiting in a collective (no
+abort, no hang), the call raises, later calls run normally and
+``barrier_wait`` reports it too. Whatever the body: collectives after the
+call, the call inside scan or a cond taken on some devices only.
 """
 import jax
 import jax.numpy as jnp
@@ -64,4 +66,99 @@ def test_one_device_programs_raise():
     assert_raises_user_exception(
         lambda: pmapkit.pmap(call, devices=jax.devices()[:1])(x[None]))
     np.testing.assert_array_equal(np.asarray(jax.jit(call)(x + 1)), 4.0)
+    hcb.barrier_wait()
+
+
+# -- beyond pmapkit's own pmap programs --------------------------------------------
+def host_whole(x):
+    if 3 in np.asarray(x):  # the whole value: device 3's slice among it
+        raise ValueError("user exception")
+    return x
+
+
+def call_whole(x):
+    return hcb.call(host_whole, x, result_shape=x)
+
+
+def _mesh():
+    return jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+
+
+def _sharded(x):
+    return jax.device_put(x, jax.sharding.NamedSharding(_mesh(), jax.sharding.PartitionSpec("i")))
+
+
+WHOLE_MESH = {
+    # Collectives after the call (the sum over all devices), and before it.
+    "sum_after": lambda x: call_whole(x).sum() + x,
+    "in_scan": lambda x: jax.lax.scan(
+        lambda c, _: (call_whole(c).sum() * 0 + c, None), x, None, length=2)[0],
+    "in_cond": lambda x: jax.lax.cond(x.sum() > 0, call_whole, lambda v: v, x),
+}
+
+
+@pytest.mark.parametrize("body", WHOLE_MESH)
+def test_whole_mesh_jit_on_8_devices_raises(body):
+    f = jax.jit(WHOLE_MESH[body])
+    x = _sharded(jnp.arange(N, dtype=jnp.float32))
+    assert_raises_user_exception(lambda: f(x))
+    ok = x + 10
+    want = jax.jit(lambda v: WHOLE_MESH[body](v))(ok)  # host_whole returns its input
+    np.testing.assert_array_equal(np.asarray(f(ok)), np.asarray(want))
+    hcb.barrier_wait()
+
+
+def test_pjit_on_8_devices_raises_and_next_calls_run():
+    P = jax.sharding.PartitionSpec
+    f = pmapkit.pjit(WHOLE_MESH["sum_after"], in_axis_resources=P("i"),
+                     out_axis_resources=P("i"))
+    x = jnp.arange(N, dtype=jnp.float32)
+    with pmapkit.Mesh(np.array(jax.devices()), ("i",)):
+        # Two failing runs in flight, then a good one: only the failed fail.
+        failed = [f(x), f(x)]
+        good = f(x + 10)
+        for result in failed:
+            with pytest.raises(jax.errors.JaxRuntimeError,
+                               match="(?s)CallbackException.*ValueError: user exception"):
+                np.asarray(result)
+        np.testing.assert_array_equal(np.asarray(good),
+                                      np.asarray(WHOLE_MESH["sum_after"](x + 10)))
+    with pytest.raises(hcb.CallbackException):
+        hcb.barrier_wait()
+    hcb.barrier_wait()
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_pmap_inside_user_jit_raises(body):
+    f = jax.jit(pmapkit.pmap(BODIES[body], axis_name="i"))
+    with pytest.warns(UserWarning, match="includes a pmap"):
+        assert_raises_user_exception(lambda: f(jnp.arange(N, dtype=jnp.float32)))
+    ok = jnp.arange(N, dtype=jnp.float32) + 10
+    want = jax.pmap(lambda x: BODIES[body](x), axis_name="i")(ok)
+    np.testing.assert_array_equal(np.asarray(f(ok)), np.asarray(want))
+    hcb.barrier_wait()
+
+
+def test_nested_pmaps_raise():
+    f = pmapkit.pmap(pmapkit.pmap(lambda x: jax.lax.psum(call(x), ("i", "j")),
+                                  axis_name="j"), axis_name="i")
+    x = jnp.arange(N, dtype=jnp.float32).reshape(2, N // 2)
+    assert_raises_user_exception(lambda: f(x))
+    np.testing.assert_array_equal(np.asarray(f(x + 10)),
+                                  np.full((2, N // 2), np.sum(np.arange(N) + 10.0)))
+    hcb.barrier_wait()
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_user_shard_map_raises(body):
+    P = jax.sharding.PartitionSpec
+
+    def per_device(x):
+        return BODIES[body](x[0])[None]
+    f = jax.jit(jax.shard_map(per_device, mesh=_mesh(), in_specs=P("i"),
+                              out_specs=P("i"), check_vma=False))
+    assert_raises_user_exception(lambda: f(jnp.arange(N, dtype=jnp.float32)))
+    ok = jnp.arange(N, dtype=jnp.float32) + 10
+    want = jax.pmap(lambda x: BODIES[body](x), axis_name="i")(ok)
+    np.testing.assert_array_equal(np.asarray(f(ok)), np.asarray(want))
     hcb.barrier_wait()

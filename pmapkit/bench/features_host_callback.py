@@ -11,6 +11,14 @@
   ``pmapkit.pmap`` of a ``pmapkit.pmap`` over every device whose inner body
   taps once (taps there are unordered: no effect token may enter nested
   regions); ``jax.pmap`` cannot nest in jax 0.10, so no JAX row.
+- ``host_callback_call_whole_mesh_jit_us``: a cached ``jax.jit`` over every
+  device whose body makes one ``hcb.call`` (every device meets the call, so
+  a failure fails them all) vs the same body with
+  ``io_callback(ordered=True)`` (µs per call, wall time).
+- ``host_callback_call_shard_map_us``: a cached ``jax.jit`` of a
+  ``jax.shard_map`` over every device whose body makes one ``hcb.call``
+  (the region ends with the failure checks) vs ``io_callback(ordered=True)``
+  in the same region.
 """
 from __future__ import annotations
 
@@ -19,6 +27,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax.experimental import io_callback
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import host_callback as hcb
 from pmapkit.bench.features import feature_case
@@ -148,3 +159,49 @@ def nested_pmap_cached_call(settings):
     hcb.barrier_wait()
     return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
             for impl, v in us.items()]
+
+
+def _call_vs_io_callback(settings, wrap):
+    """µs per cached call of ``wrap(body)`` for a body with one ``hcb.call``
+    and one with ``io_callback(ordered=True)``, both returning their input
+    plus one, on an array over every device."""
+    devices = jax.local_devices()
+    mesh = Mesh(np.array(devices), ("d",))
+    x = jax.device_put(np.zeros(len(devices) * 4, np.float32),
+                       NamedSharding(mesh, PartitionSpec("d")))
+
+    def host(a):
+        return a
+    ours = wrap(lambda v: hcb.call(host, v, result_shape=v) + 1.0, mesh)
+    theirs = wrap(lambda v: io_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                        v, ordered=True) + 1.0, mesh)
+
+    def run_ours():
+        ours(x).block_until_ready()
+
+    def run_theirs():
+        theirs(x).block_until_ready()
+    us = {"pmapkit": float("inf"), "jax.io_callback": float("inf")}
+    for _ in range(2):
+        us["jax.io_callback"] = min(us["jax.io_callback"],
+                                    1e6 / _best_rate(run_theirs, 1, settings))
+        us["pmapkit"] = min(us["pmapkit"], 1e6 / _best_rate(run_ours, 1, settings))
+    hcb.barrier_wait()
+    jax.effects_barrier()
+    return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
+            for impl, v in us.items()]
+
+
+@feature_case("host_callback_call_whole_mesh_jit_us", baseline="jax.io_callback",
+              higher_is_better=False)
+def call_whole_mesh_jit(settings):
+    return _call_vs_io_callback(settings, lambda body, mesh: jax.jit(body))
+
+
+@feature_case("host_callback_call_shard_map_us", baseline="jax.io_callback",
+              higher_is_better=False)
+def call_shard_map(settings):
+    def wrap(body, mesh):
+        spec = PartitionSpec("d")
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+    return _call_vs_io_callback(settings, wrap)

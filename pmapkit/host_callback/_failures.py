@@ -14,9 +14,9 @@ exception chained; ``barrier_wait`` reports it too). The program's runner
 then waits for it (``lowering``: a failed execution's effect token must not
 reach the next program) and raises at the call.
 
-Only pmapkit's own top-level programs of pmaps with a ``call`` on several
-devices of one process get the checks (not taps: they never fail a
-computation).
+Top-level pmaps over several devices of one process (run by pmapkit or
+inside a user's jit) get the checks in their body (``lowering``); other
+manual regions get the same checks from ``_region_checks``.
 """
 from __future__ import annotations
 
@@ -90,29 +90,48 @@ def _raise_if_failed(devices, total, index):
         + ("" if exc is None else _runtime.report_message(exc, formatted))) from exc
 
 
-def _tail(outs, axis_name, body):
-    del body
-    mesh = manual_regions.current_checked_mesh()
-    devices = tuple(mesh.devices.flat)
+def checks(outs, axes, devices, ordered):
+    """``outs`` of a manual region over ``axes`` (all its mesh's axes, the
+    devices in ``devices`` order) with the checks after them."""
     tied = [i for i, o in enumerate(outs) if _plain(o)]
     # After the outputs are computed (so after every collective of the body).
     *vals, marker = jax.lax.optimization_barrier(
         (*[outs[i] for i in tied], jnp.zeros((), np.int32)))
+    # The barrier is gone at run time: without the token of ordered calls,
+    # only data orders the take after the body. It reads one element of
+    # each output (a scalar to the host, whatever the output's size).
+    after = [marker]
+    if not ordered:
+        after += [jnp.ravel(v)[:1] for v in vals if np.size(v)]
     count, = outside_call_p.bind(
-        marker, callback=_TAKE, arg_treedef=jax.tree_util.tree_structure(0),
-        num_args=1, identity=False, result_treedef=jax.tree_util.tree_structure(0),
-        flat_results_aval=(_COUNT,), transforms=(), device_index=0, ordered=True)
-    total = jax.lax.psum(count, axis_name)
+        *after, callback=_TAKE,
+        arg_treedef=jax.tree_util.tree_structure(tuple(after)),
+        num_args=len(after), identity=False,
+        result_treedef=jax.tree_util.tree_structure(0),
+        flat_results_aval=(_COUNT,), transforms=(), device_index=0, ordered=ordered)
+    total = jax.lax.psum(count, axes)
     # An effect of its own (unordered IO), so no DCE drops it.
     done = io_callback(
         lambda t, i: _raise_if_failed(devices, t, i),
-        jax.ShapeDtypeStruct((), np.int32), total, jax.lax.axis_index(axis_name),
+        jax.ShapeDtypeStruct((), np.int32), total, jax.lax.axis_index(axes),
         ordered=False)
     *vals, _ = jax.lax.optimization_barrier((*vals, done))
     outs = list(outs)
     for i, v in zip(tied, vals):
         outs[i] = v
     return outs
+
+
+def _pmap_tail(outs, axis_name, body):
+    del body
+    mesh = manual_regions.current_checked_mesh()
+    return checks(outs, axis_name, tuple(mesh.devices.flat), True)
+
+
+def _is_checked(jaxpr):
+    """Whether a region's body already ends with the checks."""
+    return any(e.primitive is outside_call_p and e.params["callback"] is _TAKE
+               for e in jaxpr.eqns)
 
 
 def _plain(x):
@@ -122,4 +141,4 @@ def _plain(x):
     return not (lowering.is_extended(x) or lowering.is_float0(x))
 
 
-manual_regions.register_region_tail(lambda body: has_call(body.jaxpr), _tail)
+manual_regions.register_region_tail(lambda body: has_call(body.jaxpr), _pmap_tail)

@@ -14,17 +14,21 @@ computation depends on where it runs (``on_failure``, chosen when lowering):
 
 - ``RAISE``: in a program on one device, the callback raises: the
   computation fails and its caller gets the error (as with
-  ``jax.pure_callback``);
-- ``PEND``: in a pmap over several devices run by pmapkit's own program,
-  the device gets zeros and the failure waits for the checks at the end of
-  the pmap's body (``_failures``), which fail every device at once: a device
-  failing alone would leave the others blocked in a collective until
-  XLA:CPU aborts the process;
-- ``ZEROS``: in other programs over several devices (pjit, a pmap under a
-  user's jit), the device gets zeros and only ``barrier_wait`` reports it:
-  besides the collectives, a failed execution's effect token would fail the
-  next program with host callbacks (JAX threads it into that program, and
-  only pmapkit's own runner can keep it out).
+  ``jax.pure_callback``). In a whole-mesh program (jit, pjit) over several
+  devices of this process every device meets the call and raises with it
+  (``_rendezvous``);
+- ``PEND``: in a manual region over several devices that ends with the
+  checks (a pmap body, a ``shard_map``: ``_failures``, ``_region_checks``),
+  the device gets zeros and the failure waits for those checks, which fail
+  every device at once: a device failing alone would leave the others
+  blocked in a collective until XLA:CPU aborts the process;
+- ``ZEROS``: in programs over devices of several processes (where the
+  devices cannot meet in this process), the device gets zeros and only
+  ``barrier_wait`` reports it.
+
+A failed computation's effect token is dropped before the next computation
+with callbacks takes it (``_jax_private.drop_failed_effect_tokens``), so
+only the failed computation fails.
 """
 from __future__ import annotations
 
