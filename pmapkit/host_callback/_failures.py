@@ -110,11 +110,16 @@ def checks(outs, axes, devices, ordered):
         result_treedef=jax.tree_util.tree_structure(0),
         flat_results_aval=(_COUNT,), transforms=(), device_index=0, ordered=ordered)
     total = jax.lax.psum(count, axes)
-    # An effect of its own (unordered IO), so no DCE drops it.
-    done = io_callback(
-        lambda t, i: _raise_if_failed(devices, t, i),
-        jax.ShapeDtypeStruct((), np.int32), total, jax.lax.axis_index(axes),
-        ordered=False)
+
+    def raise_here(t, i):
+        # An effect of its own (unordered IO), so no DCE drops it.
+        return io_callback(lambda t, i: _raise_if_failed(devices, t, i),
+                           jax.ShapeDtypeStruct((), np.int32), t, i, ordered=False)
+    # Only when some device failed (``total`` is the same on every device,
+    # so all take the same branch): a run without failures calls back once
+    # per device, not twice.
+    done = jax.lax.cond(total > 0, raise_here, lambda t, i: t, total,
+                        jax.lax.axis_index(axes))
     *vals, _ = jax.lax.optimization_barrier((*vals, done))
     outs = list(outs)
     for i, v in zip(tied, vals):
