@@ -59,7 +59,7 @@ import jax
 import numpy as np
 
 import pmapkit
-from pmapkit import legacy_names, legacy_report
+from pmapkit import legacy_names, legacy_report, pmap_sharding
 
 __all__ = ["install", "installed"]
 
@@ -180,6 +180,13 @@ def _install_removed_names():
         # an instance tells whether the name works.
         if not _has(probe, record.attr):
             setattr(array_type, record.attr,
+                    property(_counted(record.name, record.make(), "reads")))
+            new.append(record.name)
+    # A pmap layout: the one kind of sharding the properties are for.
+    probe = pmap_sharding.PmapSharding.default((1,), 0, jax.devices()[:1])
+    for record in legacy_names.SHARDING_PROPERTIES:
+        if not _has(probe, record.attr):
+            setattr(jax.sharding.NamedSharding, record.attr,
                     property(_counted(record.name, record.make(), "reads")))
             new.append(record.name)
     for record in legacy_names.MODULES:

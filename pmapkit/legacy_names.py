@@ -18,10 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit import lowering, specs
+from pmapkit import pmap_sharding
 
 __all__ = ["Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
-           "NAMES", "MODULES", "PROPERTIES", "REFUSED_NAMES", "REFUSED_MODULES",
+           "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
+           "REFUSED_MODULES",
            "SYSTEMS", "by_name"]
 
 
@@ -119,19 +120,10 @@ def _device_buffers(self):
     # have no mapped axes, as classic pmap's had none (each is one device's
     # value); others keep the shard's shape, as 0.4-era jax.Array had it.
     buffers = [shard.data for shard in self.addressable_shards]
-    mapped = _pmap_mapped_dims(self.sharding)
+    mapped = pmap_sharding.mapped_dims(self.sharding)
     if not mapped:
         return buffers
     return [jnp.squeeze(b, mapped) for b in buffers]
-
-
-def _pmap_mapped_dims(sharding):
-    if not isinstance(sharding, jax.sharding.NamedSharding):
-        return ()
-    if not (lowering.is_pmap_result_sharding(sharding)
-            or sharding.mesh.axis_names == (specs.INTERNAL_AXIS_NAME,)):
-        return ()
-    return tuple(dim for dim, entry in enumerate(sharding.spec) if entry is not None)
 
 
 def _device_buffer(self):
@@ -235,6 +227,10 @@ NAMES = tuple(
        Removed("jax.profiler.trace_function", "0.3.15", "jax.profiler.annotate_function",
                "f = jax.profiler.annotate_function(f)",
                "jax.profiler.annotate_function", _profiler_alias("annotate_function")),
+       Removed("jax.sharding.PmapSharding", "0.10.0", "jax.sharding.NamedSharding",
+               "NamedSharding(Mesh(devices, ('i',)), P('i'))",
+               "pmapkit.pmap_sharding.PmapSharding (pmap layouts as NamedSharding)",
+               lambda: pmap_sharding.PmapSharding),
        Removed("jax.lax.tie_in", "0.4.29", "nothing (a no-op since JAX 0.2.0)",
                "y  # instead of lax.tie_in(x, y)", "a no-op returning y", _tie_in)])
 
@@ -247,6 +243,13 @@ PROPERTIES = (
     Removed("jax.Array.device_buffer", "0.4.27", "x.addressable_data(0)",
             "x.addressable_data(0)", "the one addressable shard's data",
             lambda: _device_buffer),
+)
+
+# Properties installed on JAX's NamedSharding (pmap layouts only).
+SHARDING_PROPERTIES = (
+    Removed("jax.sharding.PmapSharding.devices", "0.10.0", "sharding.mesh.devices",
+            "list(x.sharding.mesh.devices.flat)", "the pmap layout's mesh devices",
+            lambda: pmap_sharding.pmap_devices),
 )
 
 # Modules served by pmapkit.legacy's finder (jax.config: see legacy.py).
@@ -329,8 +332,8 @@ SYSTEMS = (
             "pmapkit.pmap"),
 )
 
-_ALL = {r.name: r for group in (NAMES, PROPERTIES, MODULES, REFUSED_NAMES,
-                                REFUSED_MODULES, SYSTEMS) for r in group}
+_ALL = {r.name: r for group in (NAMES, PROPERTIES, SHARDING_PROPERTIES, MODULES,
+                                REFUSED_NAMES, REFUSED_MODULES, SYSTEMS) for r in group}
 
 
 def by_name(name):
