@@ -135,12 +135,12 @@ def _warn_jit_of_pmap(ctx, name):
 
 
 def checks_at_end(params):
-    """Whether a top-level pmap's own program ends its body with the
-    registered checks (``manual_regions.register_region_tail``): several
-    devices of one process, no nested pmaps, and a tail that wants it. Its
-    runner then waits for each run (``_TokenedExecutable``)."""
+    """Whether a top-level pmap (run by pmapkit, or inside a user's jit)
+    ends its body with the registered checks
+    (``manual_regions.register_region_tail``): several devices, no nested
+    pmaps, and a tail that wants it. pmapkit's runner then waits for each
+    run (``_TokenedExecutable``)."""
     return (params["devices"] is not None and params["axis_size"] > 1
-            and jax.process_count() == 1
             and len(pmap_mesh(params).axis_names) == 1
             and manual_regions.tails_wanted(params["jaxpr"]))
 

@@ -1,12 +1,15 @@
 """Run by tests/test_multiprocess_callbacks.py under ``pmapkit launch``:
 host_callback, export and colocated_python in every process of a run.
 
-    script.py OUT_DIR MODE     MODE: ok | tap-raises | export-raises
+    script.py OUT_DIR MODE     MODE: ok | tap-raises | export-raises |
+                                     whole-mesh-call-raises
 
 Each process writes what it saw to OUT_DIR/rank<R>.json; the test compares
 that with what the global program computes. ``tap-raises`` and
 ``export-raises`` make process 1 fail (a host ``call`` that raises, an
-exported call with a wrong argument) to check that the launcher stops the run.
+exported call with a wrong argument) to check that the launcher stops the run;
+``whole-mesh-call-raises`` fails the ``call`` of a whole-mesh jit on the
+process owning its device_index, which fails every process's run.
 """
 import io
 import json
@@ -93,6 +96,22 @@ jax.jit(lambda v: hcb.id_tap(tap, v * 1, tap_with_device=True, device_index=5),
         out_shardings=sharded)(garr)
 hcb.barrier_wait("global jit")
 report["whole_mesh_taps"] = sorted(taps)
+
+
+# A whole-mesh call: device_index 5 runs the function, every process gets its
+# result; with ``whole-mesh-call-raises`` it raises there and every process's
+# computation fails (none is left in a collective, none gets zeros).
+def times_ten(v):
+    if mode == "whole-mesh-call-raises":
+        raise RuntimeError(f"whole-mesh call failure on process {me}")
+    return np.asarray(v) * 10
+
+
+called = jax.jit(lambda v: (hcb.call(times_ten, v, result_shape=v, device_index=5)
+                            + 1).sum(0) + v, out_shardings=sharded)(garr)
+report["whole_mesh_call"] = {str(s.device.id): np.asarray(s.data).tolist()
+                             for s in called.addressable_shards}
+hcb.barrier_wait("global call")
 
 # barrier_wait waits for this process's own callbacks only: process 0 has
 # slow taps pending, process 1 has none and must not wait for process 0.

@@ -61,6 +61,12 @@ def _check_rank(rep, rank, nproc, per_process):
     want = [[gids[5], rank, glob.tolist()]] if owner[5] == rank else []
     assert rep["whole_mesh_taps"] == want
 
+    # A whole-mesh call: the caller's result, summed over the mesh, on every device.
+    whole = (glob * 10 + 1).sum(0)
+    assert sorted(rep["whole_mesh_call"]) == sorted(str(gids[p]) for p in mine)
+    for p in mine:
+        _close(rep["whole_mesh_call"][str(gids[p])], [whole + glob[p]])
+
     # barrier_wait: this process's callbacks only; it returned everywhere.
     assert rep["barrier_taps_done"] == (3 if rank == 0 else 0)
 
@@ -120,4 +126,20 @@ def test_a_process_raising_in_a_callback_or_exported_call_stops_the_run(
     assert any(line.startswith("[1] ") and message in line
                for line in output.splitlines()), output[-6000:]
     assert "exited with status" in output
+    assert not (tmp_path / "rank0.json").exists()
+
+
+def test_a_failing_whole_mesh_call_fails_every_process(tmp_path):
+    # device_index 5 lives on process 1 of 2 x 4: its failure reaches process 0
+    # through the checks (neither waits in a collective, neither gets zeros).
+    proc, elapsed = _launch(tmp_path, 2, 4, "whole-mesh-call-raises")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-6000:]
+    assert elapsed < LAUNCH_TIMEOUT_S
+    lines = output.splitlines()
+    assert any(line.startswith("[1] ") and "RuntimeError: whole-mesh call failure on process 1"
+               in line for line in lines), output[-6000:]
+    assert any(line.startswith("[0] ") and "failed on 1 other device(s)" in line
+               for line in lines), output[-6000:]
+    assert "Termination timeout" not in output and "rendezvous" not in output
     assert not (tmp_path / "rank0.json").exists()

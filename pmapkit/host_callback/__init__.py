@@ -45,7 +45,7 @@ import numpy as np
 
 from pmapkit import _jax_private as jp
 from pmapkit.host_callback import (  # noqa: F401
-    _failures, _printing, _region_checks, _runtime, _while_fix)
+    _failures, _printing, _region_checks, _runtime, _whole_mesh, _while_fix)
 from pmapkit.host_callback._primitive import outside_call_p
 from pmapkit.host_callback._runtime import CallbackException
 from pmapkit.rules import host_callback as _rules  # noqa: F401  (registers the rules)

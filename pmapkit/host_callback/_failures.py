@@ -85,7 +85,7 @@ def _raise_if_failed(devices, total, index):
         raise _runtime.CallbackException(_runtime.report_message(exc, formatted)) from exc
     exc, formatted = _take.last or (None, None)
     raise _runtime.CallbackException(
-        f"host_callback.call failed on {int(total)} other device(s) of this pmap "
+        f"host_callback.call failed on {int(total)} other device(s) of this computation "
         f"(not on {device}); every device's computation fails with it. "
         + ("" if exc is None else _runtime.report_message(exc, formatted))) from exc
 

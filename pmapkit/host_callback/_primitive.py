@@ -32,14 +32,13 @@ partition id (which device it is); in the body of a pmap around a nested
 pmap (where the inner axes are not manual) every device calls back too, with
 its group's whole value, as classic nested pmaps ran that code on every
 device; in a whole-mesh program it runs once, on device ``device_index``,
-with the whole operand (a ``call`` on several devices of this process as a
-region where every device meets it: ``_rendezvous``).
+with the whole operand (a ``call`` over several devices as a region where
+every device takes part: ``_whole_mesh``).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 
 import jax
 import numpy as np
@@ -187,7 +186,7 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 "region nested in another (not a nested pmapkit.pmap) is not "
                 "supported; tap outside the nested region.")
         region_devices = _region_devices(mesh)
-        meeting = _whole_mesh.meeting_for(mesh)
+        meeting = _rendezvous.meeting_for(mesh)
         if meeting is not None:
             host_fn = functools.partial(meeting, region_devices,
                                         invoker(_runtime.RAISE))
@@ -206,18 +205,16 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
             raise ValueError(
                 f"host_callback device_index={device_index} is out of range "
                 f"for a computation on {len(devices)} device(s).")
-        if not identity and len(devices) > 1 and _one_process(devices):
-            return _lower_whole_mesh_call(ctx, args, devices, dict(
+        if not identity and len(devices) > 1 and _whole_mesh_lowering is not None:
+            return _whole_mesh_lowering(ctx, args, devices, dict(
                 callback=callback, arg_treedef=arg_treedef, num_args=num_args,
                 identity=identity, result_treedef=result_treedef,
                 flat_results_aval=flat_results_aval, transforms=transforms,
                 device_index=device_index, ordered=ordered))
-        # A tap never fails its computation. A call on one device: raising
-        # fails the whole computation; on devices of several processes, the
-        # others cannot meet the caller here.
-        on_failure = _runtime.RAISE if len(devices) == 1 else _runtime.ZEROS
+        # A tap never fails its computation; a call on one device fails the
+        # whole computation by raising.
         host_fn = functools.partial(_one_device_host_fn, devices[device_index],
-                                    invoker(on_failure))
+                                    invoker(_runtime.RAISE))
         operands, operand_avals = tapped, tapped_avals
         op_sharding = _maximal_op_sharding(device_index, result_avals)
     token = ctx.tokens_in.get(host_callback_effect) if ordered else None
@@ -233,70 +230,26 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
     return list(args) if identity else list(results)
 
 
-class _WholeMesh(threading.local):
-    """The whole-mesh call being lowered on this thread as a manual region
-    of one device axis (``_lower_whole_mesh_call``): its mesh and meeting."""
-
-    def __init__(self):
-        self.mesh = None
-        self.meeting = None
-
-    def meeting_for(self, mesh):
-        return self.meeting if mesh is self.mesh else None
+# How a ``call`` in a whole-mesh program over several devices is lowered
+# (``_whole_mesh``, which needs the failure checks built on this module).
+_whole_mesh_lowering = None
 
 
-_whole_mesh = _WholeMesh()
-
-
-def whole_mesh_region(mesh):
-    """Whether ``mesh`` is that of a whole-mesh call being lowered here."""
-    return _whole_mesh.mesh is not None and mesh is _whole_mesh.mesh
-
-
-_WHOLE_MESH_AXIS = "_pmapkit_host_callback_devices"
-
-
-def _lower_whole_mesh_call(ctx, args, devices, params):
-    # Every device of the program takes part in the call (the operands
-    # replicated to each), but only device ``device_index`` runs the user's
-    # function; the others wait for it at the host (``rendezvous``) and get
-    # its result, or raise with it. So a failed call fails every device at
-    # the same op, with no device left waiting in a collective (XLA:CPU
-    # would abort the process), and no device goes on with a made-up value.
-    mesh = jax.sharding.Mesh(np.array(devices), (_WHOLE_MESH_AXIS,))
-    n_out = len(params["flat_results_aval"])
-    spmd = jax.shard_map(
-        lambda *xs: tuple(outside_call_p.bind(*xs, **params)), mesh=mesh,
-        in_specs=(jax.sharding.PartitionSpec(),) * len(args),
-        out_specs=(jax.sharding.PartitionSpec(),) * n_out, check_vma=False)
-    previous = (_whole_mesh.mesh, _whole_mesh.meeting)
-    _whole_mesh.mesh = mesh
-    _whole_mesh.meeting = _rendezvous.Meeting(len(devices), params["device_index"])
-    try:
-        # Whatever mesh the program was traced under, this region's own.
-        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            return mlir.lower_fun(spmd, multiple_results=True)(ctx, *args)
-    finally:
-        _whole_mesh.mesh, _whole_mesh.meeting = previous
+def register_whole_mesh_lowering(lower):
+    """``lower(ctx, args, devices, params)`` lowers every ``call`` in a
+    whole-mesh program over several devices from now on."""
+    global _whole_mesh_lowering
+    _whole_mesh_lowering = lower
 
 
 def _region_on_failure(mesh, devices):
     """How a failed call fails its computation in a manual region (see
     ``_runtime``): a region that ends with the checks (``_failures``,
-    ``_region_checks``) takes the failure there; raising at once is safe on
-    one device; regions over several processes are not checked."""
-    if len(devices) == 1:
-        return _runtime.RAISE
-    if manual_regions.checked_region(mesh):
+    ``_region_checks``) takes the failure there; elsewhere it raises at once
+    (safe on one device)."""
+    if len(devices) > 1 and manual_regions.checked_region(mesh):
         return _runtime.PEND
-    if not _one_process(devices):
-        return _runtime.ZEROS
     return _runtime.RAISE
-
-
-def _one_process(devices):
-    me = jax.process_index()
-    return all(d.process_index == me for d in devices)
 
 
 def _lower_on_every_device(ctx, args, axis_context, params):

@@ -8,8 +8,9 @@ device takes its failures, the devices sum them, and every device raises if
 any failed — no device is left waiting in a collective (XLA:CPU would abort
 the process), none hands on a made-up value. JAX's ``shard_map`` lowering is
 wrapped: a region whose body has a ``call`` and makes every axis of its mesh
-manual, on several devices of this process, is lowered with the checks
-appended; every other region lowers as before.
+manual, on several devices (of one process or several: the sum is a
+collective like any other), is lowered with the checks appended; every
+other region lowers as before.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from jax.interpreters import mlir
 
 from pmapkit import _jax_private as jp
 from pmapkit import manual_regions
-from pmapkit.host_callback import _failures, _primitive
+from pmapkit.host_callback import _failures, _rendezvous
 
 _shard_map_p = jp.shard_map_primitive()
 _original_rule, _original_inline = jp.lowering_rule(_shard_map_p)
@@ -31,7 +32,7 @@ def _region_devices(mesh, newly_manual_axes, jaxpr):
         return None  # some axes stay automatic: no per-device checks here
     if not _failures.has_call(jaxpr) or _failures._is_checked(jaxpr):
         return None
-    if _primitive.whole_mesh_region(mesh):
+    if _rendezvous.meeting_for(mesh) is not None:
         return None  # a whole-mesh call: its devices meet at the call itself
     if isinstance(mesh, jax.sharding.Mesh):
         concrete = mesh
@@ -40,7 +41,7 @@ def _region_devices(mesh, newly_manual_axes, jaxpr):
         if concrete is None:
             return None
     devices = tuple(concrete.devices.flat)
-    if len(devices) < 2 or jax.process_count() != 1:
+    if len(devices) < 2:
         return None
     return devices
 

@@ -16,6 +16,7 @@ order.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -90,3 +91,31 @@ class Meeting:
         if ok:
             return tuple(np.array(a, copy=True) for a in value)
         raise _runtime.CallbackException(str(value)) from value.__cause__
+
+
+class _Lowering(threading.local):
+    """The whole-mesh call whose region is being lowered on this thread."""
+
+    def __init__(self):
+        self.mesh = None
+        self.meeting = None
+
+
+_lowering = _Lowering()
+
+
+@contextlib.contextmanager
+def meeting_region(mesh, meeting):
+    """Lowering the region on ``mesh`` whose devices meet at ``meeting``."""
+    previous = (_lowering.mesh, _lowering.meeting)
+    _lowering.mesh, _lowering.meeting = mesh, meeting
+    try:
+        yield
+    finally:
+        _lowering.mesh, _lowering.meeting = previous
+
+
+def meeting_for(mesh):
+    """The meeting of the region on ``mesh`` being lowered; None if it is
+    not such a region."""
+    return _lowering.meeting if mesh is _lowering.mesh and mesh is not None else None

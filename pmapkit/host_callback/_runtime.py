@@ -15,16 +15,14 @@ computation depends on where it runs (``on_failure``, chosen when lowering):
 - ``RAISE``: in a program on one device, the callback raises: the
   computation fails and its caller gets the error (as with
   ``jax.pure_callback``). In a whole-mesh program (jit, pjit) over several
-  devices of this process every device meets the call and raises with it
-  (``_rendezvous``);
+  devices of one process every device meets the call and raises with it
+  (``_whole_mesh``, ``_rendezvous``);
 - ``PEND``: in a manual region over several devices that ends with the
-  checks (a pmap body, a ``shard_map``: ``_failures``, ``_region_checks``),
-  the device gets zeros and the failure waits for those checks, which fail
-  every device at once: a device failing alone would leave the others
-  blocked in a collective until XLA:CPU aborts the process;
-- ``ZEROS``: in programs over devices of several processes (where the
-  devices cannot meet in this process), the device gets zeros and only
-  ``barrier_wait`` reports it.
+  checks (a pmap body, a ``shard_map``, a whole-mesh call over several
+  processes: ``_failures``, ``_region_checks``, ``_whole_mesh``), the device
+  gets zeros and the failure waits for those checks, which fail every
+  device at once: a device failing alone would leave the others blocked in
+  a collective until XLA:CPU aborts the process.
 
 A failed computation's effect token is dropped before the next computation
 with callbacks takes it (``_jax_private.drop_failed_effect_tokens``), so
@@ -144,7 +142,7 @@ def _host_copy(x):
     return np.array(x, copy=True)
 
 
-RAISE, PEND, ZEROS = "raise", "pend", "zeros"
+RAISE, PEND = "raise", "pend"
 
 
 class _PendingFailures:
@@ -206,10 +204,8 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
 _FAILURE_NOTES = {
     None: "it will be raised by the next barrier_wait; the device computation goes on",
     RAISE: "the computation fails with it; the next barrier_wait raises it too",
-    PEND: "every device of the pmap fails at the end of its body; the next "
+    PEND: "every device of the region fails at the end of it; the next "
           "barrier_wait raises it too",
-    ZEROS: "it will be raised by the next barrier_wait; the device computation "
-           "goes on with zeros for its result",
 }
 
 

@@ -1,0 +1,79 @@
+"""A ``call`` in a whole-mesh program (jax.jit, pjit) over several devices.
+
+The call runs the user's function once, with the whole operand, on device
+``device_index``. If that device failed alone, the others would wait in the
+program's next collective until XLA:CPU aborts the process; if it handed
+back zeros, the program would go on with a made-up value. So the call is
+lowered as a manual region over all the program's devices (one axis, the
+operands replicated to each), where every device takes part:
+
+- devices of one process meet at the host (``_rendezvous``): the caller
+  runs the function, the others wait for its outcome; all return its result
+  or all raise its error, at the same op;
+- devices of several processes cannot meet in one process: the caller runs
+  the function (a failure leaves zeros and pends), its result is gathered to
+  every device, and the region ends with the failure checks
+  (``_failures.checks``): every device raises if the caller failed.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import mlir
+from jax.sharding import PartitionSpec
+
+from pmapkit import manual_regions
+from pmapkit.host_callback import _failures, _primitive, _rendezvous
+
+AXIS = "_pmapkit_host_callback_devices"
+
+
+def _one_process(devices):
+    me = jax.process_index()
+    return all(d.process_index == me for d in devices)
+
+
+def lower(ctx, args, devices, params):
+    mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+    if _one_process(devices):
+        body = _meeting_body(params)
+        meeting = _rendezvous.Meeting(len(devices), params["device_index"])
+        region = _rendezvous.meeting_region(mesh, meeting)
+    else:
+        body = _checked_body(params, tuple(devices))
+        region = manual_regions.checking_on(mesh)
+    n_out = len(params["flat_results_aval"])
+    spmd = jax.shard_map(body, mesh=mesh, in_specs=(PartitionSpec(),) * len(args),
+                         out_specs=(PartitionSpec(),) * n_out, check_vma=False)
+    # Whatever mesh the program was traced under, this region has its own.
+    with region, jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return mlir.lower_fun(spmd, multiple_results=True)(ctx, *args)
+
+
+def _meeting_body(params):
+    def body(*xs):
+        return tuple(_primitive.outside_call_p.bind(*xs, **params))
+    return body
+
+
+def _checked_body(params, devices):
+    caller = params["device_index"]
+    avals = params["flat_results_aval"]
+
+    def call(xs):
+        return tuple(_primitive.outside_call_p.bind(*xs, **params))
+
+    def others(xs):
+        del xs
+        return tuple(jnp.zeros(a.shape, a.dtype) for a in avals)
+
+    def body(*xs):
+        outs = jax.lax.cond(jax.lax.axis_index(AXIS) == caller, call, others, xs)
+        # The caller's values, bit for bit, on every device.
+        outs = [jax.lax.all_gather(o, AXIS)[caller] for o in outs]
+        return tuple(_failures.checks(outs, AXIS, devices, params["ordered"]))
+    return body
+
+
+_primitive.register_whole_mesh_lowering(lower)
