@@ -312,9 +312,22 @@ def _devices_mismatch(pjit_devices, array_devices, what):
         f"({what}; move it with jax.device_put first).")
 
 
-def _kept_sharding(x, mesh, describe, k, device_mode):
+def _arrays_mismatch(first_devices, array_devices, what):
+    """Classic pjit's message for committed arguments on different devices
+    (the computation runs where the first of them is)."""
+    return (
+        "Received incompatible devices for pjitted computation. Devices of all "
+        "`Array` inputs and outputs should be the same. Got array device ids "
+        f"{_device_ids(first_devices)} on platform {_platform(first_devices)} "
+        f"and another array's device ids {_device_ids(array_devices)} on "
+        f"platform {_platform(array_devices)} ({what}; move it with "
+        "jax.device_put first).")
+
+
+def _kept_sharding(x, mesh, describe, k, device_mode, mesh_from_arguments):
     """Where an argument goes when in_axis_resources is omitted: a committed
-    array keeps its sharding, anything else is replicated over the mesh."""
+    array keeps its sharding, anything else is replicated over the mesh
+    (``mesh_from_arguments``: the first committed argument's devices)."""
     replicated = NamedSharding(mesh, PartitionSpec())
     if device_mode or isinstance(x, jp.Tracer):
         return replicated  # a traced value has no committed placement to keep
@@ -324,6 +337,13 @@ def _kept_sharding(x, mesh, describe, k, device_mode):
     mesh_devices = list(mesh.devices.flat)
     if sharding.device_set != set(mesh_devices):
         have = sorted(sharding.device_set, key=lambda d: d.id)
+        if mesh_from_arguments:
+            raise ValueError(_arrays_mismatch(
+                mesh_devices, list(sharding._device_assignment),
+                f"{describe(k)} is committed to devices {_device_ids(have)}, but "
+                "an earlier argument to devices "
+                f"{sorted(_device_ids(mesh_devices))}, and with in_axis_resources "
+                "omitted pjit runs where its committed arguments are"))
         raise ValueError(_devices_mismatch(
             mesh_devices, list(sharding._device_assignment),
             f"{describe(k)} is committed to devices {_device_ids(have)}, but "
@@ -458,7 +478,10 @@ def _prepare(spec, args, kwargs):
     across = pjit_across.spans_processes(mesh) and not _traced(flat)
     if spec.in_unspecified:
         in_flat = None
-        in_shardings = [_kept_sharding(x, mesh, describe, k, spec.device is not None)
+        from_arguments = (spec.device is None and active_mesh() is None
+                          and _declared_mesh(spec) is None)
+        in_shardings = [_kept_sharding(x, mesh, describe, k, spec.device is not None,
+                                       from_arguments)
                         for k, x in enumerate(flat)]
     else:
         in_flat = _flat_in_resources(spec, nargs, dyn_positions, dyn_args)

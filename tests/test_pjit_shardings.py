@@ -169,6 +169,20 @@ def test_committed_array_on_other_devices_under_a_mesh_with_omitted_specs():
         pmapkit.pjit(lambda v: v)(other)
 
 
+def test_committed_arguments_on_different_devices_without_a_mesh():
+    # 0.3.25 / 0.4.2 pjit_test test_pjit_committed_array_different_devices.
+    a = jax.device_put(np.array([1, 2, 3]), DEVICES[0])
+    b = jax.device_put(np.array([4, 5, 6]), DEVICES[1])
+    with pytest.raises(ValueError, match=(
+            r"Devices of all `Array` inputs and outputs should be the same. Got array "
+            r"device ids \[0\] on platform CPU and another array's device ids \[1\] "
+            r"on platform CPU \(argument 'y' \(positional argument 1\)")):
+        pmapkit.pjit(lambda x, y: (x, y))(a, b)
+    # On one device they run where they are.
+    x, y = pmapkit.pjit(lambda x, y: (x, y))(a, jax.device_put(b, DEVICES[0]))
+    assert x.sharding.device_set == y.sharding.device_set == {DEVICES[0]}
+
+
 def test_shardings_over_different_devices():
     f = pmapkit.pjit(lambda a, b: (a, b), in_axis_resources=ns(P("x"), HALF),
                      out_axis_resources=ns(P("x")))
