@@ -274,3 +274,31 @@ def test_no_warnings_from_the_vintage_names():
         assert exp.uses_shape_polymorphism is False
         assert exp.mlir_module_serialization_version == exp.calling_convention_version
         pe.call(exp)(np.zeros(2, np.float32))
+
+
+def test_shape_poly_errors_point_where_each_vintage_pointed():
+    # Called as the earlier vintages called (module-level call / call_exported),
+    # jax2tf's README, as in their tests; as exp.call (jax.export), its docs.
+    exp = pe.export(jax.jit(lambda x: x.sum(0)))(
+        jax.ShapeDtypeStruct(pe.symbolic_shape("(a + 2*b, a)"), np.float32))
+    bad = np.zeros((2, 2), np.float32)   # b = 0: "Expected value >= 1"
+    start = ("Input shapes do not match the polymorphic shapes specification. "
+             "Expected value >= 1 for dimension variable 'b'.")
+    for classic in (pe.call_exported(exp), pe.call(exp)):
+        with pytest.raises(ValueError) as info:
+            classic(bad)
+        assert str(info.value).startswith(start)
+        assert str(info.value).endswith(
+            "Please see https://github.com/google/jax/blob/main/jax/experimental/jax2tf/"
+            "README.md#shape-assertion-errors for more details.")
+    assert pe.call(exp) is pe.call_exported(exp)
+    with pytest.raises(ValueError) as info:
+        exp.call(bad)
+    assert str(info.value).startswith(start)
+    assert str(info.value).endswith(
+        "Please see https://docs.jax.dev/en/latest/export/shape_poly.html"
+        "#shape-assertion-errors for more details.")
+    # Good shapes run through either spelling, under jit too.
+    ok = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_array_equal(np.asarray(jax.jit(pe.call(exp))(ok)), ok.sum(0))
+    np.testing.assert_array_equal(np.asarray(exp.call(ok)), ok.sum(0))

@@ -50,14 +50,14 @@ def caller_of(exported):
 def call(exported):
     """A function running ``exported`` with the argument pytrees it was
     exported for: ``export.call(exp)(*args)`` of jax.experimental.export,
-    ``call_exported(exp)(*args)`` of the seed's jax_export. The same cached
-    caller as ``exp.call(*args)``."""
+    ``call_exported(exp)(*args)`` of the seed's jax_export. The cached
+    caller of ``exp.call(*args)``, speaking those vintages' words."""
     if not isinstance(exported, Exported):
         hint = (" (a jax.export.Exported: wrap it with pmapkit.export.from_jax)"
                 if isinstance(exported, jax_export.Exported) else "")
         raise ValueError("The exported argument must be an export.Exported. "
                          f"Found {exported}{hint}.")
-    return caller_of(exported)
+    return caller_of(exported).in_classic_words()
 
 
 call_exported = call
@@ -214,6 +214,15 @@ class _Caller:
             outs = self.flat(*flat)
         return exported.out_tree.unflatten(outs)
 
+    def in_classic_words(self):
+        """This caller, with the shape-polymorphism errors pointing where
+        jax_export and jax.experimental.export pointed (jax2tf's README)
+        rather than to jax.export's docs (cached: one per caller)."""
+        classic = self.__dict__.get("_classic")
+        if classic is None:
+            classic = self._classic = _ClassicWords(self)
+        return classic
+
     def _first_top_level(self, flat):
         # The first compile of a loaded artifact parses its module: a module
         # that does not parse is the artifact's fault (DeserializationError).
@@ -247,6 +256,30 @@ class _Caller:
         if devices is not None and len(devices) != n:
             raise DeviceCountError(exported.fun_name, n, len(devices))
         return top(*_placed_on_context(flat, devices))
+
+
+_DOCS = "https://docs.jax.dev/en/latest/export/shape_poly.html#"
+_JAX2TF_README = "https://github.com/google/jax/blob/main/jax/experimental/jax2tf/README.md#"
+
+
+class _ClassicWords:
+    """A caller whose shape-polymorphism errors name jax2tf's README, as the
+    module-level ``call``/``call_exported`` of the earlier vintages did."""
+
+    __slots__ = ("_caller", "__weakref__")
+
+    def __init__(self, caller):
+        self._caller = caller
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self._caller(*args, **kwargs)
+        except ValueError as exc:
+            text = str(exc)
+            if _DOCS not in text:
+                raise
+            exc.args = (text.replace(_DOCS, _JAX2TF_README), *exc.args[1:])
+            raise
 
 
 def _top_level_jit(caller):
