@@ -302,3 +302,21 @@ def test_shape_poly_errors_point_where_each_vintage_pointed():
     ok = np.arange(8, dtype=np.float32).reshape(4, 2)
     np.testing.assert_array_equal(np.asarray(jax.jit(pe.call(exp))(ok)), ok.sum(0))
     np.testing.assert_array_equal(np.asarray(exp.call(ok)), ok.sum(0))
+
+
+def test_calling_convention_out_of_range_carries_both_vintages_words():
+    previous = jax.config.jax_export_calling_convention_version
+    too_new = jax_export.maximum_supported_calling_convention_version + 1
+    jax.config.update("jax_export_calling_convention_version", too_new)
+    try:
+        for fun in (jnp.sin, pmapkit.pmap(jnp.sin)):
+            with pytest.raises(ValueError) as info:
+                pe.export(fun)(jax.ShapeDtypeStruct((1, 3), np.float32))
+            text = str(info.value)
+            # jax.export's, then jax_export's (2023) and 0.4.2x's spelling.
+            assert (f"The requested export calling convention version {too_new} is "
+                    "outside the range of supported versions") in text
+            assert (f"The requested jax_serialization version {too_new} is outside "
+                    "the range of supported versions") in text
+    finally:
+        jax.config.update("jax_export_calling_convention_version", previous)

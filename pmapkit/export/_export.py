@@ -155,11 +155,29 @@ def export(fun, *, lowering_platform=None, strict_checks=None,
                     "could break with any jaxlib upgrade. Pass "
                     "strict_checks=False (or disabled_checks=[DisabledSafetyCheck"
                     ".custom_call(target)]) to export it anyway.") from exc
+            _add_classic_version_words(exc)
             raise
         return Exported(jexp)
 
     do_export.__name__ = f"export_{fun_name}"
     return do_export
+
+
+_VERSION_ERROR = re.compile(
+    r"The requested export calling convention version (-?\d+) is outside the "
+    r"range of supported versions")
+
+
+def _add_classic_version_words(exc):
+    """A calling-convention version out of range: jax.export's words, then
+    the earlier vintages' (jax_serialization version), which their code and
+    tests match."""
+    found = _VERSION_ERROR.search(str(exc))
+    if found:
+        exc.args = (f"{exc} (The requested jax_serialization version "
+                    f"{found.group(1)} is outside the range of supported versions: "
+                    "the jax_export / jax.experimental.export name of the same "
+                    "setting.)", *exc.args[1:])
 
 
 def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs):
