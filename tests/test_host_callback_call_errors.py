@@ -162,3 +162,29 @@ def test_user_shard_map_raises(body):
     want = jax.pmap(lambda x: BODIES[body](x), axis_name="i")(ok)
     np.testing.assert_array_equal(np.asarray(f(ok)), np.asarray(want))
     hcb.barrier_wait()
+
+
+def test_whole_mesh_calls_from_several_threads_get_their_own_results():
+    # Runs dispatched from several threads may reach the devices in different
+    # orders; each device takes the outcome of the run on its operand.
+    import threading
+    f = jax.jit(lambda x: (call_whole(x) * 2).sum() + x)
+    wrong, failed = [], []
+
+    def worker(k):
+        try:
+            for i in range(10):
+                x = _sharded(jnp.full(N, float(10 + k * 100 + i)))
+                got = np.asarray(f(x))
+                want = np.asarray(x) * 2 * N + np.asarray(x)
+                if not np.array_equal(got, want):
+                    wrong.append((k, i))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not failed and not wrong
+    hcb.barrier_wait()

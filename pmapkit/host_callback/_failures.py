@@ -133,7 +133,7 @@ def _pmap_tail(outs, axis_name, body):
     return checks(outs, axis_name, tuple(mesh.devices.flat), True)
 
 
-def _is_checked(jaxpr):
+def is_checked(jaxpr):
     """Whether a region's body already ends with the checks."""
     return any(e.primitive is outside_call_p and e.params["callback"] is _TAKE
                for e in jaxpr.eqns)

@@ -19,7 +19,7 @@ from jax.interpreters import mlir
 
 from pmapkit import _jax_private as jp
 from pmapkit import manual_regions
-from pmapkit.host_callback import _failures, _rendezvous
+from pmapkit.host_callback import _failures, _primitive, _rendezvous
 
 _shard_map_p = jp.shard_map_primitive()
 _original_rule, _original_inline = jp.lowering_rule(_shard_map_p)
@@ -30,7 +30,7 @@ def _region_devices(mesh, newly_manual_axes, jaxpr):
     None for a region lowered as before."""
     if set(newly_manual_axes) | set(mesh.manual_axes) != set(mesh.axis_names):
         return None  # some axes stay automatic: no per-device checks here
-    if not _failures.has_call(jaxpr) or _failures._is_checked(jaxpr):
+    if not _failures.has_call(jaxpr) or _failures.is_checked(jaxpr):
         return None
     if _rendezvous.meeting_for(mesh) is not None:
         return None  # a whole-mesh call: its devices meet at the call itself
@@ -53,9 +53,9 @@ def _shard_map_lowering(ctx, *args, jaxpr, mesh, in_specs, out_specs, check_vma,
     devices = _region_devices(mesh, newly_manual_axes, jaxpr)
     if devices is None:
         return _original_rule(ctx, *args, **params)
-    # A token may enter the region only if the body's calls take one (no
-    # nested regions around or inside).
-    ordered = bool(jp.ordered_effects.filter_in(jaxpr.effects))
+    # The checks take the body's calls' token when they have one (not in
+    # regions nested in others, where no token may enter).
+    ordered = _primitive.host_callback_effect in jaxpr.effects
     axes = tuple(mesh.axis_names)
 
     def body(*xs):

@@ -1,21 +1,25 @@
-"""Where the devices of a whole-mesh program meet for a ``call``.
+"""Where the devices of a whole-mesh program of one process meet for a
+``call``.
 
 In a jit/pjit program over several devices, a ``call`` runs the user's
 function once, on one device (``device_index``). If that device failed
 alone, the others would wait in the program's next collective until XLA:CPU
 aborts the process; if it handed back zeros, the program would go on with a
-made-up value. Instead every device reaches the call op (``_primitive``
-lowers it as a manual region over all the program's devices): the caller
-runs the function, the others wait here for its outcome, then every device
-returns the caller's result or raises its error, at the same op.
+made-up value. Instead every device reaches the call op (``_whole_mesh``
+lowers it as a manual region over all the program's devices, the operand
+replicated to each): the caller runs the function, the others wait here for
+its outcome, then every device returns the caller's result or raises its
+error, at the same op.
 
-The n-th arrival of a device matches the caller's n-th: the call is ordered
-(its effect token orders the executions of programs with host callbacks on
-every device the same way), so each device meets one op's runs in the same
-order.
+A waiting device takes the outcome of the caller's run on the same operand
+(every device holds the whole operand, bit for bit): executions dispatched
+from several threads may reach the devices in different orders, and the
+operand is what tells one run from another. Two runs on equal operands give
+their outcomes in the order the caller finished them.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -24,10 +28,16 @@ import numpy as np
 
 from pmapkit.host_callback import _runtime
 
-# How long a device waits for the caller to *start* the user's function
-# before giving up (the caller's device failed before reaching the op, for a
-# reason of its own). Once started, a function may take as long as it needs.
+# How long a device waits for the caller to *start* the user's function on
+# its operand before giving up (the caller's device failed before reaching
+# the op, for a reason of its own). Once started, a function may take as
+# long as it needs.
 START_TIMEOUT_S = 300.0
+
+
+def _operand_key(flat):
+    arrays = [np.asarray(a) for a in flat]
+    return tuple((a.shape, a.dtype.str, a.tobytes()) for a in arrays)
 
 
 class Meeting:
@@ -37,42 +47,45 @@ class Meeting:
         self.num_devices = num_devices
         self.caller = caller
         self.cond = threading.Condition()
-        self.arrivals = [0] * num_devices
-        self.started = -1      # the caller's latest run that started
-        self.outcomes = {}     # run -> [ok, result or exception, readers left]
+        self.started = collections.Counter()   # operand -> runs in the function
+        self.outcomes = {}   # operand -> [[ok, result or exception, devices read]]
 
     def __call__(self, devices, invoke, partition_id, *flat):
         index = int(partition_id)
-        with self.cond:
-            run = self.arrivals[index]
-            self.arrivals[index] += 1
-            if index == self.caller:
-                self.started = run
-                self.cond.notify_all()
+        key = _operand_key(flat)
         if index == self.caller:
-            return self._call(run, devices[index], invoke, flat)
-        return self._wait(run, devices)
+            return self._call(key, devices[index], invoke, flat)
+        return self._wait(key, index, devices)
 
-    def _call(self, run, device, invoke, flat):
+    def _call(self, key, device, invoke, flat):
+        with self.cond:
+            self.started[key] += 1
+            self.cond.notify_all()
         try:
             result = invoke(device, flat)
         except BaseException as exc:  # noqa: BLE001 - handed to every device
-            self._post(run, False, exc)
+            self._post(key, False, exc)
             raise
-        self._post(run, True, result)
+        self._post(key, True, result)
         return result
 
-    def _post(self, run, ok, value):
+    def _post(self, key, ok, value):
         with self.cond:
-            if self.num_devices > 1:
-                self.outcomes[run] = [ok, value, self.num_devices - 1]
+            self.started[key] -= 1
+            if not self.started[key]:
+                del self.started[key]
+            self.outcomes.setdefault(key, []).append([ok, value, set()])
             self.cond.notify_all()
 
-    def _wait(self, run, devices):
+    def _wait(self, key, index, devices):
         deadline = time.monotonic() + START_TIMEOUT_S
         with self.cond:
-            while run not in self.outcomes:
-                if self.started >= run:
+            while True:
+                entry = next((e for e in self.outcomes.get(key, ()) if index not in e[2]),
+                             None)
+                if entry is not None:
+                    break
+                if self.started[key]:
                     self.cond.wait()
                     continue
                 left = deadline - time.monotonic()
@@ -83,10 +96,13 @@ class Meeting:
                         f"{START_TIMEOUT_S:.0f} s); its computation failed "
                         "before it, or is stuck.")
                 self.cond.wait(left)
-            entry = self.outcomes[run]
-            entry[2] -= 1
-            if entry[2] == 0:
-                del self.outcomes[run]
+            entry[2].add(index)
+            if len(entry[2]) == self.num_devices - 1:
+                runs = [e for e in self.outcomes[key] if e is not entry]
+                if runs:
+                    self.outcomes[key] = runs
+                else:
+                    del self.outcomes[key]
         ok, value = entry[0], entry[1]
         if ok:
             return tuple(np.array(a, copy=True) for a in value)
