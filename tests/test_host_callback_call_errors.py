@@ -10,6 +10,8 @@ abort, no hang), the call raises, later calls run normally and
 ``barrier_wait`` reports it too. Whatever the body: collectives after the
 call, the call inside scan or a cond taken on some devices only.
 """
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -49,14 +51,19 @@ def assert_raises_user_exception(thunk):
     assert isinstance(barrier.value.__cause__, ValueError)
 
 
-@pytest.mark.parametrize("body", BODIES)
-def test_pmap_on_8_devices_raises(body):
-    f = pmapkit.pmap(BODIES[body], axis_name="i")
+def fails_then_runs_as_jax_pmap(f, body):
+    """``f`` raises the user's exception for device 3's slice, then runs
+    (later calls are not failed by it) and agrees with jax.pmap."""
     assert_raises_user_exception(lambda: f(jnp.arange(N, dtype=jnp.float32)))
     ok = jnp.arange(N, dtype=jnp.float32) + 10  # no slice starts with 3
-    want = jax.pmap(lambda x: BODIES[body](x), axis_name="i")(ok)
+    want = jax.pmap(BODIES[body], axis_name="i")(ok)
     np.testing.assert_array_equal(np.asarray(f(ok)), np.asarray(want))
     hcb.barrier_wait()
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_pmap_on_8_devices_raises(body):
+    fails_then_runs_as_jax_pmap(pmapkit.pmap(BODIES[body], axis_name="i"), body)
 
 
 def test_one_device_programs_raise():
@@ -130,13 +137,8 @@ def test_pjit_on_8_devices_raises_and_next_calls_run():
 
 @pytest.mark.parametrize("body", BODIES)
 def test_pmap_inside_user_jit_raises(body):
-    f = jax.jit(pmapkit.pmap(BODIES[body], axis_name="i"))
     with pytest.warns(UserWarning, match="includes a pmap"):
-        assert_raises_user_exception(lambda: f(jnp.arange(N, dtype=jnp.float32)))
-    ok = jnp.arange(N, dtype=jnp.float32) + 10
-    want = jax.pmap(lambda x: BODIES[body](x), axis_name="i")(ok)
-    np.testing.assert_array_equal(np.asarray(f(ok)), np.asarray(want))
-    hcb.barrier_wait()
+        fails_then_runs_as_jax_pmap(jax.jit(pmapkit.pmap(BODIES[body], axis_name="i")), body)
 
 
 def test_nested_pmaps_raise():
@@ -155,19 +157,14 @@ def test_user_shard_map_raises(body):
 
     def per_device(x):
         return BODIES[body](x[0])[None]
-    f = jax.jit(jax.shard_map(per_device, mesh=_mesh(), in_specs=P("i"),
-                              out_specs=P("i"), check_vma=False))
-    assert_raises_user_exception(lambda: f(jnp.arange(N, dtype=jnp.float32)))
-    ok = jnp.arange(N, dtype=jnp.float32) + 10
-    want = jax.pmap(lambda x: BODIES[body](x), axis_name="i")(ok)
-    np.testing.assert_array_equal(np.asarray(f(ok)), np.asarray(want))
-    hcb.barrier_wait()
+    fails_then_runs_as_jax_pmap(
+        jax.jit(jax.shard_map(per_device, mesh=_mesh(), in_specs=P("i"),
+                              out_specs=P("i"), check_vma=False)), body)
 
 
 def test_whole_mesh_calls_from_several_threads_get_their_own_results():
     # Runs dispatched from several threads may reach the devices in different
     # orders; each device takes the outcome of the run on its operand.
-    import threading
     f = jax.jit(lambda x: (call_whole(x) * 2).sum() + x)
     wrong, failed = [], []
 
