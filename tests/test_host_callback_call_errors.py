@@ -185,3 +185,27 @@ def test_whole_mesh_calls_from_several_threads_get_their_own_results():
         t.join(timeout=120)
     assert not failed and not wrong
     hcb.barrier_wait()
+
+
+def test_a_device_whose_caller_never_starts_gives_up_with_a_clear_error(monkeypatch):
+    # The meeting of a whole-mesh call: if the caller's device never reaches
+    # the call (its computation failed before it), the waiting devices raise
+    # after START_TIMEOUT_S instead of waiting forever.
+    from pmapkit.host_callback import _rendezvous
+    monkeypatch.setattr(_rendezvous, "START_TIMEOUT_S", 0.2)
+    meeting = _rendezvous.Meeting(num_devices=2, caller=0)
+    devices = jax.devices()[:2]
+    with pytest.raises(hcb.CallbackException,
+                       match=r"device cpu:0 never started the call this device waits "
+                             r"for \(in 0 s\)"):
+        meeting(devices, None, np.uint32(1), np.arange(3.0))
+    # A caller that does start hands its result to a device already waiting.
+    monkeypatch.setattr(_rendezvous, "START_TIMEOUT_S", 60.0)
+    got = []
+    waiter = threading.Thread(
+        target=lambda: got.append(meeting(devices, None, np.uint32(1), np.arange(3.0))))
+    waiter.start()
+    assert meeting(devices, lambda device, flat: (flat[0] * 2,), np.uint32(0),
+                   np.arange(3.0))[0].tolist() == [0.0, 2.0, 4.0]
+    waiter.join(timeout=10)
+    assert got[0][0].tolist() == [0.0, 2.0, 4.0]
