@@ -385,18 +385,11 @@ def _install_jax_export():
 
 
 def _jax2tf_stand_in():
-    module = types.ModuleType(
-        "jax.experimental.jax2tf",
-        "Stand-in for jax2tf (TensorFlow is not installed): only jax_export, "
-        "which is pmapkit.export.")
-
-    def __getattr__(attr):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
+    def missing(attr):
         raise AttributeError(
             f"jax.experimental.jax2tf.{attr} needs TensorFlow, which is not "
             "installed; pmapkit.legacy provides only "
             "jax.experimental.jax2tf.jax_export here")
-
-    module.__getattr__ = __getattr__
-    return module
+    return legacy_names.stand_in_module(
+        "jax.experimental.jax2tf", "Stand-in for jax2tf (TensorFlow is not "
+        "installed): only jax_export, which is pmapkit.export.", missing)

@@ -141,34 +141,40 @@ def _config_module():
     return module
 
 
-def _abstract_arrays_module():
-    module = types.ModuleType("jax.abstract_arrays", "jax.abstract_arrays as JAX "
-                              "before 0.4.17 had it: ShapedArray only.")
-    module.ShapedArray = jax.core.ShapedArray
+def stand_in_module(name, doc, missing, **values):
+    """A module ``name`` holding ``values``; any other public attribute is
+    ``missing(attr)`` (a value, or it raises). Dunder lookups (``__path__``,
+    ``__file__``...) stay plain AttributeErrors, as for any module."""
+    module = types.ModuleType(name, doc)
+    module.__dict__.update(values)
 
     def __getattr__(attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
+        return missing(attr)
+
+    module.__getattr__ = __getattr__
+    return module
+
+
+def _abstract_arrays_module():
+    def missing(attr):
         raise RemovedAttributeError(
             f"jax.abstract_arrays.{attr} was removed with jax.abstract_arrays in JAX "
             "0.4.17; pmapkit.legacy serves only jax.abstract_arrays.ShapedArray "
             "(jax.core.ShapedArray). Use jax.core instead.")
-
-    module.__getattr__ = __getattr__
-    return module
+    return stand_in_module("jax.abstract_arrays", "jax.abstract_arrays as JAX before "
+                           "0.4.17 had it: ShapedArray only.", missing,
+                           ShapedArray=jax.core.ShapedArray)
 
 
 def _api_module():
-    module = types.ModuleType("jax.api", "jax.api as JAX before 0.2.21 had it: "
-                              "the public functions of the jax package.")
-
-    def __getattr__(attr):
+    def missing(attr):
         if attr.startswith("_"):
             raise AttributeError(attr)
         return getattr(jax, attr)
-
-    module.__getattr__ = __getattr__
-    return module
+    return stand_in_module("jax.api", "jax.api as JAX before 0.2.21 had it: the "
+                           "public functions of the jax package.", missing)
 
 
 def _import(name):

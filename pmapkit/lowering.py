@@ -135,14 +135,13 @@ def _warn_jit_of_pmap(ctx, name):
 
 
 def checks_at_end(params):
-    """Whether a top-level pmap (run by pmapkit, or inside a user's jit)
-    ends its body with the registered checks
-    (``manual_regions.register_region_tail``): several devices, no nested
-    pmaps, and a tail that wants it. pmapkit's runner then waits for each
-    run (``_TokenedExecutable``)."""
+    """Whether a top-level pmap's region ends with checks that may fail the
+    run on every device (``manual_regions.register_checked_body``): several
+    devices, no nested pmaps. pmapkit's runner then waits for each run and
+    raises at the call (``_TokenedExecutable``)."""
     return (params["devices"] is not None and params["axis_size"] > 1
             and len(pmap_mesh(params).axis_names) == 1
-            and manual_regions.tails_wanted(params["jaxpr"]))
+            and manual_regions.ends_with_checks(params["jaxpr"].jaxpr))
 
 
 def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
@@ -162,14 +161,11 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     # device's (classic pmap, and jax.pmap's out_specs P() without checks).
     in_specs = tuple(axis_spec(axis_name, ax) for ax in in_axes)
     out_specs = tuple(axis_spec(axis_name, ax) for ax in out_axes)
-    checked = checks_at_end(params)
 
     def per_device(*xs):
         xs = [x if ax is None else jax.lax.squeeze(x, (ax,))
               for x, ax in zip(xs, in_axes)]
         outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *xs)
-        if checked:
-            outs = manual_regions.with_region_tails(outs, axis_name, jaxpr)
         return tuple(o if ax is None else jax.lax.expand_dims(o, (ax,))
                      for o, ax in zip(outs, out_axes))
 
@@ -190,9 +186,6 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
         with jax.sharding.use_abstract_mesh(shard_mesh):
             return lower(ctx, *args)
     with manual_regions.lowering_on(mesh):  # rules in nested regions read it
-        if checked:
-            with manual_regions.checking_on(mesh):
-                return lower(ctx, *args)
         return lower(ctx, *args)
 
 

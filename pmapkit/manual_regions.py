@@ -1,4 +1,5 @@
-"""What lowering a manual region nested in another (pmap of pmap) needs.
+"""What lowering manual regions (pmap bodies, shard_maps) needs, nested ones
+(pmap of pmap) above all.
 
 - **Ordered effects stay out.** XLA cannot compile an effect token threaded
   into a manual computation that is nested in another or contains another
@@ -11,6 +12,9 @@
 - **The concrete mesh.** A nested region is lowered on an abstract mesh (no
   devices); the outermost pmap being lowered on this thread records its
   concrete mesh, so rules inside can map a partition id to its device.
+- **Checks at the end.** Features whose regions end with checks that may
+  fail a run on every device register which bodies get them; the region
+  being lowered with them is recorded, so rules inside know.
 """
 from __future__ import annotations
 
@@ -84,22 +88,30 @@ def nested_body(closed_jaxpr):
     return body
 
 
-class _OuterMeshes(threading.local):
+class LoweringStack(threading.local):
+    """What this thread is lowering, innermost last: ``with stack.on(v)``."""
+
     def __init__(self):
         self.stack = []
 
+    @contextlib.contextmanager
+    def on(self, value):
+        self.stack.append(value)
+        try:
+            yield
+        finally:
+            self.stack.pop()
 
-_outer_meshes = _OuterMeshes()
+    def top(self):
+        return self.stack[-1] if self.stack else None
 
 
-@contextlib.contextmanager
+_outer_meshes = LoweringStack()
+
+
 def lowering_on(mesh):
     """Lowering the outermost pmap on the concrete ``mesh`` (this thread)."""
-    _outer_meshes.stack.append(mesh)
-    try:
-        yield
-    finally:
-        _outer_meshes.stack.pop()
+    return _outer_meshes.on(mesh)
 
 
 def concrete_mesh(abstract_mesh):
@@ -111,53 +123,32 @@ def concrete_mesh(abstract_mesh):
     return None
 
 
-# -- checks at the end of a pmap's body -------------------------------------------
-# Registered by features that must check something on every device once the
-# body is done (host_callback: a failed call). Each is ``(wanted(body),
-# tail(outs, axis_name, body) -> outs)``.
-_region_tails = []
+# -- checks at the end of manual regions ---------------------------------------
+# Registered by features whose manual regions end with checks that may fail a
+# run on every device (host_callback: a failed call; its shard_map lowering
+# appends them). Each is ``wanted(jaxpr)``: whether a body's region gets them.
+_checked_bodies = []
 
 
-def register_region_tail(wanted, tail):
-    _region_tails.append((wanted, tail))
+def register_checked_body(wanted):
+    _checked_bodies.append(wanted)
 
 
-def tails_wanted(body):
-    """Whether some registered tail has work in the pmap body ``body``."""
-    return any(wanted(body) for wanted, _ in _region_tails)
+def ends_with_checks(jaxpr):
+    """Whether a manual region with body ``jaxpr`` ends with such checks."""
+    return any(wanted(jaxpr) for wanted in _checked_bodies)
 
 
-def with_region_tails(outs, axis_name, body):
-    """The outputs of a pmap body with the registered tails run after them
-    (inside the manual region: collectives over ``axis_name`` allowed)."""
-    for wanted, tail in _region_tails:
-        if wanted(body):
-            outs = tail(outs, axis_name, body)
-    return outs
+_checked = LoweringStack()
 
 
-class _Checked(threading.local):
-    def __init__(self):
-        self.stack = []
-
-
-_checked = _Checked()
-
-
-@contextlib.contextmanager
 def checking_on(mesh):
-    """Lowering a pmap body on ``mesh`` that ends with the registered tails."""
-    _checked.stack.append(mesh)
-    try:
-        yield
-    finally:
-        _checked.stack.pop()
+    """Lowering a manual region on ``mesh`` that ends with the checks."""
+    return _checked.on(mesh)
 
 
 def checked_region(mesh):
-    """Whether the pmap body being lowered on ``mesh`` ends with the tails."""
-    return bool(_checked.stack) and _checked.stack[-1] == mesh
+    """Whether the manual region being lowered on ``mesh`` ends with them."""
+    top = _checked.top()
+    return top is not None and top == mesh
 
-
-def current_checked_mesh():
-    return _checked.stack[-1]

@@ -1,22 +1,21 @@
-"""The checks at the end of a pmap body that make a failed
+"""The checks at the end of a manual region that make a failed
 ``host_callback.call`` fail its computation on every device at once.
 
-A ``call`` that fails in a pmap over several devices hands its device zeros
-and leaves the failure pending for that device (``_runtime.PEND``): failing
-that device alone would leave the others blocked in a later collective until
-XLA:CPU aborts the process. At the end of the body, once the outputs are
-computed, each device takes its pending failure (a callback ordered after
-the body's callbacks on the effect token), the devices sum their counts
-(``psum``: every device reaches it, outside any control flow of the body),
-and if any failed each device raises: the computation fails everywhere, no
-device waits, and every output reads as the error (the failing device's
-exception chained; ``barrier_wait`` reports it too). The program's runner
-then waits for it (``lowering``: a failed execution's effect token must not
-reach the next program) and raises at the call.
+A ``call`` that fails in a region over several devices (a pmap body, a
+``shard_map``) hands its device zeros and leaves the failure pending for
+that device (``_runtime.PEND``): failing that device alone would leave the
+others blocked in a later collective until XLA:CPU aborts the process. At
+the end of the region, once the outputs are computed, each device takes its
+pending failure (a callback after the body's callbacks: on their effect
+token, or reading the outputs), the devices sum their counts (``psum``:
+every device reaches it, outside any control flow of the body), and if any
+failed each device raises: the computation fails everywhere, no device
+waits, and every output reads as the error (the failing device's exception
+chained; ``barrier_wait`` reports it too). pmapkit's runner of its own pmap
+programs then waits for each run (``lowering``) and raises at the call.
 
-Top-level pmaps over several devices of one process (run by pmapkit or
-inside a user's jit) get the checks in their body (``lowering``); other
-manual regions get the same checks from ``_region_checks``.
+``_region_checks`` appends the checks to every such region; ``_whole_mesh``
+builds them into the region of a whole-mesh call over several processes.
 """
 from __future__ import annotations
 
@@ -33,24 +32,13 @@ from pmapkit.host_callback._primitive import outside_call_p
 _COUNT = jp.ShapedArray((), np.int32)
 
 
-def _sub_jaxprs(value):
-    if isinstance(value, jp.ClosedJaxpr):
-        yield value.jaxpr
-    elif isinstance(value, jp.Jaxpr):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _sub_jaxprs(v)
-
-
 def has_call(jaxpr):
     """Whether ``jaxpr`` (at any depth) has a ``host_callback.call``."""
     for eqn in jaxpr.eqns:
         if eqn.primitive is outside_call_p and not eqn.params["identity"]:
             return True
-        for value in eqn.params.values():
-            if any(has_call(sub) for sub in _sub_jaxprs(value)):
-                return True
+        if any(has_call(sub) for sub in jp.jaxprs_in_params(eqn.params)):
+            return True
     return False
 
 
@@ -127,12 +115,6 @@ def checks(outs, axes, devices, ordered):
     return outs
 
 
-def _pmap_tail(outs, axis_name, body):
-    del body
-    mesh = manual_regions.current_checked_mesh()
-    return checks(outs, axis_name, tuple(mesh.devices.flat), True)
-
-
 def is_checked(jaxpr):
     """Whether a region's body already ends with the checks."""
     return any(e.primitive is outside_call_p and e.params["callback"] is _TAKE
@@ -146,4 +128,4 @@ def _plain(x):
     return not (lowering.is_extended(x) or lowering.is_float0(x))
 
 
-manual_regions.register_region_tail(lambda body: has_call(body.jaxpr), _pmap_tail)
+manual_regions.register_checked_body(has_call)

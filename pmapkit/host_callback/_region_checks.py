@@ -1,6 +1,6 @@
-"""The checks at the end of manual regions other than a pmapkit.pmap's own
-body: a user's ``jax.shard_map``, the regions of nested pmaps, the regions
-that run a call on every device.
+"""The checks at the end of manual regions: a pmapkit.pmap body, a user's
+``jax.shard_map``, the regions of nested pmaps, the regions that run a call
+on every device.
 
 A failed ``call`` pends on its device (``_runtime.PEND``) and the region
 ends with the same checks as a pmap body (``_failures.checks``): every

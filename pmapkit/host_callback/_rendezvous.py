@@ -20,12 +20,12 @@ their outcomes in the order the caller finished them.
 from __future__ import annotations
 
 import collections
-import contextlib
 import threading
 import time
 
 import numpy as np
 
+from pmapkit import manual_regions
 from pmapkit.host_callback import _runtime
 
 # How long a device waits for the caller to *start* the user's function on
@@ -109,29 +109,17 @@ class Meeting:
         raise _runtime.CallbackException(str(value)) from value.__cause__
 
 
-class _Lowering(threading.local):
-    """The whole-mesh call whose region is being lowered on this thread."""
-
-    def __init__(self):
-        self.mesh = None
-        self.meeting = None
+# The whole-mesh call regions being lowered on this thread: (mesh, meeting).
+_lowering = manual_regions.LoweringStack()
 
 
-_lowering = _Lowering()
-
-
-@contextlib.contextmanager
 def meeting_region(mesh, meeting):
     """Lowering the region on ``mesh`` whose devices meet at ``meeting``."""
-    previous = (_lowering.mesh, _lowering.meeting)
-    _lowering.mesh, _lowering.meeting = mesh, meeting
-    try:
-        yield
-    finally:
-        _lowering.mesh, _lowering.meeting = previous
+    return _lowering.on((mesh, meeting))
 
 
 def meeting_for(mesh):
     """The meeting of the region on ``mesh`` being lowered; None if it is
     not such a region."""
-    return _lowering.meeting if mesh is _lowering.mesh and mesh is not None else None
+    top = _lowering.top()
+    return top[1] if top is not None and top[0] is mesh else None

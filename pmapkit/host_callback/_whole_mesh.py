@@ -24,19 +24,15 @@ from jax.interpreters import mlir
 from jax.sharding import PartitionSpec
 
 from pmapkit import manual_regions
+from pmapkit.distributed import process_local
 from pmapkit.host_callback import _failures, _primitive, _rendezvous
 
 AXIS = "_pmapkit_host_callback_devices"
 
 
-def _one_process(devices):
-    me = jax.process_index()
-    return all(d.process_index == me for d in devices)
-
-
 def lower(ctx, args, devices, params):
     mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
-    if _one_process(devices):
+    if not process_local.spans_devices(devices):
         body = _meeting_body(params)
         meeting = _rendezvous.Meeting(len(devices), params["device_index"])
         region = _rendezvous.meeting_region(mesh, meeting)
