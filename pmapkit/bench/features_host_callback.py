@@ -55,6 +55,21 @@ def _best_rate(run, items, settings):
     return best
 
 
+def _interleaved_us(settings, devices, calls):
+    """Rows of the best µs per call (wall, blocking on the result) of each
+    ``impl: (fun, arg)`` in ``calls``, measured in interleaved rounds so all
+    see the same machine load."""
+    us = dict.fromkeys(calls, float("inf"))
+    for _ in range(2):
+        for impl, (fun, arg) in calls.items():
+            rate = _best_rate(lambda: fun(arg).block_until_ready(), 1, settings)
+            us[impl] = min(us[impl], 1e6 / rate)
+    hcb.barrier_wait()
+    jax.effects_barrier()
+    return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
+            for impl, v in us.items()]
+
+
 def _tap_loop(tap):
     return jax.jit(lambda x: jax.lax.fori_loop(0, LOOP_TAPS, lambda i, c: tap(c + 1.0), x))
 
@@ -110,27 +125,9 @@ def pmap_cached_call(settings):
     reference = jax.pmap(debug_body)
     x = jax.device_put(np.zeros(len(devices), np.float32))
     x = without(x)  # placed as the programs want it
-
-    def run_with():
-        with_tap(x).block_until_ready()
-
-    def run_without():
-        without(x).block_until_ready()
-
-    def run_reference():
-        reference(x).block_until_ready()
-    us = {"pmapkit": float("inf"), "pmapkit_no_tap": float("inf"),
-          "jax.pmap+debug.callback": float("inf")}
-    for _ in range(2):
-        us["jax.pmap+debug.callback"] = min(us["jax.pmap+debug.callback"],
-                                            1e6 / _best_rate(run_reference, 1, settings))
-        us["pmapkit"] = min(us["pmapkit"], 1e6 / _best_rate(run_with, 1, settings))
-        us["pmapkit_no_tap"] = min(us["pmapkit_no_tap"],
-                                   1e6 / _best_rate(run_without, 1, settings))
-    hcb.barrier_wait()
-    jax.effects_barrier()
-    return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
-            for impl, v in us.items()]
+    return _interleaved_us(settings, devices, {
+        "pmapkit": (with_tap, x), "pmapkit_no_tap": (without, x),
+        "jax.pmap+debug.callback": (reference, x)})
 
 
 @feature_case("host_callback_id_tap_nested_pmap_cached_call_us",
@@ -145,20 +142,8 @@ def nested_pmap_cached_call(settings):
     with_tap = pmap(pmap(lambda x: hcb.id_tap(on_tap, x) + 1.0))
     without = pmap(pmap(lambda x: x + 1.0))
     x = without(jax.device_put(np.zeros(shape, np.float32)))  # placed as wanted
-
-    def run_with():
-        with_tap(x).block_until_ready()
-
-    def run_without():
-        without(x).block_until_ready()
-    us = {"pmapkit": float("inf"), "pmapkit_no_tap": float("inf")}
-    for _ in range(2):
-        us["pmapkit"] = min(us["pmapkit"], 1e6 / _best_rate(run_with, 1, settings))
-        us["pmapkit_no_tap"] = min(us["pmapkit_no_tap"],
-                                   1e6 / _best_rate(run_without, 1, settings))
-    hcb.barrier_wait()
-    return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
-            for impl, v in us.items()]
+    return _interleaved_us(settings, devices, {"pmapkit": (with_tap, x),
+                                               "pmapkit_no_tap": (without, x)})
 
 
 def _call_vs_io_callback(settings, wrap):
@@ -175,21 +160,8 @@ def _call_vs_io_callback(settings, wrap):
     ours = wrap(lambda v: hcb.call(host, v, result_shape=v) + 1.0, mesh)
     theirs = wrap(lambda v: io_callback(host, jax.ShapeDtypeStruct(v.shape, v.dtype),
                                         v, ordered=True) + 1.0, mesh)
-
-    def run_ours():
-        ours(x).block_until_ready()
-
-    def run_theirs():
-        theirs(x).block_until_ready()
-    us = {"pmapkit": float("inf"), "jax.io_callback": float("inf")}
-    for _ in range(2):
-        us["jax.io_callback"] = min(us["jax.io_callback"],
-                                    1e6 / _best_rate(run_theirs, 1, settings))
-        us["pmapkit"] = min(us["pmapkit"], 1e6 / _best_rate(run_ours, 1, settings))
-    hcb.barrier_wait()
-    jax.effects_barrier()
-    return [{"impl": impl, "value": v, "unit": "us/call", "devices": len(devices)}
-            for impl, v in us.items()]
+    return _interleaved_us(settings, devices, {"pmapkit": (ours, x),
+                                               "jax.io_callback": (theirs, x)})
 
 
 @feature_case("host_callback_call_whole_mesh_jit_us", baseline="jax.io_callback",
