@@ -138,6 +138,13 @@ def test_the_rooms_are_in_order():
             bench = {e for e in edges if e.startswith("pmapkit.bench")}
             allowed = {"pmapkit.cli"}  # the `pmapkit bench` command
             assert not bench or name in allowed, (name, bench)
+    # The classic surface (pmapkit.legacy) sits above the core and the
+    # systems: only the command that installs it reaches into it.
+    assert "pmapkit.legacy.names" in graph
+    for name, edges in graph.items():
+        if not name.startswith(("pmapkit.legacy", "pmapkit.bench")):
+            legacy = {e for e in edges if e.startswith("pmapkit.legacy")}
+            assert not legacy or name == "pmapkit.cli", (name, legacy)
 
 
 def test_exported_is_the_bottom_of_export():

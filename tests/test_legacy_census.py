@@ -310,7 +310,7 @@ def test_installed_names_match_their_modern_equivalents(tmp_path):
 
 _REFUSED = """
     import jax, pmapkit.legacy
-    from pmapkit.legacy_names import RemovedFromJax
+    from pmapkit.legacy.names import RemovedFromJax
     pmapkit.legacy.install()
     print("hasattr", hasattr(jax, "xla_computation"), getattr(jax, "soft_pmap", "absent"))
     for stmt in ["jax.xla_computation", "jax.soft_pmap", "jax.custom_transforms",

@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
 from pmapkit import sharding_specs as ss
-from pmapkit.pmap_sharding import PmapSharding, is_pmap_layout, pmap_devices
+from pmapkit.legacy.pmap_sharding import PmapSharding, is_pmap_layout, pmap_devices
 
 N = len(jax.devices())
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit import pmap_sharding
+from pmapkit.legacy import pmap_sharding
 
 __all__ = ["Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
@@ -235,7 +235,7 @@ NAMES = tuple(
                "jax.profiler.annotate_function", _profiler_alias("annotate_function")),
        Removed("jax.sharding.PmapSharding", "0.10.0", "jax.sharding.NamedSharding",
                "NamedSharding(Mesh(devices, ('i',)), P('i'))",
-               "pmapkit.pmap_sharding.PmapSharding (pmap layouts as NamedSharding)",
+               "pmapkit.legacy.pmap_sharding.PmapSharding (pmap layouts as NamedSharding)",
                lambda: pmap_sharding.PmapSharding),
        Removed("jax.lax.tie_in", "0.4.29", "nothing (a no-op since JAX 0.2.0)",
                "y  # instead of lax.tie_in(x, y)", "a no-op returning y", _tie_in)])
@@ -258,7 +258,7 @@ SHARDING_PROPERTIES = (
             lambda: pmap_sharding.pmap_devices),
 )
 
-# Modules served by pmapkit.legacy's finder (jax.config: see legacy.py).
+# Modules served by pmapkit.legacy's finder (jax.config: see _installer.py).
 MODULES = (
     Removed("jax.experimental.optimizers", "0.3.16", "jax.example_libraries.optimizers",
             "from jax.example_libraries import optimizers",

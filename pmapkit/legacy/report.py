@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 
-from pmapkit import legacy_names
+from pmapkit.legacy import names as legacy_names
 
 __all__ = ["enable", "enabled", "note", "counted", "counting_module_getattr",
            "counts", "table", "env_requests_report"]

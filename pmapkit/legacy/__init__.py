@@ -1,0 +1,53 @@
+"""``pmapkit.legacy``: the classic surface. Old JAX code runs without editing its imports.
+
+``install(route_pmap=False)`` puts pmapkit where an older JAX had what JAX
+0.10 removed, and only where the running JAX lacks it:
+
+=====================================  =============================================
+``jax.experimental.pjit``              ``pjit`` of the classic signature
+                                       (``in_axis_resources``/``out_axis_resources``),
+                                       ``with_sharding_constraint``, ``PartitionSpec``
+``jax.experimental.maps``              ``pmapkit.maps`` (``Mesh``, ``mesh``,
+                                       ``thread_resources``)
+``jax.experimental.PartitionSpec``     ``jax.sharding.PartitionSpec``
+``jax.experimental.host_callback``     ``pmapkit.host_callback``
+``jax.experimental.jax2tf.jax_export``  ``pmapkit.export`` (the 2023 API)
+``jax.experimental.export``            ``pmapkit.export`` (the 0.4.2x API)
+``jax.device_put_replicated``,         pmapkit's, where this pmapkit has them
+``jax.device_put_sharded``
+``jax.pmap`` (``route_pmap=True``)     ``pmapkit.pmap``
+=====================================  =============================================
+
+A module is provided by a finder at the front of ``sys.meta_path`` when it
+does not exist (``import jax.experimental.maps``, ``from jax.experimental
+import maps`` and ``from jax.experimental.pjit import pjit`` all work, and the
+module becomes an attribute of its parent as an imported one does). A name
+is set on its module when that module lacks it. Nothing JAX has is replaced,
+with two exceptions where what JAX has is not the old API: JAX 0.10's
+``jax.experimental.pjit.pjit`` is a deprecated alias of ``jax.jit`` without
+``in_axis_resources`` (it is replaced by the classic pjit on that same
+module), and ``jax.experimental.jax2tf`` cannot be imported without
+TensorFlow (then a stand-in package holding only ``jax_export`` serves it).
+``jax.pmap`` is replaced only when asked (``route_pmap=True``).
+
+Beyond those, the census in ``pmapkit.legacy.names`` (``jax.tree_map`` and
+friends, ``jax.ops.index_*``, ``Array.device_buffers``,
+``jax.experimental.optimizers/stax``, ``jax.config`` the module, the old array
+type names, ...) is installed the same way, and removed names without a
+faithful equivalent raise ``RemovedFromJax`` where they are touched. With
+``report`` (``pmapkit run --report``, ``PMAPKIT_REPORT=1``) counting stand-ins
+record what the program used for ``pmapkit.legacy.report``'s table at exit.
+
+``install`` says on stderr, in one line, what it installed.
+``pmapkit run [--route-pmap] script.py`` (``pmapkit.cli``) installs and runs
+the script as ``__main__``.
+
+The package holds everything about classic names, apart from the core:
+``names`` (the census: each removed name, what serves it or why it is
+refused, its modern spelling), ``report`` (``pmapkit run --report``),
+``pmap_sharding`` (the classic ``PmapSharding`` layout name) and the
+installer itself.
+"""
+from pmapkit.legacy._installer import install, installed
+
+__all__ = ["install", "installed"]
