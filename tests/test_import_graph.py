@@ -19,8 +19,9 @@ import pmapkit
 PACKAGE_DIR = os.path.dirname(pmapkit.__file__)
 ROOT = "pmapkit"
 #: Source roots of the checkout beside the package: each is a directory put
-#: on sys.path, so its modules are named relative to it.
-CHECKOUT_ROOTS = ("bench", "tests")
+#: on sys.path, so its modules are named relative to it ("." holds only the
+#: top-level scripts, setup.py; the others are read whole).
+CHECKOUT_ROOTS = ("bench", "tests", "docs", ".ci", ".")
 
 
 def _module_name(path, base):
@@ -28,8 +29,10 @@ def _module_name(path, base):
     return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
-def _python_files(top):
+def _python_files(top, recursive=True):
     for folder, dirs, files in os.walk(top):
+        if not recursive:
+            dirs[:] = []
         dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
         for f in files:
             if f.endswith(".py"):
@@ -41,9 +44,10 @@ def _modules():
     return {_module_name(path, base): path for path in _python_files(PACKAGE_DIR)}
 
 
-def _root_modules(root_dir):
+def _root_modules(root_dir, recursive=True):
     """The modules importable with ``root_dir`` on sys.path, by dotted name."""
-    return {_module_name(path, root_dir): path for path in _python_files(root_dir)}
+    return {_module_name(path, root_dir): path
+            for path in _python_files(root_dir, recursive)}
 
 
 def _imports(name, path, known):
@@ -78,11 +82,15 @@ def import_graph():
 def repository_graph():
     """The whole repository's graph: the package's modules by their names,
     the checkout roots' as ``root:module`` (``bench:stress.runner``,
-    ``tests:_install``); a root's modules see their own root and pmapkit."""
+    ``tests:_install``); a root's modules see their own root and pmapkit.
+    A root the checkout lacks (an sdist has no .ci/) is left out."""
     package = _modules()
     graph = import_graph()
     for root in CHECKOUT_ROOTS:
-        modules = _root_modules(os.path.join(_install.REPO, root))
+        folder = os.path.join(_install.REPO, root)
+        if not os.path.isdir(folder):
+            continue
+        modules = _root_modules(folder, recursive=root != ".")
         known = {**package, **modules}
         for name, path in modules.items():
             graph[f"{root}:{name}"] = {e if e in package else f"{root}:{e}"
@@ -131,13 +139,13 @@ def test_no_import_circles_in_the_package():
 
 
 def test_no_import_circles_in_the_repository():
-    if not all(os.path.isdir(os.path.join(_install.REPO, r)) for r in CHECKOUT_ROOTS):
+    if not os.path.isdir(os.path.join(_install.REPO, "bench")):
         pytest.skip("no checkout beside the tests; set PMAPKIT_CHECKOUT")
     graph = repository_graph()
     # The checker sees the stress pass, the bench scripts and the tests' helpers.
     for seen in ("bench:stress.runner", "bench:stress.probes", "bench:stress_pass",
                  "bench:dispatch_cost", "tests:_install", "tests:_doc_blocks",
-                 "tests:test_import_graph"):
+                 "tests:test_import_graph", ".:setup"):
         assert seen in graph, seen
     assert "bench:stress.probes" in graph["bench:stress.common"]
     assert "tests:_install" in graph["tests:conftest"]
