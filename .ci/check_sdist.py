@@ -7,7 +7,8 @@ import os
 import sys
 import tarfile
 
-REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in")
+REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "mkdocs.yml",
+                "ARCHITECTURE.md")
 SHIPPED_SOURCE = (".py", ".pxd", ".pyi")
 FORBIDDEN = (".so", ".c", ".pyc", ".html")
 
@@ -20,15 +21,17 @@ def sdist_files(path):
 
 
 def expected_sources(checkout):
-    """Every source file of pmapkit/ and tests/ in the checkout."""
+    """Every source file of pmapkit/, and every file of tests/, docs/ and
+    bench/ (the suite runs the pages' examples and reads bench/'s import
+    graph), in the checkout."""
     wanted = set()
-    for top in ("pmapkit", "tests"):
+    for top in ("pmapkit", "tests", "docs", "bench"):
         for root, dirs, files in os.walk(os.path.join(checkout, top)):
             dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
             for name in files:
                 full = os.path.join(root, name)
                 rel = os.path.relpath(full, checkout)
-                if top == "tests" or name.endswith(SHIPPED_SOURCE) or name == "py.typed":
+                if top != "pmapkit" or name.endswith(SHIPPED_SOURCE) or name == "py.typed":
                     if not name.endswith(FORBIDDEN):
                         wanted.add(rel)
     return wanted
@@ -44,7 +47,7 @@ def main(sdist, checkout):
         print("\n".join(problems))
         return 1
     print(f"sdist {os.path.basename(sdist)}: {len(files)} files, "
-          "sources, tests and build files all present, no build products")
+          "sources, tests, docs and build files all present, no build products")
     return 0
 
 

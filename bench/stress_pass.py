@@ -72,7 +72,8 @@ def main(argv):
     import jax
     import pmapkit
     from stress import report
-    from stress.runner import Runner, build_registry
+    from stress.catalog import build_registry
+    from stress.runner import Runner
 
     reg = build_registry(mode)
     workdir = tempfile.mkdtemp(prefix="pmapkit-stress-")

@@ -60,13 +60,14 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         chooses.
       static_argnums: positional arguments that are compile-time constants.
       donate_argnums: positional arguments whose buffers may be reused.
-      in_shardings / out_shardings: the modern spelling of the two above.
-        Leaves of either spelling may also be ``Sharding``s (NamedSharding,
+      in_shardings: the modern spelling of ``in_axis_resources``. Leaves of
+        either spelling may also be ``Sharding``s (NamedSharding,
         SingleDeviceSharding), which need no mesh context.
+      out_shardings: the modern spelling of ``out_axis_resources``.
       static_argnames: parameter names that are compile-time constants (by
         keyword or, for positional parameters, by position).
-      device / backend: run on this one device (or the backend's first);
-        excludes shardings and a mesh context.
+      device: run on this one device; excludes shardings and a mesh context.
+      backend: run on this backend's first device; the same exclusions.
       keep_unused: keep arguments the computation does not use.
       inline: under an enclosing trace, inline ``fun`` instead of staging a
         pjit equation.

@@ -20,7 +20,7 @@ from pmapkit import export as pe
 
 from _export_helpers import N, assert_tree_close, pmapkit_checks, sds, values
 
-# The names each vintage's module had, all on pmapkit.export (README's table).
+# The names each vintage's module had, all on pmapkit.export (docs/export.md's table).
 VINTAGE_NAMES = {
     "jax.experimental.jax2tf.jax_export": [
         "Exported", "export", "call_exported", "poly_spec", "poly_specs",

@@ -1,58 +1,100 @@
-"""The package's import graph: no circles, the rooms in order.
+"""The repository's import graph: no circles, the rooms in order.
 
 Every ``import`` counts, module-level or inside a function, read from the
-source (``ast``) of every module of the installed package.
+source (``ast``) of every module of the installed package, and of the
+checkout's ``bench/`` (the stress pass is imported as the top-level package
+``stress``, with ``bench/`` on ``sys.path``) and ``tests/`` (helpers such as
+``_install`` are imported by their bare names).
 """
 import ast
 import os
 import subprocess
 import sys
 
+import pytest
+
+import _install
 import pmapkit
 
 PACKAGE_DIR = os.path.dirname(pmapkit.__file__)
 ROOT = "pmapkit"
+#: Source roots of the checkout beside the package: each is a directory put
+#: on sys.path, so its modules are named relative to it ("." holds only the
+#: top-level scripts, setup.py; the others are read whole).
+CHECKOUT_ROOTS = ("bench", "tests", "docs", ".ci", ".")
 
 
-def _module_name(path):
-    rel = os.path.relpath(path, os.path.dirname(PACKAGE_DIR))[:-3].replace(os.sep, ".")
+def _module_name(path, base):
+    rel = os.path.relpath(path, base)[:-3].replace(os.sep, ".")
     return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
-def _modules():
-    found = {}
-    for folder, _, files in os.walk(PACKAGE_DIR):
+def _python_files(top, recursive=True):
+    for folder, dirs, files in os.walk(top):
+        if not recursive:
+            dirs[:] = []
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
         for f in files:
             if f.endswith(".py"):
-                path = os.path.join(folder, f)
-                found[_module_name(path)] = path
-    return found
+                yield os.path.join(folder, f)
+
+
+def _modules():
+    base = os.path.dirname(PACKAGE_DIR)
+    return {_module_name(path, base): path for path in _python_files(PACKAGE_DIR)}
+
+
+def _root_modules(root_dir, recursive=True):
+    """The modules importable with ``root_dir`` on sys.path, by dotted name."""
+    return {_module_name(path, root_dir): path
+            for path in _python_files(root_dir, recursive)}
+
+
+def _imports(name, path, known):
+    """The modules of ``known`` that module ``name`` (at ``path``) imports.
+    ``from a import b`` names module ``a.b`` when that is a module, else ``a``
+    itself."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    edges = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            edges |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                edges.add(sub if sub in known else base)
+    return {e for e in edges if e in known} - {name}
 
 
 def import_graph():
-    """module -> the pmapkit modules it imports. ``from a import b`` names
-    module ``a.b`` when that is a module, else ``a`` itself."""
+    """module -> the pmapkit modules it imports."""
     modules = _modules()
-    graph = {}
-    for name, path in modules.items():
-        with open(path) as f:
-            tree = ast.parse(f.read())
-        package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
-        edges = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                edges |= {a.name for a in node.names if a.name in modules}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[:len(package.split(".")) - node.level + 1]
-                    base = ".".join(parts + ([base] if base else []))
-                if base.split(".")[0] != ROOT:
-                    continue
-                for alias in node.names:
-                    sub = f"{base}.{alias.name}"
-                    edges.add(sub if sub in modules else base)
-        graph[name] = {e for e in edges if e in modules} - {name}
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def repository_graph():
+    """The whole repository's graph: the package's modules by their names,
+    the checkout roots' as ``root:module`` (``bench:stress.runner``,
+    ``tests:_install``); a root's modules see their own root and pmapkit.
+    A root the checkout lacks (an sdist has no .ci/) is left out."""
+    package = _modules()
+    graph = import_graph()
+    for root in CHECKOUT_ROOTS:
+        folder = os.path.join(_install.REPO, root)
+        if not os.path.isdir(folder):
+            continue
+        modules = _root_modules(folder, recursive=root != ".")
+        known = {**package, **modules}
+        for name, path in modules.items():
+            graph[f"{root}:{name}"] = {e if e in package else f"{root}:{e}"
+                                      for e in _imports(name, path, known)}
     return graph
 
 
@@ -94,6 +136,34 @@ def test_no_import_circles_in_the_package():
     assert len(graph) > 40
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_no_import_circles_in_the_repository():
+    if not os.path.isdir(os.path.join(_install.REPO, "bench")):
+        pytest.skip("no checkout beside the tests; set PMAPKIT_CHECKOUT")
+    graph = repository_graph()
+    # The checker sees the stress pass, the bench scripts and the tests' helpers.
+    for seen in ("bench:stress.runner", "bench:stress.probes", "bench:stress_pass",
+                 "bench:dispatch_cost", "tests:_install", "tests:_doc_blocks",
+                 "tests:test_import_graph", ".:setup"):
+        assert seen in graph, seen
+    assert "bench:stress.probes" in graph["bench:stress.common"]
+    assert "tests:_install" in graph["tests:conftest"]
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_stress_pass_is_layered():
+    if not os.path.isdir(os.path.join(_install.REPO, "bench")):
+        pytest.skip("no checkout beside the tests; set PMAPKIT_CHECKOUT")
+    graph = repository_graph()
+    stress = {m for m in graph if m.startswith("bench:stress.")}
+    # probes is the bottom; probe modules never reach the runner or the catalog.
+    assert not graph["bench:stress.probes"] & stress
+    above = {"bench:stress.runner", "bench:stress.catalog", "bench:stress.report"}
+    for module in stress - above:
+        assert not reachable(graph, module) & above, module
+    assert "bench:stress.bad_pmap" in graph["bench:stress.catalog"]
 
 
 def test_the_checker_sees_a_circle():

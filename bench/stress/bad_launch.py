@@ -16,7 +16,7 @@ import tempfile
 import textwrap
 import time
 
-from stress.runner import Crash, Hang, Result, Unclear, Wrong
+from stress.probes import Crash, Hang, Result, Unclear, Wrong
 
 from pmapkit.distributed import launch
 

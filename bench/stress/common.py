@@ -16,7 +16,7 @@ import pmapkit
 from pmapkit import export as pe
 from pmapkit import host_callback as hcb
 
-from stress.runner import Result, Wrong
+from stress.probes import Result, Wrong
 
 __all__ = ["jax", "jnp", "np", "pmapkit", "pe", "hcb", "P", "NamedSharding",
            "Result", "Wrong", "x8", "mesh1d", "mesh2d", "check_equal", "summarize",

@@ -15,7 +15,7 @@ import threading
 import time
 
 from stress.common import P, Result, Wrong, jax, jnp, mesh1d, mesh2d, np, pmapkit
-from stress.runner import Hang, Unclear
+from stress.probes import Hang, Unclear
 
 SECTION = "concurrency"
 TOTAL = {"quick": 5000, "full": 77200}

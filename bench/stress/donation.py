@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from stress.common import P, Result, Wrong, jax, jnp, mesh1d, np, pmapkit
-from stress.runner import Unclear
+from stress.probes import Unclear
 
 SECTION = "donation"
 LOOP = {"quick": 2000, "full": 20000}

@@ -31,7 +31,7 @@ import zlib
 
 from stress import artifacts as art
 from stress.common import Result, Wrong, jax, np, pe
-from stress.runner import Unclear
+from stress.probes import Unclear
 
 SECTION = "fuzz"
 KINDS = ("plain", "pmap", "pjit")

@@ -12,7 +12,7 @@ import gc
 import time
 
 from stress.common import P, Result, Wrong, jax, mesh1d, np, pmapkit, rss_mib
-from stress.runner import Leak
+from stress.probes import Leak
 
 SECTION = "memory"
 TOTAL = {"quick": 30_000, "full": 300_000}

@@ -1,7 +1,7 @@
 """The tables of a stress pass, and its JSON."""
 from __future__ import annotations
 
-from stress.runner import OUTCOMES
+from stress.probes import OUTCOMES
 
 SECTION_TITLES = {
     "bad_inputs": "1. Bad inputs",

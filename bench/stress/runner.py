@@ -1,4 +1,4 @@
-"""Probes, and the worker subprocesses that run them.
+"""Running probes: the worker subprocesses that run them and the classification of outcomes.
 
 A probe is a small function that does what a demanding user might (a bad
 argument, a corrupted file, many threads) and returns, or raises. Its
@@ -26,7 +26,6 @@ leave process-wide state behind (interrupts, donation, signals) are marked
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -35,9 +34,10 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
 
-OUTCOMES = ("clean", "unclear", "wrong", "crash", "hang", "leak")
+from stress.catalog import build_registry
+from stress.common import check_equal, summarize
+from stress.probes import Result, Verdict, Wrong
 
 #: Text that only an internal failure produces: Python's own messages about
 #: objects the user never handed over.
@@ -48,112 +48,12 @@ INTERNAL_MARKERS = (
     "object is not callable", "referenced before assignment",
     "maximum recursion depth")
 
-DEFAULT_TIMEOUT_S = 60.0
 #: How long a worker may go without starting or ending a probe.
 IDLE_LIMIT_S = 120.0
 #: The most probes one worker runs before the next gets a fresh process.
 BATCH_SIZE = 80
 #: The devices every worker simulates.
 WORKER_DEVICES = 8
-
-
-# -- what a probe body may raise to state its outcome -----------------------------
-class Verdict(Exception):
-    outcome = "unclear"
-
-
-class Wrong(Verdict):
-    """Silent garbage: a result that differs from the reference, or a bad
-    input accepted without a word."""
-    outcome = "wrong"
-
-
-class Unclear(Verdict):
-    outcome = "unclear"
-
-
-class Crash(Verdict):
-    """A process the probe started (a launcher, its ranks) crashed."""
-    outcome = "crash"
-
-
-class Hang(Verdict):
-    """A process the probe started did not finish in time."""
-    outcome = "hang"
-
-
-class Leak(Verdict):
-    outcome = "leak"
-
-
-class Result:
-    """A probe body's successful return with details for the report."""
-
-    def __init__(self, note="ok", **details):
-        self.note = note
-        self.details = details
-
-
-# -- probes and their registry ------------------------------------------------------
-@dataclasses.dataclass
-class Probe:
-    name: str                 # unique: "<group>/<what>"
-    section: str              # bad_inputs | fuzz | concurrency | memory | donation
-    group: str                # the subsystem or kind, a row of the tables
-    body: Callable
-    expect: tuple = (TypeError, ValueError)
-    names: tuple = ()         # the message must contain one of these (any case)
-    match: str | None = None  # ... and this regular expression
-    ref: Callable | None = None   # what a normal return must equal
-    timeout: float = DEFAULT_TIMEOUT_S
-    isolated: bool = False
-    reference: bool = False   # a row about JAX itself, not counted for pmapkit
-
-
-class Registry:
-    """Every probe of a run, by name, in order."""
-
-    def __init__(self, mode):
-        self.mode = mode
-        self.probes: dict[str, Probe] = {}
-
-    def add(self, section, group, what, body, **options):
-        name = f"{group}/{what}"
-        if name in self.probes:
-            raise ValueError(f"duplicate probe name {name!r}")
-        expect = options.pop("expect", (TypeError, ValueError))
-        if isinstance(expect, type):
-            expect = (expect,)
-        names = options.pop("names", ())
-        if isinstance(names, str):
-            names = (names,)
-        self.probes[name] = Probe(name, section, group, body, expect=tuple(expect),
-                                  names=tuple(names), **options)
-
-    def section(self, section, group, **defaults):
-        """``add`` with the section, group and default options filled in."""
-        def add(what, body, **options):
-            self.add(section, group, what, body, **{**defaults, **options})
-        return add
-
-    def __getitem__(self, name):
-        return self.probes[name]
-
-    def in_section(self, section):
-        return [p for p in self.probes.values() if p.section == section]
-
-
-def build_registry(mode):
-    """All probes for ``mode`` ("quick" or "full"); the same in the parent
-    and every worker."""
-    from stress import (bad_colocated, bad_export, bad_host_callback, bad_launch,
-                        bad_pjit, bad_pmap, concurrency, donation, fuzz, memory, selftest)
-    reg = Registry(mode)
-    for module in (bad_pmap, bad_pjit, bad_host_callback, bad_export,
-                   bad_colocated, bad_launch, fuzz, concurrency, memory, donation,
-                   selftest):
-        module.register(reg)
-    return reg
 
 
 # -- classification -------------------------------------------------------------------
@@ -194,13 +94,11 @@ def run_probe(probe):
     if isinstance(out, Result):
         return "clean", out.note, out.details
     if probe.ref is not None:
-        from stress.common import check_equal
         try:
             check_equal(out, probe.ref())
         except Wrong as exc:
             return "wrong", str(exc), {}
         return "clean", "correct result", {}
-    from stress.common import summarize
     return "wrong", f"bad input accepted without an error; returned {summarize(out)}", {}
 
 

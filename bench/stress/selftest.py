@@ -8,7 +8,7 @@ import ctypes
 import os
 import time
 
-from stress.runner import Result, Wrong
+from stress.probes import Result, Wrong
 
 SECTION = "selftest"
 

@@ -1,0 +1,74 @@
+"""The runnable examples of README.md and docs/*.md.
+
+A page's ```python blocks are its examples: they run in order, in one fresh
+process, as a reader pasting them into one session would. A block whose fence
+info string says ``notest`` (```python notest) is shown, not run.
+
+Run as a script (``python _doc_blocks.py PAGE``) it executes PAGE's blocks;
+each block is compiled under the page's path with its own line numbers, so a
+traceback points at the Markdown line that failed.
+"""
+import re
+import sys
+
+_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`\n]*)$")
+
+
+class Block:
+    """One fenced code block: its language, info words, first source line."""
+
+    def __init__(self, language, words, line, source):
+        self.language = language
+        self.words = words
+        self.line = line          # 1-based line of the block's first source line
+        self.source = source
+
+    @property
+    def runs(self):
+        return self.language == "python" and "notest" not in self.words
+
+
+def blocks(text):
+    """Every fenced block of a Markdown text, in order."""
+    found = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if not opening:
+            i += 1
+            continue
+        indent, fence = len(opening["indent"]), opening["fence"]
+        words = opening["info"].split()
+        body, j = [], i + 1
+        while j < len(lines):
+            closing = _FENCE.match(lines[j])
+            if (closing and closing["fence"][0] == fence[0]
+                    and len(closing["fence"]) >= len(fence) and not closing["info"].strip()):
+                break
+            body.append(lines[j][indent:] if lines[j][:indent].strip() == "" else lines[j])
+            j += 1
+        if j == len(lines):
+            raise ValueError(f"a code block opened at line {i + 1} is never closed")
+        found.append(Block(words[0].lower() if words else "", words[1:], i + 2,
+                           "\n".join(body) + "\n"))
+        i = j + 1
+    return found
+
+
+def runnable(text):
+    return [b for b in blocks(text) if b.runs]
+
+
+def run_page(path):
+    """Execute the page's runnable blocks in order in one namespace."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    namespace = {"__name__": "__main__"}
+    for block in runnable(text):
+        code = compile("\n" * (block.line - 1) + block.source, path, "exec")
+        exec(code, namespace)  # noqa: S102 — the page's own example
+
+
+if __name__ == "__main__":
+    run_page(sys.argv[1])
