@@ -202,7 +202,7 @@ def test_a_failing_process_stops_the_others_and_shows_its_traceback(tmp_path):
     proc = _launch(["-n", "3", "--timeout", "100", script], tmp_path)
     assert time.monotonic() - start < 80, proc.stdout[-3000:]
     assert proc.returncode == 1, proc.stdout[-3000:]
-    assert "[1] RuntimeError: rank one gives up" in proc.stdout
+    assert "[1] RuntimeError: rank one gives up" in proc.stdout, proc.stdout[-3000:]
     assert "[1] Traceback (most recent call last):" in proc.stdout
     assert "[launch] process 1 exited with status 1; stopped the others" in proc.stdout
     pid_files = _pid_files(pids)
