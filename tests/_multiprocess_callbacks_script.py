@@ -113,24 +113,32 @@ report["whole_mesh_call"] = {str(s.device.id): np.asarray(s.data).tolist()
                              for s in called.addressable_shards}
 hcb.barrier_wait("global call")
 
-# barrier_wait waits for this process's own callbacks only: process 0 has
-# slow taps pending, process 1 has none and must not wait for process 0.
+# barrier_wait waits for this process's own callbacks only. Process 0's taps
+# stay pending until every other process has returned from its barrier_wait
+# (each then writes a file): a barrier_wait that waited for process 0 would
+# hold them all until the taps give up (TAP_HOLD_S in all), and they record that.
+TAP_HOLD_S = 20
+others_returned = [os.path.join(out_dir, f"barrier_returned{r}")
+                   for r in range(nproc) if r != me]
 taps.clear()
+hold_until = time.monotonic() + TAP_HOLD_S
 
 
-def slow_tap(x, transforms):
-    time.sleep(0.3)
+def held_tap(x, transforms):
+    while not all(map(os.path.exists, others_returned)) and time.monotonic() < hold_until:
+        time.sleep(0.01)
     with lock:
-        taps.append(["slow", float(np.asarray(x).sum())])
+        taps.append([all(map(os.path.exists, others_returned)),
+                     float(np.asarray(x).sum())])
 
 
 if me == 0:
     for k in range(3):
-        jax.jit(lambda v: hcb.id_tap(slow_tap, v))(jnp.full(2, float(k)))
-start = time.monotonic()
+        jax.jit(lambda v: hcb.id_tap(held_tap, v))(jnp.full(2, float(k)))
 hcb.barrier_wait("local only")
-report["barrier_s"] = time.monotonic() - start
-report["barrier_taps_done"] = len(taps)
+if me != 0:
+    open(os.path.join(out_dir, f"barrier_returned{me}"), "w").close()
+report["barrier_taps"] = sorted(taps)   # as they were when barrier_wait returned
 multihost_utils.sync_global_devices("callbacks done")
 
 # -- export on process 0, load and run everywhere --------------------------------

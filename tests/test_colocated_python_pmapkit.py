@@ -3,6 +3,7 @@ fallback does not make (it runs whatever comes back), its argument checks,
 lifetimes, and the IFRT path's host-side pieces run in-process."""
 import gc
 import threading
+import time
 import weakref
 
 import jax
@@ -170,16 +171,23 @@ def test_object_is_built_once_under_concurrent_first_calls():
     acc = colocated_python_class(h.Accumulator)(0)
     x = on(0, jnp.float32(1))
     barrier = threading.Barrier(8)
+    errors = []
 
     def work():
-        barrier.wait()
-        acc.add(x)
+        try:
+            barrier.wait(60)
+            acc.add(x)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(8)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 60
     for t in threads:
-        t.join(60)
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a first call hung"
+    assert errors == []
     assert h.CREATED == ["accumulator"]
     assert float(acc.current.specialize(devices=[jax.devices()[0]])()) == 8.0
 

@@ -1,5 +1,10 @@
 """Exporting pmapkit.pmap / pmapkit.pjit functions (N-device programs with
-their shardings recorded) and calling multi-device artifacts; donation."""
+their shardings recorded) and calling multi-device artifacts; donation.
+
+Expected values, shapes, dtypes and shardings come from JAX itself
+(``jax.pmap``, ``jax.jit`` with shardings, ``jax.shard_map``) or numpy, never
+from pmapkit.pmap/pjit: a fault shared by pmapkit's direct call and its
+export must not pass as agreement."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,36 +35,69 @@ def _pmap_export(fun=_normalize, specs=(sds((N, 3)),), **pmap_kwargs):
         return pmapped, pe.export(pmapped)(*specs)
 
 
+def _jax_mesh():
+    return jax.sharding.Mesh(np.array(jax.devices()), ("i",))
+
+
+def _shard_map_normalize():
+    """jax's own program for ``_normalize`` over every device, its shardings
+    stated: what exporting the pmap must record and compute."""
+    mesh = _jax_mesh()
+    sharded = NamedSharding(mesh, P("i"))
+    return jax.jit(jax.shard_map(_normalize, mesh=mesh, in_specs=P("i"), out_specs=P("i")),
+                   in_shardings=sharded, out_shardings=sharded)
+
+
+def assert_same_placement(got, want):
+    """Leaf by leaf: ``got`` is laid out over the devices as JAX's ``want``."""
+    got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    assert len(got_leaves) == len(want_leaves)
+    for g, w in zip(got_leaves, want_leaves):
+        assert g.sharding.is_equivalent_to(w.sharding, g.ndim), (g.sharding, w.sharding)
+        assert [s.device for s in g.addressable_shards] == \
+            [s.device for s in w.addressable_shards]
+
+
 def test_pmap_export_records_the_device_mesh():
     _, exported = _pmap_export()
     assert exported.nr_devices == N
     (s,) = exported.in_shardings
-    assert s.mesh.axis_names == ("i",) and s.mesh.axis_sizes == (N,)
-    assert s.spec == P("i")   # as jax.pmap spells it
-    assert exported.out_shardings[0].spec == P("i")
+    # As jax.pmap spells its result's sharding: one mesh axis named after the map.
+    by_jax = jax.pmap(_normalize, axis_name="i")(values((N, 3)) + 2).sharding
+    assert s.mesh.axis_names == by_jax.mesh.axis_names == ("i",)
+    assert s.mesh.axis_sizes == tuple(by_jax.mesh.shape.values()) == (N,)
+    assert s.spec == exported.out_shardings[0].spec == by_jax.spec == P("i")
+    # And as jax.export records the equivalent shard_map program.
+    theirs = jax_export.export(_shard_map_normalize())(sds((N, 3)))
+    mesh = _jax_mesh()
+    assert exported.in_shardings_jax(mesh) == theirs.in_shardings_jax(mesh)
+    assert exported.out_shardings_jax(mesh) == theirs.out_shardings_jax(mesh)
 
 
 @pytest.mark.parametrize("loaded", [False, True])
 def test_pmap_export_runs_on_n_devices_at_top_level(loaded):
-    pmapped, exported = _pmap_export()
+    _, exported = _pmap_export()
     if loaded:
         exported = pe.deserialize(pe.serialize(exported))
     x = values((N, 3)) + 2
-    with pmapkit_checks():
-        want = pmapped(x)
+    want = jax.pmap(_normalize, axis_name="i")(x)
     with _all_devices():
         got = exported.call(x)
     assert_tree_close(got, want, tol=1e-6)
     assert len(got.sharding.device_set) == N
-    assert got.sharding.is_equivalent_to(want.sharding, 2)
+    assert_same_placement(got, want)
 
 
-def test_pmap_export_matches_jax_pmap():
+def test_pmap_export_matches_jax_export_of_the_shard_map_program():
     _, exported = _pmap_export()
-    x = values((N, 3)) + 2
-    with _all_devices():
-        got = pe.deserialize(pe.serialize(exported)).call(x)
-    assert_tree_close(got, jax.pmap(_normalize, axis_name="i")(x), tol=1e-6)
+    theirs = jax_export.deserialize(jax_export.export(_shard_map_normalize())(
+        sds((N, 3))).serialize())
+    x = jax.device_put(values((N, 3)) + 2, NamedSharding(_jax_mesh(), P("i")))
+    got = pe.deserialize(pe.serialize(exported)).call(x)
+    want = theirs.call(x)
+    assert_tree_close(got, want, tol=1e-6)
+    assert_tree_close(got, np.asarray(x) / np.asarray(x).sum(0), tol=1e-6)
+    assert_same_placement(got, want)
 
 
 def test_pmap_export_with_pytrees_kwargs_and_static():
@@ -72,11 +110,12 @@ def test_pmap_export_with_pytrees_kwargs_and_static():
     with pmapkit_checks():
         exported = pe.export(pmapped)({"a": sds((N, 2)), "b": sds((N,), jnp.int32)}, 3,
                                       bias=sds((N, 2)))
-        want = pmapped(tree, 3, bias=bias)
+    want = jax.pmap(fun, axis_name="i", static_broadcasted_argnums=1)(tree, 3, bias=bias)
     assert exported.in_tree == jax.tree_util.tree_structure((({"a": 0, "b": 0},), {"bias": 0}))
     with _all_devices():
         got = pe.deserialize(pe.serialize(exported)).call(tree, bias=bias)
     assert_tree_close(got, want, tol=1e-6)
+    assert_same_placement(got, want)
 
 
 def test_pmap_export_on_fewer_devices():
@@ -88,8 +127,10 @@ def test_pmap_export_on_fewer_devices():
     two = pmapkit.Mesh(np.array(jax.devices()[:2]), ("i",))
     with two:
         got = exported.call(x)
-    assert_tree_close(got, x * 2)
+    want = jax.pmap(lambda x: x * 2, axis_name="i", devices=jax.devices()[:2])(x)
+    assert_tree_close(got, want)
     assert got.sharding.device_set == set(jax.devices()[:2])
+    assert_same_placement(got, want)
     # As jax.export: a host value alone is on one device, not two.
     with pytest.raises(ValueError, match="exported for 2 devices and is called in a "
                                          "context with 1 devices"):
@@ -118,10 +159,22 @@ def test_pmap_export_grad_through_vjp():
     assert_tree_close(got, want, tol=1e-4)
 
 
+def _tanh_matmul(x, w):
+    return jnp.tanh(x @ w)
+
+
 def _pjit_fun():
-    return pmapkit.pjit(lambda x, w: jnp.tanh(x @ w),
+    return pmapkit.pjit(_tanh_matmul,
                         in_axis_resources=(P("x", None), None),
                         out_axis_resources=P("x", "y"))
+
+
+def _jitted_tanh_matmul(jax_mesh):
+    """``_pjit_fun`` as jax.jit spells it on ``jax_mesh``."""
+    return jax.jit(_tanh_matmul,
+                   in_shardings=(NamedSharding(jax_mesh, P("x", None)),
+                                 NamedSharding(jax_mesh, P())),
+                   out_shardings=NamedSharding(jax_mesh, P("x", "y")))
 
 
 @pytest.mark.parametrize("shape", [(2, 4), (4, 2), (1, 8)])
@@ -131,16 +184,20 @@ def test_pjit_export_records_shardings_and_runs(shape):
     x, w = values((8, 4)), values((4, 8), seed=1)
     with mesh, pmapkit_checks():
         exported = pe.export(f)(sds((8, 4)), sds((4, 8)))
-        want = f(x, w)
-    assert exported.nr_devices == N
+    jitted = _jitted_tanh_matmul(mesh.jax_mesh)
+    want = jitted(x, w)
+    theirs = jax_export.export(jitted)(sds((8, 4)), sds((4, 8)))
+    assert exported.nr_devices == theirs.nr_devices == N
     assert [s.spec for s in exported.in_shardings] == [P("x", None), P()]
     assert exported.out_shardings[0].spec == P("x", "y")
     assert exported.out_shardings[0].mesh.axis_sizes == shape
+    assert exported.in_shardings_jax(mesh.jax_mesh) == theirs.in_shardings_jax(mesh.jax_mesh)
+    assert exported.out_shardings_jax(mesh.jax_mesh) == theirs.out_shardings_jax(mesh.jax_mesh)
     loaded = pe.deserialize(pe.serialize(exported))
     with mesh:
         got = loaded.call(x, w)
     assert_tree_close(got, want, tol=1e-5)
-    assert got.sharding.is_equivalent_to(want.sharding, 2)
+    assert_same_placement(got, want)
     assert got.sharding.mesh.shape == dict(zip(("x", "y"), shape))
 
 
@@ -198,9 +255,7 @@ def test_pjit_export_matches_jax_jit_export():
     mesh = pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
     f = _pjit_fun()
     jm = mesh.jax_mesh
-    jitted = jax.jit(lambda x, w: jnp.tanh(x @ w),
-                     in_shardings=(NamedSharding(jm, P("x", None)), NamedSharding(jm, P())),
-                     out_shardings=NamedSharding(jm, P("x", "y")))
+    jitted = _jitted_tanh_matmul(jm)
     with mesh, pmapkit_checks():
         ours = pe.export(f)(sds((8, 4)), sds((4, 8)))
     theirs = jax_export.export(jitted)(sds((8, 4)), sds((4, 8)))

@@ -11,6 +11,7 @@ abort, no hang), the call raises, later calls run normally and
 call, the call inside scan or a cond taken on some devices only.
 """
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -178,11 +179,13 @@ def test_whole_mesh_calls_from_several_threads_get_their_own_results():
                     wrong.append((k, i))
         except Exception as exc:  # noqa: BLE001 - reported below
             failed.append(exc)
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(4)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 120
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a thread's whole-mesh calls hung"
     assert not failed and not wrong
     hcb.barrier_wait()
 
@@ -203,9 +206,11 @@ def test_a_device_whose_caller_never_starts_gives_up_with_a_clear_error(monkeypa
     monkeypatch.setattr(_rendezvous, "START_TIMEOUT_S", 60.0)
     got = []
     waiter = threading.Thread(
-        target=lambda: got.append(meeting(devices, None, np.uint32(1), np.arange(3.0))))
+        target=lambda: got.append(meeting(devices, None, np.uint32(1), np.arange(3.0))),
+        daemon=True)
     waiter.start()
     assert meeting(devices, lambda device, flat: (flat[0] * 2,), np.uint32(0),
                    np.arange(3.0))[0].tolist() == [0.0, 2.0, 4.0]
     waiter.join(timeout=10)
+    assert not waiter.is_alive(), "the waiting device never got the caller's result"
     assert got[0][0].tolist() == [0.0, 2.0, 4.0]

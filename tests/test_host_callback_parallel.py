@@ -3,6 +3,7 @@ slice and device), pmapkit.pjit (one tap, with the gathered operand), the
 cached-call path (no re-trace, no re-compile) and barrier_wait across
 threads."""
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ from _hcb_helpers import (Recorder, drained, floats, rec,  # noqa: F401  (fixtur
                           square_tapping_its_tangent)
 
 N = 8
+JOIN_TIMEOUT_S = 120   # a thread still running past it has hung
 
 
 def by_device(calls):
@@ -307,7 +309,6 @@ def test_pjit_same_as_jax_jit_debug_callback(mesh4):
 
 # -- threads ----------------------------------------------------------------------
 def test_barrier_wait_covers_four_threads():
-    import time
     seen, lock = [], threading.Lock()
 
     def slow(arg, transforms):
@@ -324,11 +325,13 @@ def test_barrier_wait_covers_four_threads():
         for _ in range(3):
             f(float(k))
             g(jnp.full((4,), float(k)))
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(4)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
     for t in threads:
-        t.join()
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a thread hung"
     hcb.barrier_wait()
     assert len(seen) == 4 * 3 * (1 + 4)
     assert sorted(set(seen)) == [0.0, 1.0, 2.0, 3.0]
@@ -345,11 +348,13 @@ def test_barrier_wait_from_other_threads_concurrently(rec):
             hcb.barrier_wait(f"thread{k}")
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(4)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
     for t in threads:
-        t.join()
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a thread hung"
     assert not errors
     assert sorted(rec.values()) == sorted(float(k * 10 + i) for k in range(4)
                                           for i in range(5))

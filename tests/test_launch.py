@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -25,6 +26,69 @@ def _launch(args, tmp_path, timeout=120):
 
 
 _alive = launch.process_alive  # a zombie counts as ended
+
+# A rank's PID, written whole (a temporary file renamed) before it says so.
+_WRITE_PID = """
+    def write_pid(directory, name):
+        path = os.path.join(directory, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(path + ".tmp", path)
+"""
+
+
+def _pid_files(pids):
+    return sorted(f for f in pids.iterdir() if not f.name.endswith(".tmp"))
+
+
+class _LauncherOutput:
+    """A launcher's merged output, read line by line on a thread, so that a
+    test waits for the line its script prints rather than sleeping."""
+
+    def __init__(self, launcher):
+        self.lines, self._ended = [], False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(launcher.stdout,),
+                                        daemon=True)
+        self._reader.start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, *lines, timeout):
+        """Until every one of ``lines`` was printed; fails, showing the
+        output, if the launcher ends or ``timeout`` seconds pass first."""
+        def seen():
+            return all(line in self.lines for line in lines)
+        with self._changed:
+            self._changed.wait_for(lambda: seen() or self._ended, timeout)
+            assert seen(), (f"not printed within {timeout} s"
+                            f"{' (the launcher ended)' if self._ended else ''}: "
+                            f"{[line for line in lines if line not in self.lines]}\n"
+                            + "\n".join(self.lines[-60:]))
+
+    def text(self, timeout=30):
+        """Everything printed, once the launcher has closed its output."""
+        self._reader.join(timeout)
+        assert not self._reader.is_alive(), "the launcher's output never ended"
+        return "\n".join(self.lines) + "\n"
+
+
+def _wait_until_ended(pids, timeout=10):
+    """The PIDs still alive after ``timeout`` s (a killed process may take a
+    moment to go): a bounded wait in place of a fixed pause."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if _alive(pid)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
 
 
 def test_process_environment_sets_rank_count_coordinator_and_devices():
@@ -120,23 +184,30 @@ def test_jax_sees_the_requested_devices_and_joins_the_run(tmp_path):
 def test_a_failing_process_stops_the_others_and_shows_its_traceback(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
-    script = _script(tmp_path, f"""
-        import os, time
-        rank = int(os.environ["PMAPKIT_PROCESS_ID"])
-        open(os.path.join({str(pids)!r}, str(rank)), "w").write(str(os.getpid()))
-        if rank == 1:
-            time.sleep(0.5)
-            raise RuntimeError("rank one gives up")
-        time.sleep(300)
+    # Rank 1 fails once the other two are running (their PIDs written).
+    script = _script(tmp_path, _WRITE_PID + f"""
+    import os, time
+    rank = int(os.environ["PMAPKIT_PROCESS_ID"])
+    write_pid({str(pids)!r}, str(rank))
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while sorted(os.listdir({str(pids)!r})) != ["0", "1", "2"]:
+            if time.monotonic() > deadline:
+                raise SystemExit("ranks 0 and 2 never started")
+            time.sleep(0.01)
+        raise RuntimeError("rank one gives up")
+    time.sleep(300)
     """)
     start = time.monotonic()
     proc = _launch(["-n", "3", "--timeout", "100", script], tmp_path)
-    assert time.monotonic() - start < 60
-    assert proc.returncode == 1
-    assert "[1] RuntimeError: rank one gives up" in proc.stdout
+    assert time.monotonic() - start < 80, proc.stdout[-3000:]
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "[1] RuntimeError: rank one gives up" in proc.stdout, proc.stdout[-3000:]
     assert "[1] Traceback (most recent call last):" in proc.stdout
     assert "[launch] process 1 exited with status 1; stopped the others" in proc.stdout
-    for pidfile in pids.iterdir():
+    pid_files = _pid_files(pids)
+    assert [f.name for f in pid_files] == ["0", "1", "2"]
+    for pidfile in pid_files:
         assert not _alive(int(pidfile.read_text())), f"rank {pidfile.name} left running"
 
 
@@ -153,21 +224,24 @@ def test_exit_status_of_the_failing_process_is_kept(tmp_path):
 def test_timeout_stops_everything(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
-    script = _script(tmp_path, f"""
-        import os, signal, time
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # only SIGKILL stops it
-        open(os.path.join({str(pids)!r}, os.environ["PMAPKIT_PROCESS_ID"]), "w").write(
-            str(os.getpid()))
-        print("sleeping", flush=True)
-        time.sleep(300)
+    script = _script(tmp_path, _WRITE_PID + f"""
+    import os, signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # only SIGKILL stops it
+    write_pid({str(pids)!r}, os.environ["PMAPKIT_PROCESS_ID"])
+    print("sleeping", flush=True)
+    time.sleep(300)
     """)
     start = time.monotonic()
     proc = _launch(["-n", "2", "--timeout", "3", script], tmp_path)
     elapsed = time.monotonic() - start
     assert proc.returncode == launch.EXIT_TIMEOUT
     assert elapsed < 60
+    # Both ranks were running (asleep) when the timeout stopped them.
+    assert "[0] sleeping" in proc.stdout and "[1] sleeping" in proc.stdout, proc.stdout
     assert "[launch] timeout after 3 s; stopped processes [0, 1]" in proc.stdout
-    for pidfile in pids.iterdir():
+    pid_files = _pid_files(pids)
+    assert [f.name for f in pid_files] == ["0", "1"]
+    for pidfile in pid_files:
         assert not _alive(int(pidfile.read_text()))
 
 
@@ -225,8 +299,8 @@ def test_the_process_bound_is_documented_in_help(tmp_path):
 
 # Two ranks over 2 devices each: rank 1 waits in a psum that rank 0 never
 # joins (rank 0 sleeps, with a child process of its own), or rank 1 exits
-# with status 3 while rank 0 waits in the psum. Each writes its PIDs once it
-# is about to block.
+# with status 3 once rank 0 is entering the psum (a file rank 0 writes).
+# Each writes its PIDs, then prints a line, once it is about to block.
 _BLOCKED_IN_A_COLLECTIVE = """
     import os, subprocess, sys, time
     import jax, jax.numpy as jnp
@@ -243,20 +317,28 @@ _BLOCKED_IN_A_COLLECTIVE = """
     with open(os.path.join(pids, f"{rank}.tmp"), "w") as f:
         f.write(" ".join(map(str, mine)))
     os.rename(os.path.join(pids, f"{rank}.tmp"), os.path.join(pids, str(rank)))
+    entering = os.path.join(pids, "entering psum")
     if mode == "sleep" and rank == 0:
+        print("sleeping", flush=True)
         time.sleep(300)
     elif mode == "exit3" and rank == 1:
-        time.sleep(1)                            # rank 0 is in the psum by now
+        deadline = time.monotonic() + 60
+        while not os.path.exists(entering):
+            if time.monotonic() > deadline:
+                sys.exit("rank 0 never reached the psum")
+            time.sleep(0.01)
         sys.exit(3)
     else:
+        open(entering + ".tmp", "w").close()
         print("entering psum", flush=True)
+        os.rename(entering + ".tmp", entering)
         psum(x).block_until_ready()
     print("unreachable: the psum returned", flush=True)
 """
 
 
 def _rank_pids(pids):
-    return [int(pid) for f in pids.iterdir() if not f.name.endswith(".tmp")
+    return [int(pid) for f in _pid_files(pids) if f.name in ("0", "1")
             for pid in f.read_text().split()]
 
 
@@ -278,26 +360,23 @@ def test_a_signal_to_the_launcher_stops_every_rank_blocked_in_a_collective(tmp_p
         LAUNCH + ["-n", "2", "--devices-per-process", "2", "--timeout", "200",
                   script, "sleep", str(pids)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = _LauncherOutput(launcher)
     try:
-        deadline = time.monotonic() + 120
-        while len([f for f in pids.iterdir() if not f.name.endswith(".tmp")]) < 2:
-            assert launcher.poll() is None, launcher.communicate()[0]
-            assert time.monotonic() < deadline, "the ranks never got to block"
-            time.sleep(0.1)
-        time.sleep(1.0)                           # rank 1 is inside the psum
+        # Each rank prints its line after writing its PIDs, just before blocking.
+        output.wait_for("[0] sleeping", "[1] entering psum", timeout=120)
         rank_pids = _rank_pids(pids)
         assert len(rank_pids) == 3 and all(_alive(pid) for pid in rank_pids)
         sent = time.monotonic()
         launcher.send_signal(sig)
-        output, _ = launcher.communicate(timeout=60)
+        launcher.wait(timeout=60)
         elapsed = time.monotonic() - sent
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
-        time.sleep(0.2)
-        survivors = [pid for pid in _rank_pids(pids) if _alive(pid)]
+        survivors = _wait_until_ended(_rank_pids(pids))
         _kill_leftovers(pids)
+    output = output.text()
     assert launcher.returncode == 128 + sig, output
     assert elapsed < 15, f"the launcher took {elapsed:.1f} s to stop"
     assert f"[launch] got {sig.name}; stopped processes [0, 1]" in output
@@ -307,28 +386,34 @@ def test_a_signal_to_the_launcher_stops_every_rank_blocked_in_a_collective(tmp_p
 
 def test_a_signal_the_launcher_was_started_ignoring_stays_ignored(tmp_path):
     """Under ``nohup`` (SIGHUP ignored) a hangup does not stop the run."""
-    started = tmp_path / "started"
+    # The ranks run until the test releases them, after the hangup: a
+    # launcher that caught it would have stopped them (status 129).
+    released = tmp_path / "released"
     script = _script(tmp_path, f"""
-        import time
-        open({str(started)!r} + __import__("os").environ["PMAPKIT_PROCESS_ID"], "w").close()
-        time.sleep(2)
+        import os, time
+        print("started", flush=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists({str(released)!r}):
+            if time.monotonic() > deadline:
+                raise SystemExit("never released")
+            time.sleep(0.01)
         print("finished")
     """)
     launcher = subprocess.Popen(
         LAUNCH + ["-n", "2", "--timeout", "100", script], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    output = _LauncherOutput(launcher)
     try:
-        deadline = time.monotonic() + 60
-        while not all(os.path.exists(f"{started}{rank}") for rank in range(2)):
-            assert launcher.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        output.wait_for("[0] started", "[1] started", timeout=60)
         launcher.send_signal(signal.SIGHUP)
-        output, _ = launcher.communicate(timeout=60)
+        released.touch()
+        launcher.wait(timeout=60)
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
+    output = output.text()
     assert launcher.returncode == 0, output
     assert "[0] finished" in output and "[1] finished" in output
 

@@ -220,9 +220,10 @@ def test_two_threads_donating_one_array_never_crash():
                         assert "Array has been deleted" in str(e), e
                         seen.append("deleted")
 
-                threads = [threading.Thread(target=call) for _ in range(2)]
+                threads = [threading.Thread(target=call, daemon=True) for _ in range(2)]
                 [t.start() for t in threads]
                 [t.join(60) for t in threads]
+                assert not any(t.is_alive() for t in threads), "a donating call hung"
                 outcomes[(name, tuple(sorted(map(str, seen))))] = \\
                     outcomes.get((name, tuple(sorted(map(str, seen)))), 0) + 1
         print(sorted(outcomes.items()))

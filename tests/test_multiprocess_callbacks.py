@@ -67,8 +67,12 @@ def _check_rank(rep, rank, nproc, per_process):
     for p in mine:
         _close(rep["whole_mesh_call"][str(gids[p])], [whole + glob[p]])
 
-    # barrier_wait: this process's callbacks only; it returned everywhere.
-    assert rep["barrier_taps_done"] == (3 if rank == 0 else 0)
+    # barrier_wait: process 0's returned only once its 3 taps had run, and
+    # each of them ran after every other process had returned from its own.
+    want = [[True, 2.0 * k] for k in range(3)] if rank == 0 else []
+    assert rep["barrier_taps"] == want, (
+        f"[returned-first, value] of process {rank}'s taps: {rep['barrier_taps']}; "
+        "a False means another process's barrier_wait waited for process 0's taps")
 
     # Artifacts exported on process 0 run on every process.
     _close(rep["single"], np.sin(np.arange(3, dtype=np.float32)) * 2)

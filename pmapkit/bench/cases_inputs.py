@@ -21,7 +21,8 @@ impl fed the same thing:
     committed array on another device: its column is fed the device-0 array
     there (the same bytes from device 0), as is jax.jit's (which refuses it
     too, with in_shardings); raw is the floor: the program run on inputs
-    already placed (no move).
+    already placed (no move). The table says so under these rows
+    (``MOVED_NOTES``).
 ``pjit_<form>_{1,4}_device``
     pjit under ``with mesh:`` called with explicit specs, omitted specs,
     keyword arguments, ``static_argnames``, and ``lower().compile()``d;
@@ -184,8 +185,21 @@ def _add_one_over(impl, devices):
     return pmapkit.pmap(add_one, axis_name="i", devices=devices)
 
 
+_RAW_PLACED = ("raw (the floor) is fed the same values already placed on the 8 "
+               "devices: no move")
+# What the table says of each moved-input case's columns (engine.Case.note).
+MOVED_NOTES = {
+    "single_device": _RAW_PLACED,
+    "committed_other_device": (
+        "jax.pmap and jax.jit refuse an array committed to device 3, so they are "
+        "fed the same values uncommitted on device 0 (as in "
+        "pmap_input_single_device_8_devices); " + _RAW_PLACED),
+    "numpy_blocking": _RAW_PLACED,
+}
+
+
 def _build_moved_input(case, impl, devices):
-    """An input that must move; see the module docstring for the columns."""
+    """An input that must move; ``MOVED_NOTES`` says what each column is fed."""
     origin = case.origin
     if origin == "committed_other_device" and impl in ("jax.pmap", "jax.jit"):
         origin = "single_device"
@@ -338,7 +352,7 @@ def _cases():
             f"pmap_input_{origin}_8_devices", family="pmap_input_moved",
             mode="blocking", ndev=8, fun=add_one, make_inputs=_host,
             impls=bench.PMAP_IMPLS, numpy_input=origin == "numpy_blocking",
-            build=_build_moved_input, origin=origin))
+            build=_build_moved_input, origin=origin, note=MOVED_NOTES[origin]))
     for n in (1, 8):
         cases.append(bench.Case(
             f"pmap_aot_{n}_devices", family="pmap_aot", mode="dispatch", ndev=n,

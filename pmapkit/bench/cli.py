@@ -111,7 +111,7 @@ def run_case(case, settings, bench, cache):
         wall = [w for _, w in s]
         rows.append({
             "case": case.name, "impl": impl, "family": case.family,
-            "mode": case.mode, "devices": case.ndev,
+            "mode": case.mode, "devices": case.ndev, "note": case.note,
             "cpu_us": statistics.median(cpu), "wall_us": statistics.median(wall),
             "calls_per_round": calls[impl], "rounds": rounds,
             "cpu_us_rounds": cpu, "wall_us_rounds": wall,
@@ -145,11 +145,18 @@ def _ratio_names(impls):
 
 
 def format_table(rows, ratios, impls):
+    """The table, then the cases' notes, each marked ``(n)`` after its case."""
     by = {}
     for r in rows:
         by.setdefault(r["case"], {})[r["impl"]] = r
+    notes = {}
+    for c, v in by.items():
+        note = next(iter(v.values())).get("note")
+        if note:
+            notes[c] = (len(notes) + 1, note)
     label = {c: c + (" [wall]" if any(r["mode"] == "first_call" for r in v.values())
-                     else "") for c, v in by.items()}
+                     else "") + (f" ({notes[c][0]})" if c in notes else "")
+             for c, v in by.items()}
     w0 = max([len("case")] + [len(s) for s in label.values()])
     ratio_names = _ratio_names(impls)
     head = (f"{'case':<{w0}}" + "".join(f"{i:>11}" for i in impls)
@@ -162,9 +169,11 @@ def format_table(rows, ratios, impls):
             cells.append(f"{_shown(r):>11.2f}" if r else f"{'-':>11}")
         for n in ratio_names:
             rr = ratios.get(case, {}).get(n)
-            key = "wall" if label[case].endswith("[wall]") else "cpu"
+            key = "wall" if any(r["mode"] == "first_call" for r in impl_rows.values()) \
+                else "cpu"
             cells.append(f"{rr[key]:>18.2f}" if rr else f"{'-':>18}")
         lines.append(f"{label[case]:<{w0}}" + "".join(cells))
+    lines += [f"({n}) {case}: {note}" for case, (n, note) in notes.items()]
     return "\n".join(lines)
 
 

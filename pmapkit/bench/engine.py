@@ -68,6 +68,9 @@ class Case:
     numpy_input: bool = False
     requires_pjit: bool = False
     origin: str | None = None  # what a case varies (input origin, call form)
+    # What the table must say beside the case: impls not fed the same input,
+    # and why (printed under the table, kept in the JSON rows).
+    note: str | None = None
 
     @property
     def blocking(self):

@@ -1,8 +1,8 @@
 """Feature benchmark cases: arrays shared with jax.pmap, nested pmap, out_axes=None.
 
 Each case times one call + ``block_until_ready`` in caller-thread CPU µs
-(median of the run's rounds), every impl fed fixed inputs already laid out
-the way it wants:
+(median of rounds that alternate the impls, ``interleaved_cpu_us``), every
+impl fed fixed inputs already laid out the way it wants:
 
 - ``pmap_fed_jax_pmap_output_8_devices``: pmapkit.pmap given jax.pmap's
   output (same sharding, so the hit path passes it on uncopied) against
@@ -17,51 +17,42 @@ the way it wants:
 """
 from __future__ import annotations
 
-import statistics
+import functools
 import time
 
 import jax
 import numpy as np
 
 import pmapkit
-from pmapkit.bench.features import feature_case
+from pmapkit.bench.features import feature_case, interleaved_cpu_us
 
 
 def _add_one(x):
     return x + 1
 
 
-def _per_call_us(fn, args, settings):
-    out = None
-    for _ in range(20):  # warm: compile and fill caches
-        out = fn(*args)
-    jax.block_until_ready(out)
-    start = time.perf_counter()
-    for _ in range(20):
-        jax.block_until_ready(fn(*args))
-    per_call = max((time.perf_counter() - start) / 20, 1e-7)
-    calls = int(min(5000, max(10, settings["target_s"] / per_call)))
-    samples = []
-    for _ in range(settings["rounds"]):
-        c0 = time.thread_time()
-        for _ in range(calls):
-            jax.block_until_ready(fn(*args))
-        samples.append((time.thread_time() - c0) / calls * 1e6)
-    return statistics.median(samples)
+def _blocking_cpu_us(call, calls):
+    """Caller-thread CPU µs per ``call()`` + ``block_until_ready``."""
+    block, thread_time = jax.block_until_ready, time.thread_time
+    c0 = thread_time()
+    for _ in range(calls):
+        block(call())
+    return (thread_time() - c0) / calls * 1e6
 
 
-def _rows(timed):
-    return [{"impl": impl, "value": us, "unit": "us/call (cpu)"}
-            for impl, us in timed]
+def _interleaved(impls, settings, baseline):
+    """``impls``: name -> (function, its input); rows of ``interleaved_cpu_us``."""
+    calls = {name: functools.partial(fn, x) for name, (fn, x) in impls.items()}
+    return interleaved_cpu_us(calls, _blocking_cpu_us, settings, baseline,
+                              warmup=20, max_calls=5000)
 
 
 @feature_case("pmap_fed_jax_pmap_output_8_devices", baseline="jax.pmap",
               higher_is_better=False)
 def fed_jax_output(settings):
     x = jax.pmap(_add_one)(np.zeros((8, 128), np.float32))
-    theirs, ours = jax.pmap(_add_one), pmapkit.pmap(_add_one)
-    return _rows([("jax.pmap", _per_call_us(theirs, (x,), settings)),
-                  ("pmapkit", _per_call_us(ours, (x,), settings))])
+    return _interleaved({"jax.pmap": (jax.pmap(_add_one), x),
+                         "pmapkit": (pmapkit.pmap(_add_one), x)}, settings, "jax.pmap")
 
 
 @feature_case("pmap_nested_2x4_devices", baseline="jax.jit",
@@ -73,8 +64,8 @@ def nested(settings):
     jitted = jax.jit(_add_one, in_shardings=sharding, out_shardings=sharding)
     ours = pmapkit.pmap(pmapkit.pmap(_add_one, axis_name="i"), axis_name="j")
     host = np.zeros((2, 4, 128), np.float32)
-    return _rows([("jax.jit", _per_call_us(jitted, (jitted(host),), settings)),
-                  ("pmapkit", _per_call_us(ours, (ours(host),), settings))])
+    return _interleaved({"jax.jit": (jitted, jitted(host)),
+                         "pmapkit": (ours, ours(host))}, settings, "jax.jit")
 
 
 @feature_case("pmap_out_axes_none_8_devices", baseline="jax.pmap",
@@ -83,5 +74,5 @@ def out_axes_none(settings):
     theirs = jax.pmap(_add_one, out_axes=None)
     ours = pmapkit.pmap(_add_one, out_axes=None)
     x = jax.pmap(_add_one)(np.zeros((8, 128), np.float32))
-    return _rows([("jax.pmap", _per_call_us(theirs, (x,), settings)),
-                  ("pmapkit", _per_call_us(ours, (x,), settings))])
+    return _interleaved({"jax.pmap": (theirs, x), "pmapkit": (ours, x)}, settings,
+                        "jax.pmap")
