@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from stress.common import P, Result, Wrong, jax, jnp, mesh1d, np, pmapkit
-from stress.probes import Unclear
+from stress.probes import Hang, Unclear
 
 SECTION = "donation"
 LOOP = {"quick": 2000, "full": 20000}
@@ -112,11 +112,13 @@ def _race():
                 results.append(("ok", np.asarray(f(x))))
             except Exception as exc:  # noqa: BLE001 — judged below
                 results.append(("error", f"{type(exc).__name__}: {exc}"))
-        threads = [threading.Thread(target=call) for _ in range(2)]
+        threads = [threading.Thread(target=call, daemon=True) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
+            if t.is_alive():
+                raise Hang("a racing donated call did not return within 60 s")
         for status, value in results:
             if status == "ok" and not np.allclose(value, 2.0):
                 raise Wrong(f"a racing donated call returned {value.ravel()[:4].tolist()}")
