@@ -15,16 +15,21 @@ Params (hashable, so equal programs share compilations):
   flat_results_aval tuple of ShapedArray of call's result (() for a tap)
   transforms        tuple of ("batch", batch_dims) ... applied so far
   device_index      which device of a whole-mesh (jit/pjit) program calls back
-  ordered           False only inside a pmap nested in another (see below)
+  ordered           whether it threads the ordered effect token (below)
 
-Every equation carries ``host_callback_effect``: ordered (callbacks from one
-device run in program order), so no transformation or DCE drops it, and
+Taps, and calls in per-device code (a pmap body, a ``shard_map``), carry
+``host_callback_effect``: ordered (callbacks from one device run in program
+order, across programs too), so no transformation or DCE drops them, and
 shardable (allowed in programs spanning several devices). No effect token
 can enter nested pmaps (XLA aborts compiling it), so in the body of a pmap
 with nested pmaps the equations are rewritten (``manual_regions``) to
 ``ordered=False`` with the unordered ``host_callback_unordered_effect``:
-still never dropped, and XLA:CPU runs the side-effecting calls of one device
-in program order.
+still never dropped; there a tap hands back its operands through the host
+(``_echoed``), so what follows it in the program runs after it. A ``call``
+outside per-device code is bound ``ordered=False`` from the start: no
+token enters or leaves its program, which JAX then dispatches on its C++
+fast path (``_jax_private.fast_dispatch_despite``), and its lowering keeps
+it in program order within the program (``_program_order_token``).
 
 Lowering: a host callback threaded on the effect's token. In a manual SPMD
 region (a pmap body) every device calls back with its own slice and its
@@ -67,10 +72,18 @@ for _registry in (jp.lowerable_effects, jp.control_flow_allowed_effects,
                   jp.remat_allowed_effects, jp.partial_eval_kept_effects):
     _registry.add_type(HostCallbackEffect)
     _registry.add_type(HostCallbackUnorderedEffect)
+# Unordered equations at the top of a jit's jaxpr are ``call``s bound
+# outside per-device code (``call_is_ordered``; taps are unordered only in
+# the bodies of nested pmaps, rewritten when lowered): kept by every
+# transformation, but no token to thread and nothing for ``barrier_wait``
+# to wait on (the program's results are what they compute), so their
+# programs dispatch on JAX's fast path, as ``jax.pure_callback``'s do.
+jp.fast_dispatch_despite(HostCallbackUnorderedEffect)
 
 # A failed call fails its computation (it raises, or every device raises
 # with it); the next computation with callbacks must not fail with it too.
-jp.drop_failed_effect_tokens(HostCallbackEffect)
+# (And the token is handed on without a device_put per call.)
+jp.hand_on_effect_tokens(HostCallbackEffect)
 
 outside_call_p = Primitive("pmapkit_outside_call")
 outside_call_p.multiple_results = True
@@ -84,6 +97,15 @@ def _abstract_eval(*avals, callback, arg_treedef, num_args, identity,
     del callback, arg_treedef, num_args, result_treedef, transforms, device_index
     outs = list(avals) if identity else list(flat_results_aval)
     return outs, {host_callback_effect if ordered else host_callback_unordered_effect}
+
+
+def call_is_ordered():
+    """Whether a ``call`` bound now threads the ordered token: only in code
+    that runs per device (a pmap body, a ``shard_map``), where its failure
+    checks and its order with the device's taps go by the token. Elsewhere
+    (a jit on one device, a whole-mesh program) its program's results are
+    what it computes, and its failure fails them."""
+    return jp.in_named_axis_scope()
 
 
 outside_call_p.def_effectful_abstract_eval(_abstract_eval)
@@ -217,17 +239,51 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                                     invoker(_runtime.RAISE))
         operands, operand_avals = tapped, tapped_avals
         op_sharding = _maximal_op_sharding(device_index, result_avals)
-    token = ctx.tokens_in.get(host_callback_effect) if ordered else None
+    if ordered:
+        token, chain = ctx.tokens_in.get(host_callback_effect), "effect"
+    elif not identity and not isinstance(axis_context, mlir.SPMDAxisContext):
+        token, chain = _program_order_token(ctx)
+    else:
+        token, chain = None, None
     # The callback op takes ``operands`` and returns ``result_avals``; the
     # context handed to JAX describes that op, not this equation.
     op_ctx = dataclasses.replace(ctx, avals_in=operand_avals, avals_out=result_avals)
     results, token, _ = mlir.emit_python_callback(
         op_ctx, host_fn, token, operands, operand_avals, result_avals,
-        has_side_effect=True, returns_token=ordered, sharding=op_sharding)
-    if ordered:
+        has_side_effect=True, returns_token=chain is not None, sharding=op_sharding)
+    if chain == "effect":
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(
             mlir.TokenSet({host_callback_effect: token})))
+    elif chain is not None:
+        chain[_current_block()] = token
     return list(args) if identity else list(results)
+
+
+def _current_block():
+    return mlir.ir.InsertionPoint.current.block
+
+
+def _program_order_token(ctx):
+    """The token that keeps an unordered ``call`` (one outside per-device
+    code, token-free so its program dispatches on JAX's fast path) in
+    program order with the host callbacks before it on its device: the
+    ordered effect's token where the code around it threads one (it has
+    taps), else a chain of the calls lowered into the same block (a token
+    made inside the program: nothing crosses programs). Returns ``(token,
+    chain)``: where the token that comes out goes."""
+    if host_callback_effect in ctx.tokens_in.effects():
+        return ctx.tokens_in.get(host_callback_effect), "effect"
+    # A dict in the module's lowering cache: it lives as long as the module
+    # being lowered; a block's calls are lowered in program order.
+    chains = ctx.module_context.lowering_cache.setdefault(_CHAINS_KEY, {})
+    block = _current_block()
+    token = chains.get(block)
+    if token is None:
+        token = jp.create_token_op()
+    return token, chains
+
+
+_CHAINS_KEY = ("pmapkit_host_callback_call_order",)
 
 
 # How a ``call`` in a whole-mesh program over several devices is lowered
