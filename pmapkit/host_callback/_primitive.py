@@ -239,6 +239,16 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                                     invoker(_runtime.RAISE))
         operands, operand_avals = tapped, tapped_avals
         op_sharding = _maximal_op_sharding(device_index, result_avals)
+    if identity and not ordered:
+        # No token orders this tap before what follows it: its operands come
+        # back through the host, so what uses them runs after it.
+        host_fn = functools.partial(_echoed, host_fn, len(args) - num_args, len(args))
+        operands = [*operands, *args[num_args:]]
+        operand_avals = [*operand_avals, *ctx.avals_in[num_args:]]
+        result_avals = list(ctx.avals_in)
+        op_sharding = (_manual_op_sharding(result_avals)
+                       if isinstance(axis_context, mlir.SPMDAxisContext)
+                       else _maximal_op_sharding(device_index, result_avals))
     if ordered:
         token, chain = ctx.tokens_in.get(host_callback_effect), "effect"
     elif not identity and not isinstance(axis_context, mlir.SPMDAxisContext):
@@ -256,7 +266,17 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
             mlir.TokenSet({host_callback_effect: token})))
     elif chain is not None:
         chain[_current_block()] = token
-    return list(args) if identity else list(results)
+    if identity and ordered:
+        return list(args)
+    return list(results)
+
+
+def _echoed(host_fn, num_extra, num_echoed, *operands):
+    """An unordered tap's host side: the tap (on the operands but the last
+    ``num_extra``, ``id_tap``'s ``result``), then the last ``num_echoed``
+    operands handed back (all but the partition id)."""
+    host_fn(*operands[:len(operands) - num_extra])
+    return tuple(operands[len(operands) - num_echoed:]) if num_echoed else ()
 
 
 def _current_block():
