@@ -529,7 +529,71 @@ def staging_trace_active():
 # --- checkify ----------------------------------------------------------------------
 # checkify's table of rules by primitive, and its tracing of a checked body
 # (``(ClosedJaxpr, out tree of (Error, outputs), error effects)``).
-from jax._src import checkify as _checkify  # noqa: E402
+# Read on first use (module ``__getattr__``): importing checkify costs start-up
+# time, and pmapkit registers its rules only once a program imports it
+# (``when_imported``).
+_CHECKIFY_NAMES = {"checkify_error_checks": "error_checks",
+                   "jaxpr_to_checkify_jaxpr": "jaxpr_to_checkify_jaxpr"}
+CHECKIFY_MODULE = "jax._src.checkify"
 
-checkify_error_checks = _checkify.error_checks
-jaxpr_to_checkify_jaxpr = _checkify.jaxpr_to_checkify_jaxpr
+
+def __getattr__(name):
+    if name in _CHECKIFY_NAMES:
+        from jax._src import checkify as _checkify
+        return getattr(_checkify, _CHECKIFY_NAMES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def when_imported(module_name, action):
+    """Run ``action()`` once ``module_name`` is imported: now if it already
+    is, else right after it is (before the import statement returns). For
+    rules on JAX systems a program may never load: no trace of such a
+    system can begin before its module is imported."""
+    import sys
+    if module_name in sys.modules:
+        action()
+        return
+    _after_import.setdefault(module_name, []).append(action)
+    if _AfterImport not in [type(f) for f in sys.meta_path]:
+        sys.meta_path.insert(0, _AfterImport())
+
+
+_after_import = {}
+
+
+class _AfterImport:
+    """A meta-path finder that finds nothing itself: for a module with
+    actions waiting (``when_imported``) it lets the other finders find it and
+    runs the actions after the module's code."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _after_import:
+            return None
+        import importlib.util
+        import sys
+        sys.meta_path.remove(self)  # the others find it
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _RunAfter(spec.loader, _after_import.pop(name))
+        return spec
+
+
+class _RunAfter:
+    def __init__(self, loader, actions):
+        self.loader = loader
+        self.actions = actions
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        for action in self.actions:
+            action()
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
