@@ -3,6 +3,7 @@ omitted, and the keywords static_argnames, device, backend, keep_unused and
 inline. Each case runs beside jax.jit with the same options (NamedShardings
 of the same mesh, or none) and compares values and shardings with ``==``.
 """
+import importlib
 import pickle
 import sys
 
@@ -15,8 +16,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 import pmapkit
 
-pjit_module = sys.modules["pmapkit.pjit"]
-calls_module = sys.modules["pmapkit.calls"]
+pjit_module = importlib.import_module("pmapkit.pjit")
+calls_module = importlib.import_module("pmapkit.calls")
 
 AXES = ("x", "y")
 DEVICES = np.array(jax.devices()).reshape(2, 4)

@@ -2,8 +2,9 @@
 
 ``id_tap``/``id_print`` call a Python function on the host with runtime
 values and return their argument unchanged; ``call`` returns what the host
-function computed, of a declared shape; ``barrier_wait`` waits for every
-callback issued so far and raises ``CallbackException`` if one failed. They
+function computed, of a declared shape; ``barrier_wait`` waits for the
+callbacks issued so far (taps; see below for ``call``) and raises
+``CallbackException`` if one failed. They
 work eagerly, under ``jax.jit``, ``vmap`` (the tap sees the batched value and
 a ``("batch", {"batch_dims": ...})`` transform), ``jvp``/``grad`` (the tap
 fires once, on primal values; a tap on tangents taps their cotangents when
@@ -150,10 +151,13 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
 
 
 def barrier_wait(logging_name=None):
-    """Block until every callback issued so far, on every local device and
-    from every thread, has run. Raises ``CallbackException`` (chained to it)
-    if a callback function raised since the previous ``barrier_wait`` — the
-    last exception, or an interrupt (``KeyboardInterrupt``) if one came."""
+    """Block until every tap issued so far, and every ``call`` in per-device
+    code (a pmap body, a ``shard_map``), on every local device and from every
+    thread, has run. (A ``call`` elsewhere runs with its program, which
+    carries no token to wait on: its result being ready says it ran.)
+    Raises ``CallbackException`` (chained to it) if a callback function
+    raised since the previous ``barrier_wait`` — the last exception, or an
+    interrupt (``KeyboardInterrupt``) if one came."""
     if _runtime.inside_callback():
         # It would wait for the computation that is running this callback.
         raise RuntimeError(

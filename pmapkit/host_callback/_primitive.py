@@ -228,11 +228,22 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 f"host_callback device_index={device_index} is out of range "
                 f"for a computation on {len(devices)} device(s).")
         if not identity and len(devices) > 1 and _whole_mesh_lowering is not None:
-            return _whole_mesh_lowering(ctx, args, devices, dict(
+            params = dict(
                 callback=callback, arg_treedef=arg_treedef, num_args=num_args,
                 identity=identity, result_treedef=result_treedef,
                 flat_results_aval=flat_results_aval, transforms=transforms,
-                device_index=device_index, ordered=ordered))
+                device_index=device_index, ordered=True)
+            if ordered:
+                return _whole_mesh_lowering(ctx, args, devices, params)
+            # Its region takes the program-order token as an ordered call's
+            # region takes the effect's (made in the program when none comes in).
+            token, chain = _program_order_token(ctx)
+            region_ctx = dataclasses.replace(
+                ctx, tokens_in=mlir.TokenSet({host_callback_effect: token}),
+                tokens_out=None)
+            outs = _whole_mesh_lowering(region_ctx, args, devices, params)
+            _chain_on(ctx, chain, region_ctx.tokens_out.get(host_callback_effect))
+            return outs
         # A tap never fails its computation; a call on one device fails the
         # whole computation by raising.
         host_fn = functools.partial(_one_device_host_fn, devices[device_index],
@@ -261,11 +272,8 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
     results, token, _ = mlir.emit_python_callback(
         op_ctx, host_fn, token, operands, operand_avals, result_avals,
         has_side_effect=True, returns_token=chain is not None, sharding=op_sharding)
-    if chain == "effect":
-        ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-            mlir.TokenSet({host_callback_effect: token})))
-    elif chain is not None:
-        chain[_current_block()] = token
+    if chain is not None:
+        _chain_on(ctx, chain, token)
     if identity and ordered:
         return list(args)
     return list(results)
@@ -277,6 +285,15 @@ def _echoed(host_fn, num_extra, num_echoed, *operands):
     operands handed back (all but the partition id)."""
     host_fn(*operands[:len(operands) - num_extra])
     return tuple(operands[len(operands) - num_echoed:]) if num_echoed else ()
+
+
+def _chain_on(ctx, chain, token):
+    """Hand ``token``, out of a callback op, to the next one in order."""
+    if chain == "effect":
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(
+            mlir.TokenSet({host_callback_effect: token})))
+    else:
+        chain[_current_block()] = token
 
 
 def _current_block():
