@@ -514,6 +514,17 @@ def compiling_function_name(traced_for=("jit", "pjit")):
     return None
 
 
+def staging_depth():
+    """How many traces in the current chain stage a jaxpr: 1 in the body of
+    a ``jax.jit`` (or ``make_jaxpr``), 2 or more in a ``scan``/``cond``/
+    ``while`` body or a ``jit`` inside it, 0 eagerly."""
+    depth, trace = 0, _core.trace_ctx.trace
+    while trace is not None:
+        depth += isinstance(trace, _pe.DynamicJaxprTrace)
+        trace = getattr(trace, "parent_trace", None)
+    return depth
+
+
 def staging_trace_active():
     """Whether some trace in the current chain stages a jaxpr (a jit, scan,
     make_jaxpr...), as opposed to only eager transformations (jvp,

@@ -25,9 +25,10 @@ fails at its end (one failing alone would leave the others blocked in a
 collective until XLA:CPU aborts); over several processes every process's
 computation fails. ``barrier_wait`` raises it too, in every case.
 
-Callbacks from one device run in program order. A ``call`` outside
-per-device code (not in a pmap body or a ``shard_map``) is ordered within
-its program only: its program carries no effect token, so it dispatches as
+Callbacks from one device run in program order. A ``call`` made directly
+in the body of a ``jax.jit`` (not in a pmap body or a ``shard_map``, nor in
+a ``scan``/``cond``/``while`` body there), or eagerly, is ordered within its
+program only: its program carries no effect token, so it dispatches as
 cheaply as one with ``jax.pure_callback``; wait for its result, not for
 ``barrier_wait``, to know it ran.
 
@@ -151,10 +152,10 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
 
 
 def barrier_wait(logging_name=None):
-    """Block until every tap issued so far, and every ``call`` in per-device
-    code (a pmap body, a ``shard_map``), on every local device and from every
-    thread, has run. (A ``call`` elsewhere runs with its program, which
-    carries no token to wait on: its result being ready says it ran.)
+    """Block until every tap issued so far, and every ``call`` but those
+    made directly in a ``jax.jit`` body or eagerly, on every local device and
+    from every thread, has run. (Those run with their program, which carries
+    no token to wait on: their result being ready says they ran.)
     Raises ``CallbackException`` (chained to it) if a callback function
     raised since the previous ``barrier_wait`` — the last exception, or an
     interrupt (``KeyboardInterrupt``) if one came."""

@@ -17,7 +17,8 @@ Params (hashable, so equal programs share compilations):
   device_index      which device of a whole-mesh (jit/pjit) program calls back
   ordered           whether it threads the ordered effect token (below)
 
-Taps, and calls in per-device code (a pmap body, a ``shard_map``), carry
+Taps, and calls in per-device code (a pmap body, a ``shard_map``) or in
+bodies staged inside a program (``scan``, ``cond``...), carry
 ``host_callback_effect``: ordered (callbacks from one device run in program
 order, across programs too), so no transformation or DCE drops them, and
 shardable (allowed in programs spanning several devices). No effect token
@@ -26,8 +27,8 @@ with nested pmaps the equations are rewritten (``manual_regions``) to
 ``ordered=False`` with the unordered ``host_callback_unordered_effect``:
 still never dropped; there a tap hands back its operands through the host
 (``_echoed``), so what follows it in the program runs after it. A ``call``
-outside per-device code is bound ``ordered=False`` from the start: no
-token enters or leaves its program, which JAX then dispatches on its C++
+bound directly in a program's body or eagerly (``call_is_ordered``) is
+``ordered=False`` from the start: no token enters or leaves its program, which JAX then dispatches on its C++
 fast path (``_jax_private.fast_dispatch_despite``), and its lowering keeps
 it in program order within the program (``_program_order_token``).
 
@@ -73,7 +74,7 @@ for _registry in (jp.lowerable_effects, jp.control_flow_allowed_effects,
     _registry.add_type(HostCallbackEffect)
     _registry.add_type(HostCallbackUnorderedEffect)
 # Unordered equations at the top of a jit's jaxpr are ``call``s bound
-# outside per-device code (``call_is_ordered``; taps are unordered only in
+# directly in a program's body (``call_is_ordered``; taps are unordered only in
 # the bodies of nested pmaps, rewritten when lowered): kept by every
 # transformation, but no token to thread and nothing for ``barrier_wait``
 # to wait on (the program's results are what they compute), so their
@@ -100,12 +101,15 @@ def _abstract_eval(*avals, callback, arg_treedef, num_args, identity,
 
 
 def call_is_ordered():
-    """Whether a ``call`` bound now threads the ordered token: only in code
-    that runs per device (a pmap body, a ``shard_map``), where its failure
-    checks and its order with the device's taps go by the token. Elsewhere
-    (a jit on one device, a whole-mesh program) its program's results are
-    what it computes, and its failure fails them."""
-    return jp.in_named_axis_scope()
+    """Whether a ``call`` bound now threads the ordered token: in code that
+    runs per device (a pmap body, a ``shard_map``), where its failure checks
+    and its order with the device's taps go by the token, and in bodies
+    staged inside a program (``scan``, ``cond``, ``while``, an inner
+    ``jit``), which no token of the program's own chain can enter. Directly
+    in a program's body (a jit on one device, a whole-mesh program) or
+    eagerly it needs none: its program's results are what it computes, its
+    failure fails them, and its lowering keeps it in program order."""
+    return jp.in_named_axis_scope() or jp.staging_depth() > 1
 
 
 outside_call_p.def_effectful_abstract_eval(_abstract_eval)
@@ -301,9 +305,9 @@ def _current_block():
 
 
 def _program_order_token(ctx):
-    """The token that keeps an unordered ``call`` (one outside per-device
-    code, token-free so its program dispatches on JAX's fast path) in
-    program order with the host callbacks before it on its device: the
+    """The token that keeps an unordered ``call`` (one directly in a
+    program's body, token-free so its program dispatches on JAX's fast
+    path) in program order with the host callbacks before it on its device: the
     ordered effect's token where the code around it threads one (it has
     taps), else a chain of the calls lowered into the same block (a token
     made inside the program: nothing crosses programs). Returns ``(token,
