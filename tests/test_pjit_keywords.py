@@ -5,7 +5,6 @@ of the same mesh, or none) and compares values and shardings with ``==``.
 """
 import importlib
 import pickle
-import sys
 
 import jax
 import jax.extend.core

@@ -17,7 +17,6 @@ mesh contexts); they compare against jax.jit references directly.
 Arrays are tiny (8x8): compilation dominates the runtime.
 """
 import importlib
-import sys
 import threading
 
 import jax

@@ -11,7 +11,6 @@ The pjit'd functions are module-level, so their compiled programs are
 shared between tests.
 """
 import importlib
-import sys
 
 import jax
 import jax.numpy as jnp

@@ -12,7 +12,6 @@
   outer one), so nested results are checked against nested ``jax.vmap``.
 """
 import importlib
-import sys
 
 import numpy as np
 import pytest
