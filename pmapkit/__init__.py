@@ -19,20 +19,62 @@ Public surface (explicit re-exports only):
                  XLA:CPU (see pmapkit.inflight)
   COMPILED       True when the Cython dispatch core is in use
 """
+import importlib as _importlib
+import sys as _sys
+import types as _types
+
 from jax.sharding import NamedSharding, PartitionSpec
 
-from pmapkit._compiled import COMPILED
-from pmapkit.caches import clear_caches, set_cache_size
-from pmapkit.inflight import set_cpu_collectives_in_flight
-from pmapkit.mesh import Mesh, mesh
-from pmapkit import maps
-from pmapkit.pjit import pjit, with_sharding_constraint
-from pmapkit.placement import device_put_replicated, device_put_sharded
-from pmapkit.pmap import pmap
-from pmapkit.sharding_specs import (
-    Chunked, NoSharding, Replicated, ShardedAxis, ShardingSpec, Unstacked,
-    parse_op_sharding)
-from pmapkit import rules as _rules  # noqa: F401  (registers transformation rules)
+# Each public name is loaded from its module on first use (module
+# ``__getattr__``), so a program pays at start-up only for the systems it
+# uses. The transformation rules of pmapkit's primitives are registered by
+# ``pmapkit.lowering``, which every module binding them imports.
+_LAZY = {
+    "COMPILED": "pmapkit._compiled",
+    "clear_caches": "pmapkit.caches", "set_cache_size": "pmapkit.caches",
+    "set_cpu_collectives_in_flight": "pmapkit.inflight",
+    "Mesh": "pmapkit.mesh", "mesh": "pmapkit.mesh",
+    "maps": None,
+    "pjit": "pmapkit.pjit", "with_sharding_constraint": "pmapkit.pjit",
+    "device_put_replicated": "pmapkit.placement",
+    "device_put_sharded": "pmapkit.placement",
+    "pmap": "pmapkit.pmap",
+    "Chunked": "pmapkit.sharding_specs", "NoSharding": "pmapkit.sharding_specs",
+    "Replicated": "pmapkit.sharding_specs", "ShardedAxis": "pmapkit.sharding_specs",
+    "ShardingSpec": "pmapkit.sharding_specs", "Unstacked": "pmapkit.sharding_specs",
+    "parse_op_sharding": "pmapkit.sharding_specs",
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY[name]
+    if module is None:  # a submodule that is itself the public name
+        return _importlib.import_module(f"{__name__}.{name}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(_types.ModuleType):
+    """``pmapkit.pjit``, ``pmapkit.pmap`` and ``pmapkit.mesh`` are the
+    functions, though modules of those names exist: importing the module
+    (which Python then sets as the package's attribute) keeps the function
+    there."""
+
+    def __setattr__(self, name, value):
+        if (isinstance(value, _types.ModuleType) and _LAZY.get(name) == value.__name__
+                and hasattr(value, name)):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "PartitionSpec", "Replicated", "ShardedAxis", "ShardingSpec",

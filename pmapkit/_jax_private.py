@@ -7,7 +7,10 @@ is JAX's, so that a reader can find it in JAX's sources.
 """
 from __future__ import annotations
 
+import functools as _functools
 import hashlib as _hashlib
+
+import numpy as _np
 
 from jax._src import api_util as _api_util
 from jax._src import config as _config
@@ -255,6 +258,7 @@ def trace_context_names():
 # callback op carries, PartitionId (which device of a manual SPMD region is
 # calling back) and JAX's per-thread runtime tokens (barrier_wait).
 from jax._src import dispatch as _hcb_dispatch
+from jax._src import pjit as _pjit_lib
 from jax._src import effects as _hcb_effects
 from jax._src import sharding_impls as _hcb_sharding_impls
 from jax._src.lib.mlir.dialects import hlo as _hcb_hlo
@@ -283,6 +287,11 @@ def partition_id_op():
     return _hcb_hlo.partition_id()
 
 
+def create_token_op():
+    """A ``stablehlo.create_token`` op (a fresh token value)."""
+    return _hcb_hlo.create_token()
+
+
 def watch_runtime_tokens(hook):
     """Call ``hook(device, token)`` whenever any thread records the runtime
     token of a computation it dispatched with effects or host callbacks.
@@ -307,16 +316,19 @@ def watch_runtime_tokens(hook):
     cls.set_output_runtime_token = set_output_runtime_token
 
 
-def drop_failed_effect_tokens(effect_type):
-    """Let a failed computation's effect token not fail the next one.
+def hand_on_effect_tokens(effect_type):
+    """Thread the tokens of ``effect_type`` from one computation into the
+    next the cheap way, and let a failed computation not fail the next.
 
-    JAX threads the token of each ordered effect from one computation into
-    the next; a computation that failed (a host callback raised) leaves a
-    failed token, and every later computation with that effect would fail
-    with the same error. Before JAX hands a token of ``effect_type`` to a
-    computation, a failed one is dropped (JAX then starts a fresh one). JAX
-    waits for the token there anyway (``_token_shard_arg`` blocks on it), so
-    looking costs no extra wait.
+    For an ordered effect JAX waits for the previous computation's output
+    token, then builds a fresh empty token on the computation's devices (a
+    ``Mesh``, a ``NamedSharding`` and a ``device_put`` per call, about a
+    third of a one-device program's dispatch). The wait is the ordering; the
+    value is always the same empty array. Here the wait stays, and the
+    empty array is built once per device list. A failed computation (a host
+    callback raised) leaves a failed token; JAX would hand its error to every
+    later computation with the effect: the wait here swallows it (that
+    computation's error went to its caller).
     """
     cls = type(_hcb_dispatch.runtime_tokens)
     original = cls.get_token_input
@@ -326,22 +338,73 @@ def drop_failed_effect_tokens(effect_type):
         return
 
     def get_token_input(self, eff, devices):
-        if type(eff) in get_token_input._pmapkit_watched:
-            token = self.current_tokens.get(eff)
-            if token is not None and _failed(token._buf):
+        if type(eff) not in get_token_input._pmapkit_watched:
+            return original(self, eff, devices)
+        token = self.current_tokens.get(eff)
+        if token is not None:
+            try:
+                token.block_until_ready()
+            except Exception:  # noqa: BLE001 - that computation's error went to its caller
                 del self.current_tokens[eff]
-        return original(self, eff, devices)
+        return _core.Token(_empty_token_array(tuple(devices)))
 
     get_token_input._pmapkit_watched = {effect_type}
     cls.get_token_input = get_token_input
 
 
-def _failed(array):
-    try:
-        array.block_until_ready()
-    except Exception:  # noqa: BLE001 - that computation's error went to its caller
+@_functools.lru_cache(maxsize=64)
+def _empty_token_array(devices):
+    sharding = _hcb_sharding_impls.GSPMDSharding.get_replicated(devices)
+    return _pxla.shard_args([sharding], [None], [_xc.ArrayCopySemantics.REUSE_INPUT],
+                            [_np.zeros(0, _np.bool_)])[0]
+
+
+def fast_dispatch_despite(effect_type):
+    """Let ``jax.jit`` programs whose only effects are of ``effect_type``
+    take JAX's C++ dispatch path, as programs without effects do.
+
+    JAX sends every program with an effect through its Python dispatch (to
+    thread ordered tokens and keep runtime tokens for
+    ``jax.effects_barrier``): about 2.5x the per-call cost of an effect-free
+    program with the same host callback (``jax.pure_callback``). An effect
+    that needs neither (unordered, nothing to wait for but the program's
+    results) asks for the fast path here. It is decided once per compiled
+    program, when JAX builds its fast-path data.
+    """
+    original = _pjit_lib._get_fastpath_data
+    allowed = getattr(original, "_pmapkit_allowed", None)
+    if allowed is not None:
+        allowed.add(effect_type)
+        return
+
+    def _get_fastpath_data(executable, out_tree, args_flat, out_flat, effects,
+                           *rest):
+        call = getattr(executable, "unsafe_call", None)
+        if (effects and all(type(e) in _get_fastpath_data._pmapkit_allowed
+                            for e in effects)
+                and isinstance(call, _pxla.ExecuteReplicated)
+                and not call.ordered_effects):
+            # JAX's check reads ``has_unordered_effects``; the Python path
+            # reads it only next to ``has_host_callbacks`` (True here), so
+            # flipping it for the check changes nothing else.
+            saved, call.has_unordered_effects = call.has_unordered_effects, False
+            try:
+                return original(executable, out_tree, args_flat, out_flat,
+                                _core.no_effects, *rest)
+            finally:
+                call.has_unordered_effects = saved
+        return original(executable, out_tree, args_flat, out_flat, effects, *rest)
+
+    _get_fastpath_data._pmapkit_allowed = {effect_type}
+    _pjit_lib._get_fastpath_data = _get_fastpath_data
+
+
+def in_named_axis_scope():
+    """Whether the code being traced runs per device: inside a manual
+    region (``shard_map``, a pmap body) or under a named axis."""
+    if _core.get_axis_env().axis_sizes:
         return True
-    return False
+    return bool(_mesh_lib.get_abstract_mesh().manual_axes)
 
 
 def clear_runtime_tokens():
@@ -451,6 +514,17 @@ def compiling_function_name(traced_for=("jit", "pjit")):
     return None
 
 
+def staging_depth():
+    """How many traces in the current chain stage a jaxpr: 1 in the body of
+    a ``jax.jit`` (or ``make_jaxpr``), 2 or more in a ``scan``/``cond``/
+    ``while`` body or a ``jit`` inside it, 0 eagerly."""
+    depth, trace = 0, _core.trace_ctx.trace
+    while trace is not None:
+        depth += isinstance(trace, _pe.DynamicJaxprTrace)
+        trace = getattr(trace, "parent_trace", None)
+    return depth
+
+
 def staging_trace_active():
     """Whether some trace in the current chain stages a jaxpr (a jit, scan,
     make_jaxpr...), as opposed to only eager transformations (jvp,
@@ -466,7 +540,71 @@ def staging_trace_active():
 # --- checkify ----------------------------------------------------------------------
 # checkify's table of rules by primitive, and its tracing of a checked body
 # (``(ClosedJaxpr, out tree of (Error, outputs), error effects)``).
-from jax._src import checkify as _checkify  # noqa: E402
+# Read on first use (module ``__getattr__``): importing checkify costs start-up
+# time, and pmapkit registers its rules only once a program imports it
+# (``when_imported``).
+_CHECKIFY_NAMES = {"checkify_error_checks": "error_checks",
+                   "jaxpr_to_checkify_jaxpr": "jaxpr_to_checkify_jaxpr"}
+CHECKIFY_MODULE = "jax._src.checkify"
 
-checkify_error_checks = _checkify.error_checks
-jaxpr_to_checkify_jaxpr = _checkify.jaxpr_to_checkify_jaxpr
+
+def __getattr__(name):
+    if name in _CHECKIFY_NAMES:
+        from jax._src import checkify as _checkify
+        return getattr(_checkify, _CHECKIFY_NAMES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def when_imported(module_name, action):
+    """Run ``action()`` once ``module_name`` is imported: now if it already
+    is, else right after it is (before the import statement returns). For
+    rules on JAX systems a program may never load: no trace of such a
+    system can begin before its module is imported."""
+    import sys
+    if module_name in sys.modules:
+        action()
+        return
+    _after_import.setdefault(module_name, []).append(action)
+    if _AfterImport not in [type(f) for f in sys.meta_path]:
+        sys.meta_path.insert(0, _AfterImport())
+
+
+_after_import = {}
+
+
+class _AfterImport:
+    """A meta-path finder that finds nothing itself: for a module with
+    actions waiting (``when_imported``) it lets the other finders find it and
+    runs the actions after the module's code."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _after_import:
+            return None
+        import importlib.util
+        import sys
+        sys.meta_path.remove(self)  # the others find it
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _RunAfter(spec.loader, _after_import.pop(name))
+        return spec
+
+
+class _RunAfter:
+    def __init__(self, loader, actions):
+        self.loader = loader
+        self.actions = actions
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        for action in self.actions:
+            action()
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)

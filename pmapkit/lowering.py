@@ -27,6 +27,9 @@ from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
 from pmapkit import manual_regions, special_values
 from pmapkit.primitives import body_effects, no_mesh, pjit_p, pmap_p
+# The transformation rules of pmap_p and pjit_p: every module that binds
+# them imports this one, so they are in place before JAX sees either.
+from pmapkit import rules as _rules  # noqa: F401,E402
 from pmapkit.analysis import (dims_spec, mapped_dims, nested_in_dims,
                               nested_out_dims, nested_pmap_axes)
 from pmapkit.specs import axis_spec

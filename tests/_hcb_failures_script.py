@@ -43,6 +43,15 @@ def body(x):
     return hcb.call(host, x, result_shape=x) + 1
 
 
+def jax_body(x):
+    """``body`` with ``jax.pure_callback``: what JAX itself raises when a host
+    function fails in a jit on one device."""
+    return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x) + 1
+
+
+JAX_REFERENCE = {"jit": jax.jit(jax_body)}
+
+
 def programs():
     devices = np.array(jax.devices()[:4])
     mesh = pmapkit.Mesh(devices, ("d",))
@@ -70,6 +79,22 @@ def read_failed(result):
         return {"error": type(exc).__name__, "message": str(exc)[-3000:]}
 
 
+def jax_failed(where, x, bad):
+    """The same two failing calls with JAX's own callback, where JAX has one
+    that raises (None elsewhere)."""
+    reference = JAX_REFERENCE.get(where)
+    if reference is None:
+        return None
+    reference(x)  # compiled and warm, as ``fun`` is
+    failed = []
+    for _ in range(2):
+        try:
+            failed.append(reference(bad))
+        except Exception as exc:  # noqa: BLE001
+            failed.append(exc)
+    return [read_failed(r) for r in failed]
+
+
 def run_case(where, fun, x, failure):
     bad = x + 1000 * (1 + MODES.index(failure))
     failed = []
@@ -81,6 +106,7 @@ def run_case(where, fun, x, failure):
     following = fun(x)                     # the next valid call
     report = {"where": where, "failure": failure,
               "failed_results": [read_failed(r) for r in failed],
+              "jax_failed_results": jax_failed(where, x, bad),
               "next_result": np.asarray(following).tolist(), "expected": expect(x)}
     try:
         hcb.barrier_wait()

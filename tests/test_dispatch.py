@@ -12,6 +12,7 @@ unchanged against the compiled core and the pure-Python twin
 Bodies are tiny and most tests compile one or two programs: compilation
 dominates the runtime.
 """
+import importlib
 import functools
 import inspect
 import os
@@ -34,7 +35,7 @@ from pmapkit import lowering
 
 # ``pmapkit.pmap`` is the function (re-exported by the package), which shadows
 # the submodule of the same name; the module itself is here.
-pmap_module = sys.modules["pmapkit.pmap"]
+pmap_module = importlib.import_module("pmapkit.pmap")
 
 N = len(jax.devices())  # 8, forced by conftest
 

@@ -517,3 +517,58 @@ def test_stop_outfeed_receiver_and_alias(rec):
     hcb.stop_outfeed_receiver()
     assert hcb.TapFunctionException is hcb.CallbackException
     assert rec.values() == [1.0]
+
+
+# -- a call outside per-device code: token-free, still in program order ---------------
+def _mixed_program(log):
+    def tap(a, transforms):
+        log.append(("tap", int(np.asarray(a).ravel()[0])))
+
+    def host(a):
+        log.append(("call", int(np.asarray(a).ravel()[0])))
+        return a
+
+    def f(x):
+        hcb.id_tap(tap, x)
+        y = hcb.call(host, x + 1, result_shape=x)   # nothing orders these two
+        hcb.id_tap(tap, x + 2)                      # but program order
+        z = hcb.call(host, x + 3, result_shape=x)
+        w = jax.lax.scan(lambda c, _: (c, hcb.call(host, c, result_shape=c)),
+                         x + 4, None, length=2)[1]
+        return y + z + w.sum(0)
+    return f
+
+
+def _sharded_8(value):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+    return jax.device_put(jnp.full(8, value, jnp.int32),
+                          jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+def test_calls_and_taps_of_one_program_run_in_program_order(devices):
+    # Calls outside per-device code thread no effect token (their program
+    # dispatches as jax.pure_callback's does), yet keep program order with
+    # the program's taps and with each other, on one device and over 8.
+    log = []
+    f = jax.jit(_mixed_program(log))
+    for i in range(20):
+        log.clear()
+        x = jnp.int32(10 * i) if devices == 1 else _sharded_8(10 * i)
+        jax.block_until_ready(f(x))
+        hcb.barrier_wait()
+        base = 10 * i
+        assert log == [("tap", base), ("call", base + 1), ("tap", base + 2),
+                       ("call", base + 3), ("call", base + 4), ("call", base + 4)], log
+
+
+def test_call_threads_a_token_only_in_per_device_code():
+    from pmapkit.host_callback import _primitive
+    x = jnp.ones(3)
+    outside = jax.make_jaxpr(lambda v: hcb.call(lambda a: a, v, result_shape=v))(x)
+    assert outside.effects == {_primitive.host_callback_unordered_effect}
+    tap = jax.make_jaxpr(lambda v: hcb.id_tap(lambda a, t: None, v))(x)
+    assert tap.effects == {_primitive.host_callback_effect}
+    inside = jax.make_jaxpr(
+        lambda v: hcb.call(lambda a: a, v, result_shape=v), axis_env=[("i", 8)])(x)
+    assert inside.effects == {_primitive.host_callback_effect}

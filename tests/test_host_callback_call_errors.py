@@ -77,6 +77,52 @@ def test_one_device_programs_raise():
     hcb.barrier_wait()
 
 
+def _assert_every_device_fails(out):
+    """Every device's shard of ``out`` reads as the failure, none as a
+    value: the devices whose call did not fail raise too. Which device's
+    error a shard shows is the runtime's pick; a device that did not fail
+    reports the failure of the other one (device 3), with its cause."""
+    texts = []
+    for shard in sorted(out.addressable_shards, key=lambda s: s.device.id):
+        with pytest.raises(jax.errors.JaxRuntimeError) as info:
+            np.asarray(shard.data)
+        text = str(info.value)
+        assert "CallbackException" in text and "ValueError: user exception" in text, text
+        if "failed on" in text:
+            device_3 = str(jax.devices()[3])
+            assert "host_callback.call failed on 1 other device(s) of this computation" in text
+            assert f"(not on {device_3})" not in text, text
+            assert "every device's computation fails with it" in text
+        texts.append(text)
+    assert len(texts) == N
+    with pytest.raises(hcb.CallbackException) as barrier:
+        hcb.barrier_wait()
+    assert isinstance(barrier.value.__cause__, ValueError)
+
+
+def _region_programs():
+    P = jax.sharding.PartitionSpec
+    body = BODIES["psum_after"]
+    return {
+        "pmap_inside_jit": jax.jit(pmapkit.pmap(body, axis_name="i")),
+        "user_shard_map": jax.jit(jax.shard_map(
+            lambda x: body(x[0])[None], mesh=_mesh(), in_specs=P("i"),
+            out_specs=P("i"), check_vma=False)),
+    }
+
+
+@pytest.mark.parametrize("where", ["pmap_inside_jit", "user_shard_map"])
+def test_devices_that_did_not_fail_raise_too(where):
+    # Only device 3's call fails; the other seven devices must not hand back
+    # a value (a multi-process run shows it per process; here, per shard).
+    f = _region_programs()[where]
+    for _ in range(3):
+        _assert_every_device_fails(f(jnp.arange(N, dtype=jnp.float32)))
+    ok = jnp.arange(N, dtype=jnp.float32) + 10
+    np.testing.assert_array_equal(np.asarray(f(ok)), np.full(N, np.sum(np.arange(N) + 10.0)))
+    hcb.barrier_wait()
+
+
 # -- beyond pmapkit's own pmap programs --------------------------------------------
 def host_whole(x):
     if 3 in np.asarray(x):  # the whole value: device 3's slice among it

@@ -417,6 +417,34 @@ def test_nested_pmap_extra_code_taps_on_every_device():
     assert sorted(seen) == sorted(want)
 
 
+@pytest.mark.parametrize("outer,inner", [(2, 1), (2, 4)])
+def test_nested_pmap_extra_code_taps_in_program_order_per_device(outer, inner):
+    # test_tap_pmap_pmap_extra's order: per device "before", the inner
+    # pmap's "inside", then "after" (no token orders taps in nested regions;
+    # "after" once came before "inside"). Also through id_tap's ``result``.
+    seen, lock = [], threading.Lock()
+
+    def tap(what):
+        def record(arg, transforms, device):
+            with lock:
+                seen.append((device.id, what))
+        return record
+
+    def fun(xv):
+        xv = hcb.id_tap(tap("before"), xv + 1., tap_with_device=True)
+        res = pmapkit.pmap(lambda x: hcb.id_tap(tap("inside"), x, result=x * 2.,
+                                                tap_with_device=True))(xv)
+        return hcb.id_tap(tap("after"), res + 1., tap_with_device=True)
+    f = pmapkit.pmap(fun, devices=jax.devices()[:outer * inner])
+    m = np.arange(outer * inner * 3, dtype=np.float32).reshape(outer, inner, 3)
+    for _ in range(10):
+        seen.clear()
+        np.testing.assert_allclose(f(m), (m + 1) * 2 + 1)
+        hcb.barrier_wait()
+        for device in range(outer * inner):
+            assert [w for d, w in seen if d == device] == ["before", "inside", "after"], seen
+
+
 def test_nested_pmap_taps_keep_program_order_per_device(rec):
     def inner(x):
         for k in range(5):

@@ -3,8 +3,8 @@ omitted, and the keywords static_argnames, device, backend, keep_unused and
 inline. Each case runs beside jax.jit with the same options (NamedShardings
 of the same mesh, or none) and compares values and shardings with ``==``.
 """
+import importlib
 import pickle
-import sys
 
 import jax
 import jax.extend.core
@@ -15,8 +15,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 import pmapkit
 
-pjit_module = sys.modules["pmapkit.pjit"]
-calls_module = sys.modules["pmapkit.calls"]
+pjit_module = importlib.import_module("pmapkit.pjit")
+calls_module = importlib.import_module("pmapkit.calls")
 
 AXES = ("x", "y")
 DEVICES = np.array(jax.devices()).reshape(2, 4)

@@ -16,7 +16,7 @@ mesh contexts); they compare against jax.jit references directly.
 
 Arrays are tiny (8x8): compilation dominates the runtime.
 """
-import sys
+import importlib
 import threading
 
 import jax
@@ -30,7 +30,7 @@ from pmapkit import PartitionSpec as P
 
 # ``pmapkit.mesh`` is the context-manager function (re-exported by the
 # package), which shadows the submodule of the same name.
-mesh_module = sys.modules["pmapkit.mesh"]
+mesh_module = importlib.import_module("pmapkit.mesh")
 
 AXES = ("x", "y")
 MESH_SHAPES = [(1, 8), (2, 4), (4, 2)]

@@ -10,7 +10,7 @@ sides give one).
 The pjit'd functions are module-level, so their compiled programs are
 shared between tests.
 """
-import sys
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,7 @@ TOL = 1e-5
 
 # ``pmapkit.pjit`` is the function (re-exported by the package), which shadows
 # the submodule of the same name; the module itself is here.
-pjit_module = sys.modules["pmapkit.pjit"]
+pjit_module = importlib.import_module("pmapkit.pjit")
 
 MESH = pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), AXES)
 MESH_1x8 = pmapkit.Mesh(np.array(jax.devices()).reshape(1, 8), AXES)

@@ -11,7 +11,7 @@
   longer runs on jax 0.10.2 (its inner shard_map's mesh does not match the
   outer one), so nested results are checked against nested ``jax.vmap``.
 """
-import sys
+import importlib
 
 import numpy as np
 import pytest
@@ -27,7 +27,7 @@ import pmapkit
 from _checks import check, data
 
 INTERNAL = "_internal_pmap_axis_name"
-pmap_module = sys.modules["pmapkit.pmap"]  # the module (the package's pmap is the function)
+pmap_module = importlib.import_module("pmapkit.pmap")  # the module (the package's pmap is the function)
 
 
 def same_sharding_and_values(ours, theirs):

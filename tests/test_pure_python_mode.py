@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import pmapkit
+import pmapkit._compiled  # noqa: F401  (loaded on first use by `import pmapkit`)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(REPO, "pmapkit")

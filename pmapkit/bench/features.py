@@ -27,6 +27,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit.bench.features_nested",
     "pmapkit.bench.features_host_callback",
     "pmapkit.bench.features_export",
+    "pmapkit.bench.features_startup",
     "pmapkit.bench.features_colocated",
     "pmapkit.bench.features_debugging",
     "pmapkit.bench.features_multiprocess",

@@ -43,14 +43,31 @@ from jax.export import (
 from pmapkit.export._call import DeviceCountError, call, call_exported
 from pmapkit.export._container import CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS
 from pmapkit.export._errors import DeserializationError
-from pmapkit.export._export import (
-    default_export_platform, default_lowering_platform, export)
 from pmapkit.export._exported import Exported, from_jax, to_jax
 from pmapkit.export._poly import (
     args_specs, poly_spec, poly_specs, shape_and_dtype_jax_array,
     symbolic_args_specs, symbolic_shape)
 from pmapkit.export._safety import DisabledSafetyCheck
 from pmapkit.export._serialize import artifact_info, deserialize, serialize
+
+# The exporter (``export`` and its platform defaults) needs pmapkit's
+# lowering and its pmap/pjit; a program that only loads and calls artifacts
+# does not: it is loaded on first use.
+_EXPORTER = ("default_export_platform", "default_lowering_platform", "export")
+
+
+def __getattr__(name):
+    if name in _EXPORTER:
+        from pmapkit.export import _export
+        value = getattr(_export, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTER))
+
 
 #: jax.experimental.export's names for the calling-convention range.
 minimum_supported_serialization_version = minimum_supported_calling_convention_version

@@ -2,8 +2,9 @@
 
 ``id_tap``/``id_print`` call a Python function on the host with runtime
 values and return their argument unchanged; ``call`` returns what the host
-function computed, of a declared shape; ``barrier_wait`` waits for every
-callback issued so far and raises ``CallbackException`` if one failed. They
+function computed, of a declared shape; ``barrier_wait`` waits for the
+callbacks issued so far (taps; see below for ``call``) and raises
+``CallbackException`` if one failed. They
 work eagerly, under ``jax.jit``, ``vmap`` (the tap sees the batched value and
 a ``("batch", {"batch_dims": ...})`` transform), ``jvp``/``grad`` (the tap
 fires once, on primal values; a tap on tangents taps their cotangents when
@@ -11,13 +12,25 @@ transposed, with a ``("transpose", {})`` transform), ``checkpoint`` (it fires
 again when rematerialized), control flow, ``pmapkit.pmap`` (once per device,
 with that device's slice; in nested pmaps too) and ``pmapkit.pjit`` (once,
 with the whole operand). A failing tap never stops the device computation:
-its exception waits for ``barrier_wait``. A failing ``call`` fails its
-computation and the caller gets the error (as from ``jax.pure_callback``)
-in a program on one device, and in a ``pmapkit.pmap`` over several devices
-(every device fails at the end of the body: one failing alone would leave
-the others blocked in a collective until XLA:CPU aborts); in other programs
-over several devices (``pmapkit.pjit``, a pmap inside the user's
-``jax.jit``) its device gets zeros. ``barrier_wait`` raises it in every case.
+its exception waits for ``barrier_wait``. A failing ``call`` (its function
+raises, or returns another shape or dtype) fails its computation and never
+hands back a value: in a program on one device the caller gets the error
+(as from ``jax.pure_callback`` in the same place: JAX's runtime error, or
+the ``ValueError`` of JAX's C++ dispatch path, whose message carries the
+``CallbackException`` and the original error); in a whole-mesh program
+(``jax.jit``, ``pmapkit.pjit``) over several devices every device raises it
+at the call; in a ``pmapkit.pmap`` (also inside the user's ``jax.jit``),
+nested pmaps and a user's ``jax.shard_map`` every device of the region
+fails at its end (one failing alone would leave the others blocked in a
+collective until XLA:CPU aborts); over several processes every process's
+computation fails. ``barrier_wait`` raises it too, in every case.
+
+Callbacks from one device run in program order. A ``call`` made directly
+in the body of a ``jax.jit`` (not in a pmap body or a ``shard_map``, nor in
+a ``scan``/``cond``/``while`` body there), or eagerly, is ordered within its
+program only: its program carries no effect token, so it dispatches as
+cheaply as one with ``jax.pure_callback``; wait for its result, not for
+``barrier_wait``, to know it ran.
 
 ``LEGACY_SEMANTICS`` is True: these are the semantics of the classic
 module's legacy implementation (``JAX_HOST_CALLBACK_LEGACY=True``, its
@@ -46,7 +59,7 @@ import numpy as np
 from pmapkit import _jax_private as jp
 from pmapkit.host_callback import (  # noqa: F401
     _failures, _printing, _region_checks, _runtime, _whole_mesh, _while_fix)
-from pmapkit.host_callback._primitive import outside_call_p
+from pmapkit.host_callback._primitive import call_is_ordered, outside_call_p
 from pmapkit.host_callback._runtime import CallbackException
 from pmapkit.rules import host_callback as _rules  # noqa: F401  (registers the rules)
 
@@ -126,12 +139,12 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
     must match ``result_shape``: a pytree of ``ShapeDtypeStruct``s, arrays or
     scalars (``None``/``()`` for no result). Under pmap each device calls with
     its slice and gets its own result back. If the function raises or
-    returns another shape or dtype, a program on one device, or a
-    ``pmapkit.pmap`` over several, fails with a ``CallbackException``
-    (chained to the original) that the caller gets; in other programs over
-    several devices the device gets zeros of the declared shapes and dtypes.
-    Either way the next ``barrier_wait`` raises it too. Under
-    ``vmap`` it raises NotImplementedError, as the legacy module did."""
+    returns another shape or dtype, the computation fails wherever it runs
+    (one device, a whole-mesh program, a pmap, a ``shard_map``; see the
+    module docstring), with an error naming the ``CallbackException``
+    chained to the original; no device gets a made-up value. The next
+    ``barrier_wait`` raises it too. Under ``vmap`` it raises
+    NotImplementedError, as the legacy module did."""
     _check_flavor(callback_flavor, "call")
     return _outside_call(callback_func, arg, identity=False,
                          with_device=call_with_device, device_index=device_index,
@@ -139,10 +152,13 @@ def call(callback_func, arg, *, result_shape=None, call_with_device=False,
 
 
 def barrier_wait(logging_name=None):
-    """Block until every callback issued so far, on every local device and
-    from every thread, has run. Raises ``CallbackException`` (chained to it)
-    if a callback function raised since the previous ``barrier_wait`` — the
-    last exception, or an interrupt (``KeyboardInterrupt``) if one came."""
+    """Block until every tap issued so far, and every ``call`` but those
+    made directly in a ``jax.jit`` body or eagerly, on every local device and
+    from every thread, has run. (Those run with their program, which carries
+    no token to wait on: their result being ready says they ran.)
+    Raises ``CallbackException`` (chained to it) if a callback function
+    raised since the previous ``barrier_wait`` — the last exception, or an
+    interrupt (``KeyboardInterrupt``) if one came."""
     if _runtime.inside_callback():
         # It would wait for the computation that is running this callback.
         raise RuntimeError(
@@ -216,7 +232,8 @@ def _outside_call(func, arg, *, identity, with_device, device_index, api,
         callback=_runtime.CallbackWrapper(func, identity, with_device),
         arg_treedef=arg_treedef, num_args=len(flat_args), identity=identity,
         result_treedef=result_treedef, flat_results_aval=flat_results_aval,
-        transforms=(), device_index=device_index, ordered=True)
+        transforms=(), device_index=device_index,
+        ordered=identity or call_is_ordered())
     if not identity:
         return jax.tree_util.tree_unflatten(result_treedef, outs)
     if result_tree is not None:

@@ -15,16 +15,22 @@ Params (hashable, so equal programs share compilations):
   flat_results_aval tuple of ShapedArray of call's result (() for a tap)
   transforms        tuple of ("batch", batch_dims) ... applied so far
   device_index      which device of a whole-mesh (jit/pjit) program calls back
-  ordered           False only inside a pmap nested in another (see below)
+  ordered           whether it threads the ordered effect token (below)
 
-Every equation carries ``host_callback_effect``: ordered (callbacks from one
-device run in program order), so no transformation or DCE drops it, and
+Taps, and calls in per-device code (a pmap body, a ``shard_map``) or in
+bodies staged inside a program (``scan``, ``cond``...), carry
+``host_callback_effect``: ordered (callbacks from one device run in program
+order, across programs too), so no transformation or DCE drops them, and
 shardable (allowed in programs spanning several devices). No effect token
 can enter nested pmaps (XLA aborts compiling it), so in the body of a pmap
 with nested pmaps the equations are rewritten (``manual_regions``) to
 ``ordered=False`` with the unordered ``host_callback_unordered_effect``:
-still never dropped, and XLA:CPU runs the side-effecting calls of one device
-in program order.
+still never dropped; there a tap hands back its operands through the host
+(``_echoed``), so what follows it in the program runs after it. A ``call``
+bound directly in a program's body or eagerly (``call_is_ordered``) is
+``ordered=False`` from the start: no token enters or leaves its program, which JAX then dispatches on its C++
+fast path (``_jax_private.fast_dispatch_despite``), and its lowering keeps
+it in program order within the program (``_program_order_token``).
 
 Lowering: a host callback threaded on the effect's token. In a manual SPMD
 region (a pmap body) every device calls back with its own slice and its
@@ -67,10 +73,18 @@ for _registry in (jp.lowerable_effects, jp.control_flow_allowed_effects,
                   jp.remat_allowed_effects, jp.partial_eval_kept_effects):
     _registry.add_type(HostCallbackEffect)
     _registry.add_type(HostCallbackUnorderedEffect)
+# Unordered equations at the top of a jit's jaxpr are ``call``s bound
+# directly in a program's body (``call_is_ordered``; taps are unordered only in
+# the bodies of nested pmaps, rewritten when lowered): kept by every
+# transformation, but no token to thread and nothing for ``barrier_wait``
+# to wait on (the program's results are what they compute), so their
+# programs dispatch on JAX's fast path, as ``jax.pure_callback``'s do.
+jp.fast_dispatch_despite(HostCallbackUnorderedEffect)
 
 # A failed call fails its computation (it raises, or every device raises
 # with it); the next computation with callbacks must not fail with it too.
-jp.drop_failed_effect_tokens(HostCallbackEffect)
+# (And the token is handed on without a device_put per call.)
+jp.hand_on_effect_tokens(HostCallbackEffect)
 
 outside_call_p = Primitive("pmapkit_outside_call")
 outside_call_p.multiple_results = True
@@ -84,6 +98,18 @@ def _abstract_eval(*avals, callback, arg_treedef, num_args, identity,
     del callback, arg_treedef, num_args, result_treedef, transforms, device_index
     outs = list(avals) if identity else list(flat_results_aval)
     return outs, {host_callback_effect if ordered else host_callback_unordered_effect}
+
+
+def call_is_ordered():
+    """Whether a ``call`` bound now threads the ordered token: in code that
+    runs per device (a pmap body, a ``shard_map``), where its failure checks
+    and its order with the device's taps go by the token, and in bodies
+    staged inside a program (``scan``, ``cond``, ``while``, an inner
+    ``jit``), which no token of the program's own chain can enter. Directly
+    in a program's body (a jit on one device, a whole-mesh program) or
+    eagerly it needs none: its program's results are what it computes, its
+    failure fails them, and its lowering keeps it in program order."""
+    return jp.in_named_axis_scope() or jp.staging_depth() > 1
 
 
 outside_call_p.def_effectful_abstract_eval(_abstract_eval)
@@ -206,28 +232,99 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 f"host_callback device_index={device_index} is out of range "
                 f"for a computation on {len(devices)} device(s).")
         if not identity and len(devices) > 1 and _whole_mesh_lowering is not None:
-            return _whole_mesh_lowering(ctx, args, devices, dict(
+            params = dict(
                 callback=callback, arg_treedef=arg_treedef, num_args=num_args,
                 identity=identity, result_treedef=result_treedef,
                 flat_results_aval=flat_results_aval, transforms=transforms,
-                device_index=device_index, ordered=ordered))
+                device_index=device_index, ordered=True)
+            if ordered:
+                return _whole_mesh_lowering(ctx, args, devices, params)
+            # Its region takes the program-order token as an ordered call's
+            # region takes the effect's (made in the program when none comes in).
+            token, chain = _program_order_token(ctx)
+            region_ctx = dataclasses.replace(
+                ctx, tokens_in=mlir.TokenSet({host_callback_effect: token}),
+                tokens_out=None)
+            outs = _whole_mesh_lowering(region_ctx, args, devices, params)
+            _chain_on(ctx, chain, region_ctx.tokens_out.get(host_callback_effect))
+            return outs
         # A tap never fails its computation; a call on one device fails the
         # whole computation by raising.
         host_fn = functools.partial(_one_device_host_fn, devices[device_index],
                                     invoker(_runtime.RAISE))
         operands, operand_avals = tapped, tapped_avals
         op_sharding = _maximal_op_sharding(device_index, result_avals)
-    token = ctx.tokens_in.get(host_callback_effect) if ordered else None
+    if identity and not ordered:
+        # No token orders this tap before what follows it: its operands come
+        # back through the host, so what uses them runs after it.
+        host_fn = functools.partial(_echoed, host_fn, len(args) - num_args, len(args))
+        operands = [*operands, *args[num_args:]]
+        operand_avals = [*operand_avals, *ctx.avals_in[num_args:]]
+        result_avals = list(ctx.avals_in)
+        op_sharding = (_manual_op_sharding(result_avals)
+                       if isinstance(axis_context, mlir.SPMDAxisContext)
+                       else _maximal_op_sharding(device_index, result_avals))
+    if ordered:
+        token, chain = ctx.tokens_in.get(host_callback_effect), "effect"
+    elif not identity and not isinstance(axis_context, mlir.SPMDAxisContext):
+        token, chain = _program_order_token(ctx)
+    else:
+        token, chain = None, None
     # The callback op takes ``operands`` and returns ``result_avals``; the
     # context handed to JAX describes that op, not this equation.
     op_ctx = dataclasses.replace(ctx, avals_in=operand_avals, avals_out=result_avals)
     results, token, _ = mlir.emit_python_callback(
         op_ctx, host_fn, token, operands, operand_avals, result_avals,
-        has_side_effect=True, returns_token=ordered, sharding=op_sharding)
-    if ordered:
+        has_side_effect=True, returns_token=chain is not None, sharding=op_sharding)
+    if chain is not None:
+        _chain_on(ctx, chain, token)
+    if identity and ordered:
+        return list(args)
+    return list(results)
+
+
+def _echoed(host_fn, num_extra, num_echoed, *operands):
+    """An unordered tap's host side: the tap (on the operands but the last
+    ``num_extra``, ``id_tap``'s ``result``), then the last ``num_echoed``
+    operands handed back (all but the partition id)."""
+    host_fn(*operands[:len(operands) - num_extra])
+    return tuple(operands[len(operands) - num_echoed:]) if num_echoed else ()
+
+
+def _chain_on(ctx, chain, token):
+    """Hand ``token``, out of a callback op, to the next one in order."""
+    if chain == "effect":
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(
             mlir.TokenSet({host_callback_effect: token})))
-    return list(args) if identity else list(results)
+    else:
+        chain[_current_block()] = token
+
+
+def _current_block():
+    return mlir.ir.InsertionPoint.current.block
+
+
+def _program_order_token(ctx):
+    """The token that keeps an unordered ``call`` (one directly in a
+    program's body, token-free so its program dispatches on JAX's fast
+    path) in program order with the host callbacks before it on its device: the
+    ordered effect's token where the code around it threads one (it has
+    taps), else a chain of the calls lowered into the same block (a token
+    made inside the program: nothing crosses programs). Returns ``(token,
+    chain)``: where the token that comes out goes."""
+    if host_callback_effect in ctx.tokens_in.effects():
+        return ctx.tokens_in.get(host_callback_effect), "effect"
+    # A dict in the module's lowering cache: it lives as long as the module
+    # being lowered; a block's calls are lowered in program order.
+    chains = ctx.module_context.lowering_cache.setdefault(_CHAINS_KEY, {})
+    block = _current_block()
+    token = chains.get(block)
+    if token is None:
+        token = jp.create_token_op()
+    return token, chains
+
+
+_CHAINS_KEY = ("pmapkit_host_callback_call_order",)
 
 
 # How a ``call`` in a whole-mesh program over several devices is lowered

@@ -25,7 +25,7 @@ computation depends on where it runs (``on_failure``, chosen when lowering):
   a collective until XLA:CPU aborts the process.
 
 A failed computation's effect token is dropped before the next computation
-with callbacks takes it (``_jax_private.drop_failed_effect_tokens``), so
+with callbacks takes it (``_jax_private.hand_on_effect_tokens``), so
 only the failed computation fails.
 """
 from __future__ import annotations

@@ -4,5 +4,13 @@ One module per transformation: jvp, batching (vmap), checkify, partial evaluatio
 (linearize / grad), transpose, dead-code elimination, checkpoint, and the
 typecheck rules of ``jax_enable_checks``.
 """
+import importlib
+
+from pmapkit import _jax_private as jp
 from pmapkit.rules import (  # noqa: F401
-    batching, checkify, dce, jvp, partial_eval, remat, transpose, typecheck)
+    batching, dce, jvp, partial_eval, remat, transpose, typecheck)
+
+# checkify's rules are registered when a program imports checkify (before
+# any checkify trace can start): importing it costs start-up time.
+jp.when_imported(jp.CHECKIFY_MODULE,
+                 lambda: importlib.import_module("pmapkit.rules.checkify"))
