@@ -64,13 +64,16 @@ class CacheEntry:
 
     ``ready`` flips once the compiling thread is done (successfully or not);
     threads that find a not-ready entry wait on ``event`` (the wait releases
-    the GIL).
+    the GIL). ``failure`` (``"TypeError: ..."``) marks an entry whose compile
+    raised: for that caller's arguments, which may be values another call of
+    the signature does not share (a committed device, an alias), so no other
+    call ever gets that error; the next call of the signature compiles anew.
     """
 
     def __init__(self):
         self.ready = False
         self.fallback = False
-        self.error = None
+        self.failure = None
         self.event = threading.Event()
         self.fastpath = None
         self.executable = None
@@ -420,9 +423,9 @@ class DispatchFunction:
                 return self._compile_entry(entry, args, kwargs, cache, key, leaves)
         if not entry.ready:
             entry.event.wait()
-            if entry.error is not None:
-                raise entry.error
         if entry.fallback:
+            if entry.failure is not None:
+                return self._retry_failed(entry, args, kwargs, cache, key, leaves)
             return self._python_call(args, kwargs)
         self._clock += 1
         entry.last_used = self._clock
@@ -481,8 +484,12 @@ class DispatchFunction:
             drop = True
             raise
         except BaseException as exc:
+            # Waiters and later calls of the signature run their own miss
+            # (``_retry_failed``); only the text is kept (for
+            # ``_debug_cache_keys``), not the exception and the frames, with
+            # this call's arguments, its traceback holds.
             entry.fallback = True
-            entry.error = exc
+            entry.failure = f"{type(exc).__name__}: {exc}"
             raise
         finally:
             self._clock += 1
@@ -498,6 +505,21 @@ class DispatchFunction:
                 elif len(cache) > self._cache_size_limit:
                     self._evict(cache)
         return result[0]
+
+    def _retry_failed(self, failed, args, kwargs, cache, key, leaves):
+        """A call whose entry's compile failed (for another call's arguments,
+        or this signature's: the miss tells): the first such call replaces
+        the entry with its own and compiles it; any other (the entry already
+        replaced or cleared) takes Python with its own arguments. Never the
+        failed call's error, never a wait on another failure."""
+        fresh = CacheEntry()
+        with self._lock:
+            replace = cache.get(key) is failed
+            if replace:
+                cache[key] = fresh
+        if not replace:
+            return self._python_call(args, kwargs)
+        return self._compile_entry(fresh, args, kwargs, cache, key, leaves)
 
     def _set_sign_global(self):
         # Keys of every sharer must tell global arrays apart from now on.
