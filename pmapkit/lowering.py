@@ -319,11 +319,14 @@ class CompiledProgram:
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
         sharding = self.in_shardings[i]
         aval = self.in_avals[i]
+        # A donated input that moves is a copy (as the Mover's): the
+        # caller's array, maybe passed elsewhere in the call too, lives on.
+        alias = None if self.donated is None or i not in self.donated else False
         if isinstance(x, jp.PRNGKeyArray):
             if x.is_deleted():
                 jp.raise_if_deleted(x._base_array)
             if x.sharding != sharding:
-                x = jax.device_put(x, sharding)
+                x = jax.device_put(x, sharding, may_alias=alias)
             return x._base_array
         if isinstance(x, jp.ArrayImpl):
             if x.is_deleted():
@@ -332,7 +335,7 @@ class CompiledProgram:
                     and x.aval.dtype == aval.dtype):
                 # Same devices and slices under another name: re-view, no copy.
                 return x._rewrap_with_aval_and_sharding(x.aval, sharding)
-            return jax.device_put(x, sharding)
+            return jax.device_put(x, sharding, may_alias=alias)
         if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
             return self.host_specs[i].put(np.asarray(x))
         return jax.device_put(x, sharding)
@@ -347,7 +350,7 @@ class CompiledProgram:
 
     def _run_flat(self, args):
         if self.donated is not None:
-            check_donated_aliases(args, self.donated)
+            check_donated_aliases(args, self.donated, in_shardings=self.in_shardings)
         entry = _dispatch_mod.CacheEntry()
         data = self.fastpath(None)
         entry.populate(data, LEAF_TYPES)
@@ -447,13 +450,22 @@ def same_layout(x, want):
         return False
 
 
-def find_donated_alias(flat, donated):
+def find_donated_alias(flat, donated, in_shardings=None):
     """``(i, j)``: flat leaf ``i`` is donated and the same array as leaf
-    ``j``; None when no donated array appears twice."""
+    ``j``; None when no donated array appears twice.
+
+    With ``in_shardings`` (the program's, per flat input), only a donated
+    array laid out as its position takes it counts: its own buffers would be
+    donated. One that must move is donated as its moved copy (``moves``,
+    ``shard_fallback``: always a copy), so the caller's array, wherever else
+    it is passed, is never handed to the program to overwrite (as jax.pmap
+    and jax.jit run such calls)."""
     first = {}
     for i in donated:
         x = flat[i]
         if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
+            if in_shardings is not None and not same_layout(x, in_shardings[i]):
+                continue
             if id(x) in first:
                 return first[id(x)], i
             first[id(x)] = i
@@ -464,11 +476,13 @@ def find_donated_alias(flat, donated):
     return None
 
 
-def check_donated_aliases(flat, donated, describe=None, api="pmapkit"):
+def check_donated_aliases(flat, donated, describe=None, api="pmapkit",
+                          in_shardings=None):
     """Raise ``ArgumentAliasError`` naming both positions when a donated
     array is also another argument of the call: XLA would be handed one
-    buffer as two inputs, one of which it may overwrite (JAX crashes)."""
-    found = find_donated_alias(flat, donated)
+    buffer as two inputs, one of which it may overwrite (JAX crashes).
+    ``in_shardings``: see ``find_donated_alias``."""
+    found = find_donated_alias(flat, donated, in_shardings)
     if found is None:
         return
     if describe is None:

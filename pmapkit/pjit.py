@@ -610,7 +610,8 @@ def _cache_miss(spec, *args, **kwargs):
     if strict is not None:
         committed_inputs.check(flat, prepared.params["in_shardings"], strict,
                                _input_names(spec, prepared, args, kwargs))
-    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
+    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs,
+                                 prepared.params["in_shardings"])
     compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
     out_shardings = None
