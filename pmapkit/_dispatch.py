@@ -551,7 +551,7 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
-        if self._max_static >= nargs and not self._static_names:
+        if self._max_static >= nargs and not self._static_names and not kwargs:
             return None  # the miss path says which static is missing
         signed = self._sign_simple(args, kwargs)
         if signed is not None:

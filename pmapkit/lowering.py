@@ -822,12 +822,15 @@ def _outer_jit(primitive, params, in_avals, named=True):
     return jitted
 
 
-def lower_program(primitive, params, in_avals):
-    """``jax.stages.Lowered`` of the top-level program running one equation."""
+def lower_program(primitive, params, in_avals, keep_unused=False):
+    """``jax.stages.Lowered`` of the top-level program running one equation;
+    ``keep_unused``: the program keeps the inputs it does not use (pjit's
+    option), else they are pruned."""
     in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
     donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
     jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
-                     out_shardings=out_shardings, donate_argnums=donate)
+                     out_shardings=out_shardings, donate_argnums=donate,
+                     keep_unused=keep_unused)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     with _outside_ambient_mesh(), own_jit_of_pmap():
@@ -866,14 +869,14 @@ def compile_pmap(params, in_avals) -> CompiledProgram:
     return compile_program(pmap_p, params, in_avals)
 
 
-def compile_program(primitive, params, in_avals) -> CompiledProgram:
-    key = (primitive, _params_key(params, in_avals))
+def compile_program(primitive, params, in_avals, keep_unused=False) -> CompiledProgram:
+    key = (primitive, _params_key(params, in_avals), keep_unused)
     with _compile_lock:
         hit = _compile_cache.get(key)
         if hit is not None:
             _compile_cache.move_to_end(key)
             return hit
-    lowered = lower_program(primitive, params, in_avals)
+    lowered = lower_program(primitive, params, in_avals, keep_unused)
     # A body traced anew (a lambda made per call, a closure) that lowers to
     # the very program compiled before runs that program: one compile per
     # program, whichever function object it came from.
