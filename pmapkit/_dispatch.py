@@ -462,21 +462,7 @@ class DispatchFunction:
         drop = False
         try:
             result = self._cache_miss(*args, **kwargs)
-            fastpath = result[1]
-            if fastpath is None:
-                entry.fallback = True
-            elif fastpath.signs_global and not self._sign_global and self._has_global(leaves):
-                # Global arrays must sign apart from local ones of their
-                # shape, and this key was made without telling them apart:
-                # sign them apart from now on and key this call anew. (A key
-                # of local arrays only stays valid: they sign the same.)
-                self._set_sign_global()
-                entry.fallback = True
-                drop = True
-            else:
-                if fastpath.signs_global:
-                    self._set_sign_global()
-                entry.populate(fastpath, self._types)
+            drop = not self._fill(entry, result[1], leaves)
         except ArgumentAliasError:
             # About this call's values only: waiters take Python with their
             # own arguments, and the next call of the signature compiles.
@@ -492,34 +478,62 @@ class DispatchFunction:
             entry.failure = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            self._clock += 1
-            entry.last_used = self._clock
-            if self._shared.clock < self._clock:
-                self._shared.clock = self._clock  # a new sharer starts from here
-            entry.ready = True
-            entry.event.set()
-            with self._lock:
-                if drop:
-                    if cache.get(key) is entry:
-                        del cache[key]
-                elif len(cache) > self._cache_size_limit:
-                    self._evict(cache)
+            self._finish(entry, cache, key, drop)
         return result[0]
+
+    def _fill(self, entry, fastpath, leaves):
+        """``entry`` made from a miss's fast-path data (None: the signature
+        runs on the Python path); False when the entry must not be kept."""
+        if fastpath is None:
+            entry.fallback = True
+            return True
+        if fastpath.signs_global and not self._sign_global and self._has_global(leaves):
+            # Global arrays must sign apart from local ones of their shape,
+            # and this key was made without telling them apart: sign them
+            # apart from now on and key this call anew. (A key of local
+            # arrays only stays valid: they sign the same.)
+            self._set_sign_global()
+            entry.fallback = True
+            return False
+        if fastpath.signs_global:
+            self._set_sign_global()
+        entry.populate(fastpath, self._types)
+        return True
+
+    def _finish(self, entry, cache, key, drop):
+        """Mark ``entry`` ready (waking its waiters); drop it from ``cache``
+        or keep the cache within its bound."""
+        self._clock += 1
+        entry.last_used = self._clock
+        if self._shared.clock < self._clock:
+            self._shared.clock = self._clock  # a new sharer starts from here
+        entry.ready = True
+        entry.event.set()
+        with self._lock:
+            if drop:
+                if cache.get(key) is entry:
+                    del cache[key]
+            elif len(cache) > self._cache_size_limit:
+                self._evict(cache)
 
     def _retry_failed(self, failed, args, kwargs, cache, key, leaves):
         """A call whose entry's compile failed (for another call's arguments,
-        or this signature's: the miss tells): the first such call replaces
-        the entry with its own and compiles it; any other (the entry already
-        replaced or cleared) takes Python with its own arguments. Never the
-        failed call's error, never a wait on another failure."""
-        fresh = CacheEntry()
-        with self._lock:
-            replace = cache.get(key) is failed
+        or this signature's: its own miss tells): it runs its own miss, never
+        the failed call's error, and never waits on another. A success puts
+        its entry in place of the failed one (the signature takes the hit
+        path again); a failure costs what a Python-path call does (no entry
+        is made for it)."""
+        self._misses += 1
+        result = self._cache_miss(*args, **kwargs)
+        entry = CacheEntry()
+        if self._fill(entry, result[1], leaves):
+            with self._lock:
+                replace = cache.get(key) is failed
+                if replace:
+                    cache[key] = entry
             if replace:
-                cache[key] = fresh
-        if not replace:
-            return self._python_call(args, kwargs)
-        return self._compile_entry(fresh, args, kwargs, cache, key, leaves)
+                self._finish(entry, cache, key, False)
+        return result[0]
 
     def _set_sign_global(self):
         # Keys of every sharer must tell global arrays apart from now on.

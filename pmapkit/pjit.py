@@ -20,7 +20,6 @@ the keywords those releases added.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import threading
@@ -460,20 +459,17 @@ class MeshChangedError(RuntimeError, ValueError):
 _tracing = threading.local()
 
 
-@contextlib.contextmanager
-def _tracing_on(mesh):
-    stack = _tracing.__dict__.setdefault("meshes", [])
-    stack.append(mesh)
-    try:
-        yield
-    finally:
-        stack.pop()
+def _tracing_meshes():
+    meshes = getattr(_tracing, "meshes", None)
+    if meshes is None:
+        meshes = _tracing.meshes = []
+    return meshes
 
 
 def _check_enclosing_mesh(spec, prepared):
     """A pjit traced inside another pjit's body, under a mesh context over
     devices other than the enclosing pjit's mesh: refused before binding."""
-    stack = _tracing.__dict__.get("meshes")
+    stack = getattr(_tracing, "meshes", None)
     if not stack or spec.device is not None or active_mesh() is None:
         return
     outer = set(stack[-1].devices.flat)
@@ -574,10 +570,15 @@ def _prepare(spec, args, kwargs):
             return hit.with_flat_args(flat)
 
     fun = functools.partial(spec.fun, **static_kw) if static_kw else spec.fun
-    with _trace_context(mesh), _tracing_on(mesh):
-        jaxpr, consts, out_tree = calls.trace_user_fun(
-            "pjit", fun, static, statics, nargs, in_tree,
-            plain_avals(in_avals), describe)
+    tracing = _tracing_meshes()
+    tracing.append(mesh)  # what a pjit in the body checks its mesh against
+    try:
+        with _trace_context(mesh):
+            jaxpr, consts, out_tree = calls.trace_user_fun(
+                "pjit", fun, static, statics, nargs, in_tree,
+                plain_avals(in_avals), describe)
+    finally:
+        tracing.pop()
     if spec.out_unspecified:
         out_shardings = (_CHOSEN,) * len(jaxpr.outvars)
     else:
