@@ -148,12 +148,13 @@ def build_registry(mode):
     and every worker."""
     from stress import (bad_colocated, bad_export, bad_host_callback, bad_launch,
                         bad_pjit, bad_pmap, concurrency, donation, fuzz, memory, selftest)
-    from stress import miss_errors
     reg = Registry(mode)
     for module in (bad_pmap, bad_pjit, bad_host_callback, bad_export,
-                   bad_colocated, bad_launch, fuzz, concurrency, miss_errors, memory,
-                   donation, selftest):
+                   bad_colocated, bad_launch, fuzz, concurrency, memory, donation,
+                   selftest):
         module.register(reg)
+    from stress import miss_errors
+    miss_errors.register(reg)
     return reg
 
 
