@@ -122,7 +122,7 @@ cdef class DispatchFunction:
                                dict cache, object key, list leaves)
     cdef bint _fill(self, CacheEntry entry, object fastpath, list leaves) except -1
     cdef _finish(self, CacheEntry entry, dict cache, object key, bint drop)
-    @cython.locals(entry=CacheEntry, replace=bint)
+    @cython.locals(fresh=CacheEntry, replace=bint)
     cdef object _retry_failed(self, CacheEntry failed, tuple args, dict kwargs,
                               dict cache, object key, list leaves)
     cdef _set_sign_global(self)

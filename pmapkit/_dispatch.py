@@ -518,22 +518,20 @@ class DispatchFunction:
 
     def _retry_failed(self, failed, args, kwargs, cache, key, leaves):
         """A call whose entry's compile failed (for another call's arguments,
-        or this signature's: its own miss tells): it runs its own miss, never
-        the failed call's error, and never waits on another. A success puts
-        its entry in place of the failed one (the signature takes the hit
-        path again); a failure costs what a Python-path call does (no entry
-        is made for it)."""
-        self._misses += 1
-        result = self._cache_miss(*args, **kwargs)
-        entry = CacheEntry()
-        if self._fill(entry, result[1], leaves):
-            with self._lock:
-                replace = cache.get(key) is failed
-                if replace:
-                    cache[key] = entry
+        or this signature's: its own miss tells) runs its own miss, never
+        the failed call's error. The first such call puts a fresh entry in
+        place of the failed one and compiles it (calls arriving meanwhile
+        wait on it, as on any miss: one compile, not one per thread); any
+        other (the entry already replaced or cleared) takes Python with its
+        own arguments, never waiting on another failure."""
+        fresh = CacheEntry()
+        with self._lock:
+            replace = cache.get(key) is failed
             if replace:
-                self._finish(entry, cache, key, False)
-        return result[0]
+                cache[key] = fresh
+        if replace:
+            return self._compile_entry(fresh, args, kwargs, cache, key, leaves)
+        return self._python_call(args, kwargs)
 
     def _set_sign_global(self):
         # Keys of every sharer must tell global arrays apart from now on.
