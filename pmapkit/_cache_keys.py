@@ -174,9 +174,9 @@ def _shardings_words(entry, n_leaves):
 def _state_words(entry):
     if not entry.ready:
         return "compiling"
-    if entry.error is not None:
-        return (f"failed ({type(entry.error).__name__}: {entry.error}); calls "
-                "with this signature retry on the Python path")
+    if entry.failure is not None:
+        return (f"failed ({entry.failure}); the next call with this signature "
+                "compiles again")
     if entry.fallback:
         return "runs on the Python path (effects, host callbacks or an outer trace)"
     return "compiled (fast path)"

@@ -14,7 +14,7 @@ cdef class LeafTypes:
 cdef class CacheEntry:
     cdef public bint ready
     cdef public bint fallback
-    cdef public object error
+    cdef public object failure
     cdef public object event
     cdef public object fastpath
     cdef public object executable
@@ -120,6 +120,11 @@ cdef class DispatchFunction:
     @cython.locals(drop=bint)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
                                dict cache, object key, list leaves)
+    cdef bint _fill(self, CacheEntry entry, object fastpath, list leaves) except -1
+    cdef _finish(self, CacheEntry entry, dict cache, object key, bint drop)
+    @cython.locals(fresh=CacheEntry, replace=bint)
+    cdef object _retry_failed(self, CacheEntry failed, tuple args, dict kwargs,
+                              dict cache, object key, list leaves)
     cdef _set_sign_global(self)
     cdef bint _has_global(self, list leaves) except -1
     @cython.locals(excess=Py_ssize_t, ready=list)

@@ -64,13 +64,16 @@ class CacheEntry:
 
     ``ready`` flips once the compiling thread is done (successfully or not);
     threads that find a not-ready entry wait on ``event`` (the wait releases
-    the GIL).
+    the GIL). ``failure`` (``"TypeError: ..."``) marks an entry whose compile
+    raised: for that caller's arguments, which may be values another call of
+    the signature does not share (a committed device, an alias), so no other
+    call ever gets that error; the next call of the signature compiles anew.
     """
 
     def __init__(self):
         self.ready = False
         self.fallback = False
-        self.error = None
+        self.failure = None
         self.event = threading.Event()
         self.fastpath = None
         self.executable = None
@@ -420,9 +423,9 @@ class DispatchFunction:
                 return self._compile_entry(entry, args, kwargs, cache, key, leaves)
         if not entry.ready:
             entry.event.wait()
-            if entry.error is not None:
-                raise entry.error
         if entry.fallback:
+            if entry.failure is not None:
+                return self._retry_failed(entry, args, kwargs, cache, key, leaves)
             return self._python_call(args, kwargs)
         self._clock += 1
         entry.last_used = self._clock
@@ -459,21 +462,7 @@ class DispatchFunction:
         drop = False
         try:
             result = self._cache_miss(*args, **kwargs)
-            fastpath = result[1]
-            if fastpath is None:
-                entry.fallback = True
-            elif fastpath.signs_global and not self._sign_global and self._has_global(leaves):
-                # Global arrays must sign apart from local ones of their
-                # shape, and this key was made without telling them apart:
-                # sign them apart from now on and key this call anew. (A key
-                # of local arrays only stays valid: they sign the same.)
-                self._set_sign_global()
-                entry.fallback = True
-                drop = True
-            else:
-                if fastpath.signs_global:
-                    self._set_sign_global()
-                entry.populate(fastpath, self._types)
+            drop = not self._fill(entry, result[1], leaves)
         except ArgumentAliasError:
             # About this call's values only: waiters take Python with their
             # own arguments, and the next call of the signature compiles.
@@ -481,23 +470,68 @@ class DispatchFunction:
             drop = True
             raise
         except BaseException as exc:
+            # Waiters and later calls of the signature run their own miss
+            # (``_retry_failed``); only the text is kept (for
+            # ``_debug_cache_keys``), not the exception and the frames, with
+            # this call's arguments, its traceback holds.
             entry.fallback = True
-            entry.error = exc
+            entry.failure = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            self._clock += 1
-            entry.last_used = self._clock
-            if self._shared.clock < self._clock:
-                self._shared.clock = self._clock  # a new sharer starts from here
-            entry.ready = True
-            entry.event.set()
-            with self._lock:
-                if drop:
-                    if cache.get(key) is entry:
-                        del cache[key]
-                elif len(cache) > self._cache_size_limit:
-                    self._evict(cache)
+            self._finish(entry, cache, key, drop)
         return result[0]
+
+    def _fill(self, entry, fastpath, leaves):
+        """``entry`` made from a miss's fast-path data (None: the signature
+        runs on the Python path); False when the entry must not be kept."""
+        if fastpath is None:
+            entry.fallback = True
+            return True
+        if fastpath.signs_global and not self._sign_global and self._has_global(leaves):
+            # Global arrays must sign apart from local ones of their shape,
+            # and this key was made without telling them apart: sign them
+            # apart from now on and key this call anew. (A key of local
+            # arrays only stays valid: they sign the same.)
+            self._set_sign_global()
+            entry.fallback = True
+            return False
+        if fastpath.signs_global:
+            self._set_sign_global()
+        entry.populate(fastpath, self._types)
+        return True
+
+    def _finish(self, entry, cache, key, drop):
+        """Mark ``entry`` ready (waking its waiters); drop it from ``cache``
+        or keep the cache within its bound."""
+        self._clock += 1
+        entry.last_used = self._clock
+        if self._shared.clock < self._clock:
+            self._shared.clock = self._clock  # a new sharer starts from here
+        entry.ready = True
+        entry.event.set()
+        with self._lock:
+            if drop:
+                if cache.get(key) is entry:
+                    del cache[key]
+            elif len(cache) > self._cache_size_limit:
+                self._evict(cache)
+
+    def _retry_failed(self, failed, args, kwargs, cache, key, leaves):
+        """A call whose entry's compile failed (for another call's arguments,
+        or this signature's: its own miss tells) runs its own miss, never
+        the failed call's error. The first such call puts a fresh entry in
+        place of the failed one and compiles it (calls arriving meanwhile
+        wait on it, as on any miss: one compile, not one per thread); any
+        other (the entry already replaced or cleared) takes Python with its
+        own arguments, never waiting on another failure."""
+        fresh = CacheEntry()
+        with self._lock:
+            replace = cache.get(key) is failed
+            if replace:
+                cache[key] = fresh
+        if replace:
+            return self._compile_entry(fresh, args, kwargs, cache, key, leaves)
+        return self._python_call(args, kwargs)
 
     def _set_sign_global(self):
         # Keys of every sharer must tell global arrays apart from now on.
@@ -529,7 +563,7 @@ class DispatchFunction:
         """``(key, flat dynamic leaves)``, or None when some leaf has no cheap
         signature (tracers, unknown types): those calls always take Python."""
         nargs = len(args)
-        if self._max_static >= nargs and not self._static_names:
+        if self._max_static >= nargs and not self._static_names and not kwargs:
             return None  # the miss path says which static is missing
         signed = self._sign_simple(args, kwargs)
         if signed is not None:

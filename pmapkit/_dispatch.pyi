@@ -26,7 +26,7 @@ class LeafTypes:
 class CacheEntry:
     ready: bool
     fallback: bool
-    error: BaseException | None
+    failure: str | None
     fastpath: Any
     n_inputs: int
     equivalents: list[tuple[Any, ...]] | None

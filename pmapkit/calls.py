@@ -377,15 +377,16 @@ def prepare_cached(cache, prepare, static, args, kwargs, extra):
     return prepared
 
 
-def check_donation_aliases(api, spec, prepared, args, kwargs):
-    """Before anything runs: no donated array may also be another argument
-    of the call (see ``lowering.check_donated_aliases``); the error names
-    both positions as the user wrote them."""
+def check_donation_aliases(api, spec, prepared, args, kwargs, in_shardings):
+    """Before anything runs: no donated array laid out as the program takes
+    it (``in_shardings``, per flat input) may also be another argument of
+    the call (see ``lowering.find_donated_alias``: one that moves is donated
+    as a copy); the error names both positions as the user wrote them."""
     donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
     if not donated:
         return
     flat = prepared.flat_args
-    if lowering.find_donated_alias(flat, donated) is None:
+    if lowering.find_donated_alias(flat, donated, in_shardings) is None:
         return
     _, dyn_positions, dyn_args = split_static(spec.static, args, spec.name)
     names = LeafNames(spec.signature, dyn_positions, dyn_args, kwargs)
@@ -393,4 +394,4 @@ def check_donation_aliases(api, spec, prepared, args, kwargs):
     lowering.check_donated_aliases(
         flat, donated,
         lambda k: names(k - hoisted) if k >= hoisted else f"closed-over value {k}",
-        api)
+        api, in_shardings)

@@ -322,11 +322,14 @@ class CompiledProgram:
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
         sharding = self.in_shardings[i]
         aval = self.in_avals[i]
+        # A donated input that moves is a copy (as the Mover's): the
+        # caller's array, maybe passed elsewhere in the call too, lives on.
+        alias = None if self.donated is None or i not in self.donated else False
         if isinstance(x, jp.PRNGKeyArray):
             if x.is_deleted():
                 jp.raise_if_deleted(x._base_array)
             if x.sharding != sharding:
-                x = jax.device_put(x, sharding)
+                x = jax.device_put(x, sharding, may_alias=alias)
             return x._base_array
         if isinstance(x, jp.ArrayImpl):
             if x.is_deleted():
@@ -335,7 +338,7 @@ class CompiledProgram:
                     and x.aval.dtype == aval.dtype):
                 # Same devices and slices under another name: re-view, no copy.
                 return x._rewrap_with_aval_and_sharding(x.aval, sharding)
-            return jax.device_put(x, sharding)
+            return jax.device_put(x, sharding, may_alias=alias)
         if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
             return self.host_specs[i].put(np.asarray(x))
         return jax.device_put(x, sharding)
@@ -350,7 +353,7 @@ class CompiledProgram:
 
     def _run_flat(self, args):
         if self.donated is not None:
-            check_donated_aliases(args, self.donated)
+            check_donated_aliases(args, self.donated, in_shardings=self.in_shardings)
         entry = _dispatch_mod.CacheEntry()
         data = self.fastpath(None)
         entry.populate(data, LEAF_TYPES)
@@ -450,13 +453,22 @@ def same_layout(x, want):
         return False
 
 
-def find_donated_alias(flat, donated):
+def find_donated_alias(flat, donated, in_shardings=None):
     """``(i, j)``: flat leaf ``i`` is donated and the same array as leaf
-    ``j``; None when no donated array appears twice."""
+    ``j``; None when no donated array appears twice.
+
+    With ``in_shardings`` (the program's, per flat input), only a donated
+    array laid out as its position takes it counts: its own buffers would be
+    donated. One that must move is donated as its moved copy (``moves``,
+    ``shard_fallback``: always a copy), so the caller's array, wherever else
+    it is passed, is never handed to the program to overwrite (as jax.pmap
+    and jax.jit run such calls)."""
     first = {}
     for i in donated:
         x = flat[i]
         if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
+            if in_shardings is not None and not same_layout(x, in_shardings[i]):
+                continue
             if id(x) in first:
                 return first[id(x)], i
             first[id(x)] = i
@@ -467,11 +479,13 @@ def find_donated_alias(flat, donated):
     return None
 
 
-def check_donated_aliases(flat, donated, describe=None, api="pmapkit"):
+def check_donated_aliases(flat, donated, describe=None, api="pmapkit",
+                          in_shardings=None):
     """Raise ``ArgumentAliasError`` naming both positions when a donated
     array is also another argument of the call: XLA would be handed one
-    buffer as two inputs, one of which it may overwrite (JAX crashes)."""
-    found = find_donated_alias(flat, donated)
+    buffer as two inputs, one of which it may overwrite (JAX crashes).
+    ``in_shardings``: see ``find_donated_alias``."""
+    found = find_donated_alias(flat, donated, in_shardings)
     if found is None:
         return
     if describe is None:
@@ -811,12 +825,15 @@ def _outer_jit(primitive, params, in_avals, named=True):
     return jitted
 
 
-def lower_program(primitive, params, in_avals):
-    """``jax.stages.Lowered`` of the top-level program running one equation."""
+def lower_program(primitive, params, in_avals, keep_unused=False):
+    """``jax.stages.Lowered`` of the top-level program running one equation;
+    ``keep_unused``: the program keeps the inputs it does not use (pjit's
+    option), else they are pruned."""
     in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
     donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
     jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
-                     out_shardings=out_shardings, donate_argnums=donate)
+                     out_shardings=out_shardings, donate_argnums=donate,
+                     keep_unused=keep_unused)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     with _outside_ambient_mesh(), own_jit_of_pmap():
@@ -855,14 +872,14 @@ def compile_pmap(params, in_avals) -> CompiledProgram:
     return compile_program(pmap_p, params, in_avals)
 
 
-def compile_program(primitive, params, in_avals) -> CompiledProgram:
-    key = (primitive, _params_key(params, in_avals))
+def compile_program(primitive, params, in_avals, keep_unused=False) -> CompiledProgram:
+    key = (primitive, _params_key(params, in_avals), keep_unused)
     with _compile_lock:
         hit = _compile_cache.get(key)
         if hit is not None:
             _compile_cache.move_to_end(key)
             return hit
-    lowered = lower_program(primitive, params, in_avals)
+    lowered = lower_program(primitive, params, in_avals, keep_unused)
     # A body traced anew (a lambda made per call, a closure) that lowers to
     # the very program compiled before runs that program: one compile per
     # program, whichever function object it came from.

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 
 
 import jax
@@ -106,9 +107,13 @@ def _pick(classic, modern, classic_name, modern_name):
     return (classic, classic_name) if classic is not _UNSET else (modern, modern_name)
 
 
-def _static_names(fun, signature, static_argnames, static):
-    """``(static positions, static names)`` with each completed from the
-    other through the signature, as classic jit did."""
+def _static_names(fun, signature, static_argnames, static, argnums_given):
+    """``(static positions, static names)``: where only one of the two
+    options is given (``argnums_given``: static_argnums is not None), each
+    completed from the other through the signature, as classic jit did;
+    given both, they are taken as given, even where they disagree (0.4 pjit:
+    ``static_argnums=1, static_argnames=()`` makes the second parameter
+    static by position only)."""
     names = () if static_argnames is None else calls.one_or_many(
         static_argnames, str, "static_argnames", "pjit")
     if signature is None:
@@ -125,6 +130,8 @@ def _static_names(fun, signature, static_argnames, static):
             f"pjit'd function {getattr(fun, '__name__', fun)} has invalid "
             f"argnames {unknown} in static_argnames; it takes no such "
             "keyword parameters.")
+    if argnums_given and static_argnames is not None:
+        return static, frozenset(names)
     positions = set(static) | {positional.index(n) for n in names
                                if n in positional and n in by_keyword}
     names = set(names) | {positional[i] for i in static
@@ -180,7 +187,7 @@ class _PjitSpec:
         self.signature = calls.signature_of(fun)
         static = calls.argnum_tuple(fun, static_argnums, "static_argnums", "pjit")
         self.static, self.static_names = _static_names(
-            fun, self.signature, static_argnames, static)
+            fun, self.signature, static_argnames, static, static_argnums is not None)
         self.static_argnames_given = static_argnames
         self.donate = calls.argnum_tuple(fun, donate_argnums, "donate_argnums", "pjit")
         overlap = set(self.static) & set(self.donate)
@@ -332,7 +339,16 @@ def _kept_sharding(x, mesh, describe, k, device_mode, mesh_from_arguments):
     replicated = NamedSharding(mesh, PartitionSpec())
     if device_mode or isinstance(x, jp.Tracer):
         return replicated  # a traced value has no committed placement to keep
-    if not (isinstance(x, jax.Array) and x.committed):
+    if not isinstance(x, jax.Array):
+        return replicated
+    if not x.committed:
+        if len(x.sharding.device_set) > 1:
+            # Classic pjit's and jax.jit's refusal (neither keeps nor moves it).
+            raise NotImplementedError(
+                "Having uncommitted Array sharded on multiple devices is not "
+                f"supported. ({describe(k)} of pjit is uncommitted on devices "
+                f"{sorted(_device_ids(x.sharding.device_set))}; commit it with "
+                "jax.device_put(x, sharding) or pass in_axis_resources.)")
         return replicated
     sharding = x.sharding
     mesh_devices = list(mesh.devices.flat)
@@ -432,6 +448,45 @@ class _Entered:
         return self._ctx.__exit__(*exc)
 
 
+class MeshChangedError(RuntimeError, ValueError):
+    """A pjit inside the body of another pjit, under a mesh context over
+    other devices: classic pjit raised RuntimeError ("Changing the physical
+    mesh is not allowed inside pjit."), jax.jit (and pmapkit before) a
+    ValueError ("Received incompatible devices for jitted computation");
+    code written for either catches this."""
+
+
+# Per thread: the meshes of the pjit bodies being traced, innermost last.
+_tracing = threading.local()
+
+
+def _tracing_meshes():
+    meshes = getattr(_tracing, "meshes", None)
+    if meshes is None:
+        meshes = _tracing.meshes = []
+    return meshes
+
+
+def _check_enclosing_mesh(spec, prepared):
+    """A pjit traced inside another pjit's body, under a mesh context over
+    devices other than the enclosing pjit's mesh: refused before binding."""
+    stack = getattr(_tracing, "meshes", None)
+    if not stack or spec.device is not None or active_mesh() is None:
+        return
+    outer = set(stack[-1].devices.flat)
+    inner = {d for s in prepared.params["in_shardings"] + tuple(
+        s for s in prepared.params["out_shardings"] if s is not None)
+        for d in s.device_set}
+    if not inner or inner == outer:
+        return
+    raise MeshChangedError(
+        "Changing the physical mesh is not allowed inside pjit. (Received "
+        f"incompatible devices for jitted computation: pjit {spec.name} runs on "
+        f"the mesh context's device ids {sorted(_device_ids(inner))}, inside a pjit "
+        f"whose mesh has device ids {sorted(_device_ids(outer))}; call it under "
+        "the enclosing mesh, or outside the enclosing pjit.)")
+
+
 class KwargsError(ValueError, NotImplementedError):
     """Keyword arguments to a pjit whose in_axis_resources are given: the
     seed's pjit raised NotImplementedError, 0.4 pjit ValueError."""
@@ -461,8 +516,13 @@ def _prepare(spec, args, kwargs):
     nargs = len(args)
     static = tuple(i for i in spec.static if i < nargs)
     needed = max(spec.donate, default=-1)
-    if static != spec.static and not spec.static_names:
-        needed = max(needed, *spec.static)
+    # A static position the call leaves out is an error, unless static names
+    # are in play or its parameter comes by keyword (dynamic, then, if not
+    # named static: 0.4 pjit's explicit ``static_argnames=()``).
+    absent = [i for i in spec.static
+              if i >= nargs and _parameter_name(spec, i) not in kwargs]
+    if absent and not spec.static_names:
+        needed = max(needed, *absent)
     if needed >= nargs:
         raise ValueError(
             f"pjit'd function {spec.name} has static_argnums={spec.static}, "
@@ -511,10 +571,15 @@ def _prepare(spec, args, kwargs):
             return hit.with_flat_args(flat)
 
     fun = functools.partial(spec.fun, **static_kw) if static_kw else spec.fun
-    with _trace_context(mesh):
-        jaxpr, consts, out_tree = calls.trace_user_fun(
-            "pjit", fun, static, statics, nargs, in_tree,
-            plain_avals(in_avals), describe)
+    tracing = _tracing_meshes()
+    tracing.append(mesh)  # what a pjit in the body checks its mesh against
+    try:
+        with _trace_context(mesh):
+            jaxpr, consts, out_tree = calls.trace_user_fun(
+                "pjit", fun, static, statics, nargs, in_tree,
+                plain_avals(in_avals), describe)
+    finally:
+        tracing.pop()
     if spec.out_unspecified:
         out_shardings = (_CHOSEN,) * len(jaxpr.outvars)
     else:
@@ -547,6 +612,17 @@ def _prepare(spec, args, kwargs):
     if across and global_key is not None and not hoisted:
         spec.global_traces[global_key] = prepared
     return prepared
+
+
+def _parameter_name(spec, position):
+    """The name of the positional parameter at ``position``, or None."""
+    if spec.signature is None:
+        return None
+    params = [p for p in spec.signature.parameters.values() if p.kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if position < len(params) and params[position].kind is not inspect.Parameter.POSITIONAL_ONLY:
+        return params[position].name
+    return None
 
 
 def _global_trace_key(in_tree, in_avals, in_shardings, static, statics, nargs,
@@ -605,13 +681,15 @@ def _cache_miss(spec, *args, **kwargs):
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
     if _traced(flat):
+        _check_enclosing_mesh(spec, prepared)
         return _bind_traced(spec, prepared), None
     _check_committed_devices(spec, prepared, args, kwargs)
     strict = _strict_inputs(spec, args, len(flat))
     if strict is not None:
         committed_inputs.check(flat, prepared.params["in_shardings"], strict,
                                _input_names(spec, prepared, args, kwargs))
-    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs)
+    calls.check_donation_aliases("pjit", spec, prepared, args, kwargs,
+                                 prepared.params["in_shardings"])
     compiled = _compile(spec, prepared)
     outs = compiled.run_flat(flat)
     out_shardings = None
@@ -768,25 +846,8 @@ caches.register_clear(_jit_of_body.cache_clear)
 
 
 def _compile(spec, prepared):
-    if not spec.keep_unused:
-        return lowering.compile_program(pjit_p, prepared.params, prepared.in_avals)
-    lowered = _lower_program(spec, prepared)
-    return lowering.make_program(pjit_p, prepared.params, prepared.in_avals,
-                                 lowered, lowered.compile())
-
-
-def _lower_program(spec, prepared):
-    """The top-level program's ``jax.stages.Lowered``; with keep_unused the
-    program keeps every argument."""
-    if not spec.keep_unused:
-        return lowering.lower_program(pjit_p, prepared.params, prepared.in_avals)
-    params, in_avals = prepared.params, prepared.in_avals
-    in_sh, out_sh = lowering.program_shardings(pjit_p, params, in_avals)
-    donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
-    jitted = jax.jit(lowering._program(pjit_p, params), in_shardings=in_sh,
-                     out_shardings=out_sh, donate_argnums=donate, keep_unused=True)
-    return jitted.lower(*[jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
-                          for a in in_avals])
+    return lowering.compile_program(pjit_p, prepared.params, prepared.in_avals,
+                                    keep_unused=spec.keep_unused)
 
 
 def _lower(spec, *args, _global_avals=False, **kwargs):
@@ -801,7 +862,7 @@ def _lower(spec, *args, _global_avals=False, **kwargs):
     return stages.lower_prepared(
         pjit_p, "pjit", spec, prepared, args, kwargs,
         strict=_strict_inputs(spec, args, len(prepared.flat_args)),
-        no_kwargs=not spec.in_unspecified)
+        no_kwargs=not spec.in_unspecified, keep_unused=spec.keep_unused)
 
 
 def _reduce(spec):

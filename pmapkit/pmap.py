@@ -476,7 +476,9 @@ def _cache_miss(spec, *args, **kwargs):
         outs = lowering.bind_in_outer_trace(pmap_p, prepared.params,
                                             prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
-    calls.check_donation_aliases("pmap", spec, prepared, args, kwargs)
+    calls.check_donation_aliases(
+        "pmap", spec, prepared, args, kwargs,
+        lowering.program_shardings(pmap_p, prepared.params, prepared.in_avals)[0])
     compiled = lowering.compile_pmap(prepared.params, prepared.in_avals)
     outs = compiled.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)

@@ -20,7 +20,7 @@ from pmapkit.distributed import process_local
 
 
 def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
-                   no_kwargs=False):
+                   no_kwargs=False, keep_unused=False):
     """The ``ProgramLowered`` of one validated call.
 
     ``prepared`` is what the api's ``_prepare`` made of ``(args, kwargs)``;
@@ -28,7 +28,8 @@ def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
     per flat input, whether a committed argument must already have its
     sharding (``committed_inputs``); ``no_kwargs``: the call form takes no
     keyword arguments (pjit with in_axis_resources), so the compiled one
-    refuses them as classic pjit's did.
+    refuses them as classic pjit's did; ``keep_unused``: the program keeps
+    the inputs it does not use (pjit's option).
     """
     statics, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
     in_tree = jax.tree_util.tree_structure((dyn_args, kwargs))
@@ -44,7 +45,7 @@ def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
     arg_names = tuple(describe.short(k) for k in range(in_tree.num_leaves))
     call_static = _StaticCall(spec.static, statics, len(args))
     return ProgramLowered(primitive, api, spec.name, prepared, in_tree,
-                          arg_names, call_static, strict, no_kwargs)
+                          arg_names, call_static, strict, no_kwargs, keep_unused)
 
 
 def _plain_aval(aval):
@@ -85,9 +86,9 @@ class ProgramLowered(jax.stages.Lowered):
     """``jax.stages.Lowered`` of a pmapkit pmap or pjit for one signature."""
 
     def __init__(self, primitive, api, name, prepared, in_tree, arg_names,
-                 call_static, strict=None, no_kwargs=False):
+                 call_static, strict=None, no_kwargs=False, keep_unused=False):
         flat_lowered = lowering.lower_program(primitive, prepared.params,
-                                              prepared.in_avals)
+                                              prepared.in_avals, keep_unused)
         donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
         args_info = jp.make_args_info(in_tree, prepared.in_avals, donated)
         super().__init__(flat_lowered._lowering, args_info, prepared.out_tree)
