@@ -1,0 +1,204 @@
+"""Small functions ``pmapkit migrate`` writes into a migrated file where one
+expression cannot say what the classic API did (plain jax 0.10 only: the
+migrated file must run without pmapkit).
+
+Each helper is source text plus the modules it needs at the top of the file.
+A helper is written once per file, after its imports, and only when a rewrite
+in that file uses it; a file that defines the name already keeps its own.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Helper:
+    name: str
+    source: str
+    imports: tuple = ("jax",)     # top-level modules the source refers to
+
+
+PMAP = Helper("_pmap", '''
+_PMAPS = {}
+
+
+def _pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, devices=None, donate_argnums=()):
+    """jax.pmap with in_axes 0/None and out_axes 0 as jax.jit of jax.shard_map over a
+    1-D mesh of the devices (written by pmapkit migrate). Like classic pmap, the body
+    sees each device's slice without the mapped axis, and a pmap of an equal function
+    (same code, globals and captured values) made anew reuses the compiled program."""
+    if out_axes != 0:
+        raise ValueError(f"_pmap: out_axes must be 0, got {out_axes!r}")
+    code = getattr(fun, "__code__", None)
+    key = (fun if code is None else
+           (code, id(fun.__globals__), repr(fun.__defaults__),
+            tuple(id(c.cell_contents) for c in fun.__closure__ or ())),
+           axis_name, repr(in_axes), None if devices is None else tuple(devices),
+           repr(donate_argnums))
+    found = _PMAPS.get(key)
+    if found is not None:
+        return found[1]
+    axis = "_pmap_axis" if axis_name is None else axis_name
+    programs = {}
+
+    def program(n, axes):
+        chosen = jax.local_devices()[:n] if devices is None else devices
+        if len(chosen) != n:
+            raise ValueError(f"pmap: a mapped axis of size {n} needs {n} devices, "
+                             f"but only {len(chosen)} are available")
+        mesh = jax.sharding.Mesh(numpy.array(chosen), (axis,))
+
+        def body(*blocks):
+            def unmapped(block):
+                if block.shape[0] != 1:
+                    raise ValueError(
+                        f"pmap: mapped axis of size {block.shape[0] * n} for {n} devices")
+                return block.reshape(block.shape[1:])
+            args = [b if a is None else jax.tree.map(unmapped, b)
+                    for b, a in zip(blocks, axes)]
+            return jax.tree.map(lambda o: jax.numpy.expand_dims(o, 0), fun(*args))
+
+        P = jax.sharding.PartitionSpec
+        return jax.jit(jax.shard_map(
+            body, mesh=mesh, in_specs=tuple(P() if a is None else P(axis) for a in axes),
+            out_specs=P(axis)), donate_argnums=donate_argnums)
+
+    @functools.wraps(fun)
+    def mapped(*args):
+        axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if devices is not None:
+            n = len(devices)
+        else:
+            mapped_leaves = [leaf for arg, a in zip(args, axes) if a is not None
+                             for leaf in jax.tree.leaves(arg)]
+            if not mapped_leaves:
+                raise ValueError("pmap needs at least one argument mapped over axis 0")
+            n = numpy.shape(mapped_leaves[0])[0]
+        jitted = programs.get((n, axes))
+        if jitted is None:
+            jitted = programs[n, axes] = program(n, axes)
+        return jitted(*args)
+
+    if len(_PMAPS) > 512:
+        _PMAPS.clear()
+    _PMAPS[key] = (fun, mapped)
+    return mapped
+''', ("jax", "numpy", "functools"))
+
+DEVICE_BUFFERS = Helper("_device_buffers", '''
+def _device_buffers(x):
+    """Classic x.device_buffers: one array per device, in the sharding's device
+    order; a pmap output's pieces lose the mapped axis, as classic pmap's had
+    none (written by pmapkit migrate)."""
+    shards = list(x.addressable_shards)
+    sharding = x.sharding
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return [s.data for s in shards]
+    order = {d: k for k, d in enumerate(sharding.mesh.devices.flat)}
+    shards.sort(key=lambda s: order[s.device])
+    names = sharding.mesh.axis_names
+    spec = tuple(sharding.spec)
+    if (len(names) == 1 and spec[:1] == (names[0],) and x.ndim
+            and x.shape[0] == sharding.mesh.size):
+        return [s.data.reshape(s.data.shape[1:]) for s in shards]
+    return [s.data for s in shards]
+''')
+
+DEVICE_PUT_REPLICATED = Helper("_device_put_replicated", '''
+def _device_put_replicated(x, devices):
+    """Classic jax.device_put_replicated: a new leading axis of len(devices), slice k
+    on devices[k] (written by pmapkit migrate)."""
+    sharding = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(numpy.array(devices), ("devices",)),
+        jax.sharding.PartitionSpec("devices"))
+    return jax.tree.map(
+        lambda a: jax.device_put(numpy.stack([numpy.asarray(a)] * len(devices)), sharding), x)
+''', ("jax", "numpy"))
+
+DEVICE_PUT_SHARDED = Helper("_device_put_sharded", '''
+def _device_put_sharded(shards, devices):
+    """Classic jax.device_put_sharded: the shards stacked on a new leading axis,
+    slice k on devices[k] (written by pmapkit migrate)."""
+    if len(shards) != len(devices):
+        raise ValueError(f"len(shards) = {len(shards)} must equal len(devices) = {len(devices)}.")
+    sharding = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(numpy.array(devices), ("devices",)),
+        jax.sharding.PartitionSpec("devices"))
+    return jax.tree.map(
+        lambda *xs: jax.device_put(numpy.stack([numpy.asarray(a) for a in xs]), sharding),
+        *shards)
+''', ("jax", "numpy"))
+
+PJIT = Helper("_pjit", '''
+def _pjit(fun, in_shardings=None, out_shardings=None, **options):
+    """Classic pjit as jax.jit: a None spec means replicated, and arguments are
+    first put where in_shardings says, as classic pjit moved a committed input
+    laid out otherwise (jax.jit refuses one) (written by pmapkit migrate)."""
+    P = jax.sharding.PartitionSpec
+
+    def spec(s):
+        return P() if s is None else s
+
+    def is_spec(s):
+        return s is None or isinstance(s, (P, jax.sharding.Sharding))
+
+    if in_shardings is not None:
+        in_shardings = jax.tree.map(spec, in_shardings, is_leaf=is_spec)
+    if out_shardings is not None:
+        out_shardings = jax.tree.map(spec, out_shardings, is_leaf=is_spec)
+    jitted = jax.jit(fun, in_shardings=in_shardings, out_shardings=out_shardings, **options)
+    if in_shardings is None:
+        return jitted
+    static = options.get("static_argnums", ())
+    static = {static} if isinstance(static, int) else set(static)
+
+    @functools.wraps(fun)
+    def call(*args):
+        dynamic = [a for k, a in enumerate(args) if k not in static]
+        prefix = in_shardings if isinstance(in_shardings, tuple) else (in_shardings,) * len(dynamic)
+        placed = iter(jax.device_put(
+            dynamic, list(jax.tree.broadcast(list(prefix), dynamic, is_leaf=is_spec))))
+        return jitted(*[a if k in static else next(placed) for k, a in enumerate(args)])
+    return call
+''', ("jax", "functools"))
+
+WITH_SHARDING_CONSTRAINT = Helper("_with_sharding_constraint", '''
+def _with_sharding_constraint(x, shardings):
+    """jax.lax.with_sharding_constraint that, as classic pjit's did, raises a
+    ValueError naming the axis when a PartitionSpec has no mesh to refer to
+    (jax.lax's raises a RuntimeError) (written by pmapkit migrate)."""
+    P = jax.sharding.PartitionSpec
+    if jax.sharding.get_abstract_mesh().empty:
+        for spec in jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, P)):
+            names = [n for entry in spec if entry is not None
+                     for n in (entry if isinstance(entry, tuple) else (entry,))]
+            if isinstance(spec, P) and names:
+                raise ValueError(
+                    f"One of with_sharding_constraint arguments was given the resource "
+                    f"assignment of {spec}, but resource axis {names[0]} is undefined. "
+                    "Did you forget to declare the mesh?")
+    return jax.lax.with_sharding_constraint(x, shardings)
+''')
+
+ID_TAP = Helper("_id_tap", '''
+def _id_tap(tap_func, arg, *, result=None):
+    """Classic host_callback.id_tap as jax.debug.callback: calls
+    tap_func(arg, transforms) on the host with arg's value (transforms is
+    always () here) and returns arg, or result if given (written by pmapkit
+    migrate)."""
+    jax.debug.callback(lambda value: tap_func(value, ()), arg)
+    return arg if result is None else result
+''')
+
+ID_PRINT = Helper("_id_print", '''
+def _id_print(arg, *, result=None, **kwargs):
+    """Classic host_callback.id_print as jax.debug.print: the keyword arguments
+    (name: value, sorted), then arg's value; returns arg, or result if given
+    (written by pmapkit migrate)."""
+    header = "".join(f"{k}: {v}\\n" for k, v in sorted(kwargs.items()))
+    jax.debug.print(header.replace("{", "{{").replace("}", "}}") + "{}", arg)
+    return arg if result is None else result
+''')
+
+ALL = {h.name: h for h in (PMAP, DEVICE_BUFFERS, DEVICE_PUT_REPLICATED, DEVICE_PUT_SHARDED,
+                           PJIT, WITH_SHARDING_CONSTRAINT, ID_TAP, ID_PRINT)}

@@ -1,0 +1,93 @@
+"""pjit: ``maps.Mesh`` / ``jax.experimental.PartitionSpec`` → ``jax.sharding``,
+``with mesh:`` → ``with jax.set_mesh(mesh):`` (the transformer's ``With``
+rule, using ``MESH_MAKERS``), ``pjit`` → ``jax.jit`` (through ``_pjit``
+where specs are given: a ``None`` spec is replicated and arguments are put
+where the specs say first, as classic pjit moved committed inputs),
+``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``."""
+from __future__ import annotations
+
+from pmapkit.legacy.migrate import helpers
+from pmapkit.legacy.migrate import syntax as sx
+from pmapkit.legacy.migrate.base import Family, LeaveAsIs
+
+PJIT_NAMES = ("jax.experimental.pjit.pjit",)
+WSC_NAMES = ("jax.experimental.pjit.with_sharding_constraint",)
+# Calls whose value, entered with ``with``, is a mesh context.
+MESH_MAKERS = ("jax.experimental.maps.Mesh", "jax.sharding.Mesh", "jax.make_mesh",
+               "jax.experimental.maps.mesh", "jax.experimental.mesh_utils.Mesh")
+
+_PJIT_PARAMS = ("fun", "in_axis_resources", "out_axis_resources", "static_argnums",
+                "donate_argnums", "*", "in_shardings", "out_shardings", "static_argnames",
+                "donate_argnames", "keep_unused", "device", "backend", "inline",
+                "abstracted_axes", "name", "resource_env")
+_PASSED = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames",
+           "keep_unused", "inline")
+
+
+def _either(bound, classic, modern):
+    arg = bound.get(classic)
+    return bound.get(modern) if arg is None else arg
+
+
+def _pjit(ctx, original, updated):
+    try:
+        bound = sx.bind(updated, _PJIT_PARAMS)
+    except sx.Unbindable as exc:
+        raise LeaveAsIs(f"{exc}; use jax.jit(f, in_shardings=..., out_shardings=...)") from None
+    for name in ("device", "backend", "abstracted_axes", "resource_env", "name"):
+        if name in bound:
+            raise LeaveAsIs(f"pjit's {name}= has no jax.jit equivalent here; use "
+                            "jax.jit(f, in_shardings=..., out_shardings=...)")
+    if "fun" not in bound:
+        raise LeaveAsIs("pjit without a function: use jax.jit")
+    specs_in = _either(bound, "in_axis_resources", "in_shardings")
+    specs_out = _either(bound, "out_axis_resources", "out_shardings")
+    passed = [(k, sx.value(bound, k)) for k in _PASSED if k in bound]
+    ctx.need_import("jax")
+    fun = sx.value(bound, "fun")
+    if specs_in is None and specs_out is None:
+        return sx.call_text("jax.jit", [fun], passed)
+    ctx.need_helper(helpers.PJIT)
+    specs = [(k, sx.code(v.value)) for k, v in (("in_shardings", specs_in),
+                                                ("out_shardings", specs_out)) if v is not None]
+    return sx.call_text("_pjit", [fun], specs + passed)
+
+
+def _with_sharding_constraint(ctx, original, updated):
+    try:
+        bound = sx.bind(updated, ("x", "axis_resources", "*", "shardings"))
+    except sx.Unbindable as exc:
+        raise LeaveAsIs(f"{exc}; use jax.lax.with_sharding_constraint") from None
+    specs = _either(bound, "axis_resources", "shardings")
+    if "x" not in bound or specs is None:
+        raise LeaveAsIs("needs x and its shardings: use jax.lax.with_sharding_constraint")
+    args = [sx.value(bound, "x"), sx.code(specs.value)]
+    if ctx.in_try_catching("ValueError"):
+        # The code catches classic pjit's ValueError (no mesh for a spec).
+        ctx.need_helper(helpers.WITH_SHARDING_CONSTRAINT)
+        return sx.call_text("_with_sharding_constraint", args)
+    ctx.need_import("jax")
+    return sx.call_text("jax.lax.with_sharding_constraint", args)
+
+
+def family():
+    partition_spec = "jax.sharding.PartitionSpec"
+    return Family(
+        "pjit",
+        moves={"jax.experimental.maps.Mesh": "jax.sharding.Mesh",
+               "jax.experimental.maps.mesh": "jax.sharding.Mesh",
+               "jax.experimental.PartitionSpec": partition_spec,
+               "jax.experimental.pjit.PartitionSpec": partition_spec,
+               "jax.experimental.maps.PartitionSpec": partition_spec,
+               "jax.interpreters.pxla.PartitionSpec": partition_spec,
+               "jax.experimental.pjit.NamedSharding": "jax.sharding.NamedSharding"},
+        names={"jax.experimental.maps.thread_resources.env.physical_mesh":
+               "jax.sharding.get_mesh()"},
+        calls={**{n: _pjit for n in PJIT_NAMES},
+               **{n: _with_sharding_constraint for n in WSC_NAMES}},
+        classic=("jax.experimental.maps", "jax.experimental.pjit"),
+        reasons={"jax.experimental.maps": "jax.experimental.maps is gone; use "
+                 "jax.sharding.Mesh and jax.set_mesh(mesh) (jax.sharding.get_mesh() "
+                 "for the mesh in context)",
+                 "jax.experimental.pjit": "use jax.jit(f, in_shardings=..., "
+                 "out_shardings=...) and jax.lax.with_sharding_constraint"})
