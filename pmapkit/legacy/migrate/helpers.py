@@ -23,16 +23,22 @@ _PMAPS = {}
 
 
 def _pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, devices=None, donate_argnums=()):
-    """jax.pmap with in_axes 0/None and out_axes 0 as jax.jit of jax.shard_map over a
-    1-D mesh of the devices (written by pmapkit migrate). Like classic pmap, the body
-    sees each device's slice without the mapped axis, and a pmap of an equal function
-    (same code, globals and captured values) made anew reuses the compiled program."""
+    # jax.pmap with in_axes 0/None and out_axes 0 as jax.jit of jax.shard_map over a
+    # 1-D mesh of the devices (written by pmapkit migrate). Like classic pmap, the
+    # body sees each device's slice without the mapped axis, and a pmap of an equal
+    # function (same code, globals and captured values) made anew reuses the compiled
+    # program.
     if out_axes != 0:
         raise ValueError(f"_pmap: out_axes must be 0, got {out_axes!r}")
     code = getattr(fun, "__code__", None)
-    key = (fun if code is None else
-           (code, id(fun.__globals__), repr(fun.__defaults__),
-            tuple(id(c.cell_contents) for c in fun.__closure__ or ())),
+    # The entry keeps the captured values alive, so their ids stay theirs.
+    try:
+        captured = () if code is None else (
+            fun.__globals__, *(fun.__defaults__ or ()),
+            *(c.cell_contents for c in fun.__closure__ or ()))
+    except ValueError:  # a cell not yet filled: this function shares nothing
+        code, captured = None, ()
+    key = (fun if code is None else (code, tuple(map(id, captured))),
            axis_name, repr(in_axes), None if devices is None else tuple(devices),
            repr(donate_argnums))
     found = _PMAPS.get(key)
@@ -81,15 +87,15 @@ def _pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, devices=None, donate_ar
 
     if len(_PMAPS) > 512:
         _PMAPS.clear()
-    _PMAPS[key] = (fun, mapped)
+    _PMAPS[key] = (fun, mapped, captured)
     return mapped
 ''', ("jax", "numpy", "functools"))
 
 DEVICE_BUFFERS = Helper("_device_buffers", '''
 def _device_buffers(x):
-    """Classic x.device_buffers: one array per device, in the sharding's device
-    order; a pmap output's pieces lose the mapped axis, as classic pmap's had
-    none (written by pmapkit migrate)."""
+    # Classic x.device_buffers: one array per device, in the sharding's device order;
+    # a pmap output's pieces lose the mapped axis, as classic pmap's had none (written
+    # by pmapkit migrate).
     shards = list(x.addressable_shards)
     sharding = x.sharding
     if not isinstance(sharding, jax.sharding.NamedSharding):
@@ -106,8 +112,8 @@ def _device_buffers(x):
 
 DEVICE_PUT_REPLICATED = Helper("_device_put_replicated", '''
 def _device_put_replicated(x, devices):
-    """Classic jax.device_put_replicated: a new leading axis of len(devices), slice k
-    on devices[k] (written by pmapkit migrate)."""
+    # Classic jax.device_put_replicated: a new leading axis of len(devices), slice k
+    # on devices[k] (written by pmapkit migrate).
     sharding = jax.sharding.NamedSharding(
         jax.sharding.Mesh(numpy.array(devices), ("devices",)),
         jax.sharding.PartitionSpec("devices"))
@@ -117,8 +123,8 @@ def _device_put_replicated(x, devices):
 
 DEVICE_PUT_SHARDED = Helper("_device_put_sharded", '''
 def _device_put_sharded(shards, devices):
-    """Classic jax.device_put_sharded: the shards stacked on a new leading axis,
-    slice k on devices[k] (written by pmapkit migrate)."""
+    # Classic jax.device_put_sharded: the shards stacked on a new leading axis, slice
+    # k on devices[k] (written by pmapkit migrate).
     if len(shards) != len(devices):
         raise ValueError(f"len(shards) = {len(shards)} must equal len(devices) = {len(devices)}.")
     sharding = jax.sharding.NamedSharding(
@@ -131,9 +137,9 @@ def _device_put_sharded(shards, devices):
 
 PJIT = Helper("_pjit", '''
 def _pjit(fun, in_shardings=None, out_shardings=None, **options):
-    """Classic pjit as jax.jit: a None spec means replicated, and arguments are
-    first put where in_shardings says, as classic pjit moved a committed input
-    laid out otherwise (jax.jit refuses one) (written by pmapkit migrate)."""
+    # Classic pjit as jax.jit: a None spec means replicated, and arguments are first
+    # put where in_shardings says, as classic pjit moved a committed input laid out
+    # otherwise (jax.jit refuses one) (written by pmapkit migrate).
     P = jax.sharding.PartitionSpec
 
     def spec(s):
@@ -164,9 +170,9 @@ def _pjit(fun, in_shardings=None, out_shardings=None, **options):
 
 WITH_SHARDING_CONSTRAINT = Helper("_with_sharding_constraint", '''
 def _with_sharding_constraint(x, shardings):
-    """jax.lax.with_sharding_constraint that, as classic pjit's did, raises a
-    ValueError naming the axis when a PartitionSpec has no mesh to refer to
-    (jax.lax's raises a RuntimeError) (written by pmapkit migrate)."""
+    # jax.lax.with_sharding_constraint that, as classic pjit's did, raises a
+    # ValueError naming the axis when a PartitionSpec has no mesh to refer to
+    # (jax.lax's raises a RuntimeError) (written by pmapkit migrate).
     P = jax.sharding.PartitionSpec
     if jax.sharding.get_abstract_mesh().empty:
         for spec in jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, P)):
@@ -182,20 +188,20 @@ def _with_sharding_constraint(x, shardings):
 
 ID_TAP = Helper("_id_tap", '''
 def _id_tap(tap_func, arg, *, result=None):
-    """Classic host_callback.id_tap as jax.debug.callback: calls
-    tap_func(arg, transforms) on the host with arg's value (transforms is
-    always () here) and returns arg, or result if given (written by pmapkit
-    migrate)."""
+    # Classic host_callback.id_tap as jax.debug.callback: calls tap_func(arg,
+    # transforms) on the host with arg's value (transforms is always () here) and
+    # returns arg, or result if given (written by pmapkit migrate).
     jax.debug.callback(lambda value: tap_func(value, ()), arg)
     return arg if result is None else result
 ''')
 
 ID_PRINT = Helper("_id_print", '''
 def _id_print(arg, *, result=None, **kwargs):
-    """Classic host_callback.id_print as jax.debug.print: the keyword arguments
-    (name: value, sorted), then arg's value; returns arg, or result if given
-    (written by pmapkit migrate)."""
-    header = "".join(f"{k}: {v}\\n" for k, v in sorted(kwargs.items()))
+    # Classic host_callback.id_print as jax.debug.print: the keyword arguments (name:
+    # value, sorted), then arg's value; returns arg, or result if given (written by
+    # pmapkit migrate).
+    header = " ".join(f"{k}: {v}" for k, v in sorted(kwargs.items()))
+    header += "\\n" if header else ""
     jax.debug.print(header.replace("{", "{{").replace("}", "}}") + "{}", arg)
     return arg if result is None else result
 ''')

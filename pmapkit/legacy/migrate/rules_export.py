@@ -32,13 +32,11 @@ def _export(ctx, original, updated):
     fun = bound["fun_jax"].value
     before = sx.bind(original, _EXPORT_PARAMS)["fun_jax"].value
     jitted = isinstance(before, cst.Call) and ctx.qualname(before.func) == "jax.jit"
-    text = sx.code(fun) if jitted else f"jax.jit({sx.code(fun)})"
-    keywords = []
-    for classic, modern in (("lowering_platforms", "platforms"), ("platforms", "platforms"),
-                            ("disabled_checks", "disabled_checks")):
-        if classic in bound:
-            keywords.append((modern, sx.value(bound, classic)))
-    return sx.call_text("jax.export.export", [text], keywords)
+    if not jitted and updated.args[0].keyword is not None:
+        raise LeaveAsIs("export(fun_jax=...): use jax.export.export(jax.jit(f))")
+    return sx.rewrite_call(updated, "jax.export.export",
+                           {"lowering_platforms": "platforms"},
+                           first=None if jitted else f"jax.jit({sx.code(fun)})")
 
 
 def _serialize(ctx, original, updated):

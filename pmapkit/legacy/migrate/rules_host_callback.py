@@ -40,8 +40,7 @@ def _id_tap(ctx, original, updated):
     if not {"tap_func", "arg"} <= bound.keys():
         raise LeaveAsIs("needs tap_func and arg")
     ctx.need_helper(helpers.ID_TAP)
-    extra = [("result", sx.value(bound, "result"))] if "result" in bound else []
-    return sx.call_text("_id_tap", [sx.value(bound, "tap_func"), sx.value(bound, "arg")], extra)
+    return sx.rewrite_call(updated, "_id_tap")
 
 
 def _id_print(ctx, original, updated):
@@ -59,8 +58,7 @@ def _id_print(ctx, original, updated):
             raise LeaveAsIs(f"{name}= has no jax.debug.print equivalent: print from "
                             "jax.debug.callback yourself")
     ctx.need_helper(helpers.ID_PRINT)
-    return sx.call_text("_id_print", [sx.code(a) for a in
-                                      [arg.with_changes(comma=None) for arg in updated.args]])
+    return sx.rewrite_call(updated, "_id_print")
 
 
 def _call(ctx, original, updated):

@@ -20,8 +20,6 @@ _PJIT_PARAMS = ("fun", "in_axis_resources", "out_axis_resources", "static_argnum
                 "donate_argnums", "*", "in_shardings", "out_shardings", "static_argnames",
                 "donate_argnames", "keep_unused", "device", "backend", "inline",
                 "abstracted_axes", "name", "resource_env")
-_PASSED = ("static_argnums", "static_argnames", "donate_argnums", "donate_argnames",
-           "keep_unused", "inline")
 
 
 def _either(bound, classic, modern):
@@ -42,15 +40,12 @@ def _pjit(ctx, original, updated):
         raise LeaveAsIs("pjit without a function: use jax.jit")
     specs_in = _either(bound, "in_axis_resources", "in_shardings")
     specs_out = _either(bound, "out_axis_resources", "out_shardings")
-    passed = [(k, sx.value(bound, k)) for k in _PASSED if k in bound]
+    renames = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
     ctx.need_import("jax")
-    fun = sx.value(bound, "fun")
     if specs_in is None and specs_out is None:
-        return sx.call_text("jax.jit", [fun], passed)
+        return sx.rewrite_call(updated, "jax.jit")
     ctx.need_helper(helpers.PJIT)
-    specs = [(k, sx.code(v.value)) for k, v in (("in_shardings", specs_in),
-                                                ("out_shardings", specs_out)) if v is not None]
-    return sx.call_text("_pjit", [fun], specs + passed)
+    return sx.rewrite_call(updated, "_pjit", renames)
 
 
 def _with_sharding_constraint(ctx, original, updated):
@@ -61,13 +56,13 @@ def _with_sharding_constraint(ctx, original, updated):
     specs = _either(bound, "axis_resources", "shardings")
     if "x" not in bound or specs is None:
         raise LeaveAsIs("needs x and its shardings: use jax.lax.with_sharding_constraint")
-    args = [sx.value(bound, "x"), sx.code(specs.value)]
+    renames = {"axis_resources": "shardings"}
     if ctx.in_try_catching("ValueError"):
         # The code catches classic pjit's ValueError (no mesh for a spec).
         ctx.need_helper(helpers.WITH_SHARDING_CONSTRAINT)
-        return sx.call_text("_with_sharding_constraint", args)
+        return sx.rewrite_call(updated, "_with_sharding_constraint", renames)
     ctx.need_import("jax")
-    return sx.call_text("jax.lax.with_sharding_constraint", args)
+    return sx.rewrite_call(updated, "jax.lax.with_sharding_constraint", renames)
 
 
 def family():

@@ -26,7 +26,7 @@ def _put(helper, params):
             raise LeaveAsIs(f"needs {' and '.join(params)}: use jax.device_put with a "
                             "NamedSharding over a 1-D mesh of the devices")
         ctx.need_helper(helper)
-        return sx.call_text(helper.name, [sx.value(bound, p) for p in params])
+        return sx.rewrite_call(updated, helper.name)
     return rule
 
 

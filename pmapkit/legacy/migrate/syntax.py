@@ -87,3 +87,20 @@ def root_name(node):
     while isinstance(node, cst.Attribute):
         node = node.value
     return node if isinstance(node, cst.Name) else None
+
+
+def rewrite_call(call, func=None, rename=None, first=None):
+    """Text of ``call`` with its callee replaced by the text ``func``, keywords
+    renamed by ``rename`` ({old: new}) and the first argument's value replaced
+    by the text ``first``; every argument keeps its own formatting."""
+    args = []
+    for k, arg in enumerate(call.args):
+        if k == 0 and first is not None:
+            arg = arg.with_changes(value=expr(first))
+        if arg.keyword is not None and rename and arg.keyword.value in rename:
+            arg = arg.with_changes(keyword=cst.Name(rename[arg.keyword.value]))
+        args.append(arg)
+    changes = {"args": args}
+    if func is not None:
+        changes["func"] = expr(func)
+    return code(call.with_changes(**changes))

@@ -309,7 +309,7 @@ class Migrator(cst.CSTTransformer):
                 statements.append(cst.SimpleStatementLine(body=[statement]))
             else:
                 statements.append(line.with_changes(body=[statement]))
-        text = "; ".join(sx.code(s.body[0]) for s in statements)
+        text = "; ".join(sx.code(s.body[0]) for s in statements[1 if kept else 0:])
         self._rewrote(original_line.body[0], "imports", text)
         if len(statements) == 1:
             return statements[0]
@@ -405,7 +405,7 @@ def migrate_module(source, path="<string>"):
     migrator = Migrator(report)
     new = cst.MetadataWrapper(tree).visit(migrator)
     if not report.rewrites and not report.helpers:
-        return source, report
+        return new.code, report     # at most comments above what is left
     context = CodemodContext()
     classic = tuple(migrator.reasons) + tuple(migrator.calls) + ("jax.ops",)
     for module, obj, asname, q in _import_aliases(new):
