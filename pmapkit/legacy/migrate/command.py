@@ -74,6 +74,12 @@ def _migrate(files):
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"cannot read {path!r}: {exc}") from None
         try:
+            compile(source, path, "exec", dont_inherit=True)
+        except SyntaxError as exc:   # Python's own message says where, precisely
+            raise BadInput(f"{path} does not parse (line {exc.lineno}): {exc.msg}") from None
+        except ValueError as exc:    # e.g. null bytes
+            raise BadInput(f"{path} does not parse: {exc}") from None
+        try:
             new, report = migrate_module(source, path)
         except cst.ParserSyntaxError as exc:
             raise BadInput(f"{path} does not parse (line {exc.raw_line}, column "
