@@ -31,7 +31,7 @@ def without_helpers(source):
     module = cst.parse_module(source)
     body = [s for s in module.body
             if not (isinstance(s, cst.FunctionDef) and s.name.value in helpers.ALL)
-            and module.code_for_node(s).strip() != "_PMAPS = {}"]
+            and module.code_for_node(s).strip() not in ("_PMAPS = {}", "_PMAP_MESHES = []")]
     return module.with_changes(body=body).code
 
 

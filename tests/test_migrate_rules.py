@@ -232,13 +232,14 @@ def test_host_callback_and_what_is_left():
             y = hcb.id_tap(tap, x, result=x + 1)
             z = hcb.id_print(y, what="y")
             w = hcb.call(host_fn, z, result_shape=z)
-            return hcb.id_tap(tap, w, tap_with_device=True)
+            v = hcb.id_tap(tap, w, tap_with_device=True)
+            return hcb.id_print(v, output_stream=stream)
 
 
         hcb.barrier_wait()
         ''')
-    why = ("tap_with_device=True: jax.debug.callback does not say which device runs it: "
-           "pass jax.lax.axis_index(axis) as an argument inside a shard_map instead")
+    why = ("output_stream= has no jax.debug.print equivalent: print from "
+           "jax.debug.callback yourself")
     assert new == textwrap.dedent(f'''\
         from jax.experimental import host_callback as hcb
         import jax
@@ -248,14 +249,15 @@ def test_host_callback_and_what_is_left():
             y = _id_tap(tap, x, result=x + 1)
             z = _id_print(y, what="y")
             w = jax.pure_callback(host_fn, z, z)
-            # pmapkit migrate: jax.experimental.host_callback.id_tap left as written: {why}
-            return hcb.id_tap(tap, w, tap_with_device=True)
+            v = _id_tap(tap, w, tap_with_device=True)
+            # pmapkit migrate: jax.experimental.host_callback.id_print left as written: {why}
+            return hcb.id_print(v, output_stream=stream)
 
 
         jax.effects_barrier()
         ''')
     assert [(k.line, k.name, k.why) for k in report.left] == [
-        (8, "jax.experimental.host_callback.id_tap", why)]
+        (9, "jax.experimental.host_callback.id_print", why)]
 
 
 def test_export_vintages():

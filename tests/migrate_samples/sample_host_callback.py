@@ -26,3 +26,13 @@ taps.clear()
 per_device = jax.pmap(lambda v: hcb.id_tap(tap, v + 1))(np.arange(8.0))
 hcb.barrier_wait()
 print("pmap taps", sorted(taps), per_device.tolist())
+taps.clear()
+
+
+def tap_device(arg, transforms, device):
+    taps.append((device.id, float(arg)))
+
+
+jax.pmap(lambda v: hcb.id_tap(tap_device, v.sum(), tap_with_device=True))(np.arange(8.0))
+hcb.barrier_wait()
+print("device taps", sorted(taps))

@@ -20,6 +20,7 @@ class Helper:
 
 PMAP = Helper("_pmap", '''
 _PMAPS = {}
+_PMAP_MESHES = []
 
 
 def _pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, devices=None, donate_argnums=()):
@@ -62,7 +63,12 @@ def _pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, devices=None, donate_ar
                 return block.reshape(block.shape[1:])
             args = [b if a is None else jax.tree.map(unmapped, b)
                     for b, a in zip(blocks, axes)]
-            return jax.tree.map(lambda o: jax.numpy.expand_dims(o, 0), fun(*args))
+            _PMAP_MESHES.append(mesh)   # for _id_tap(..., tap_with_device=True)
+            try:
+                out = fun(*args)
+            finally:
+                _PMAP_MESHES.pop()
+            return jax.tree.map(lambda o: jax.numpy.expand_dims(o, 0), out)
 
         P = jax.sharding.PartitionSpec
         return jax.jit(jax.shard_map(
@@ -196,22 +202,47 @@ def _with_sharding_constraint(x, shardings):
 ''')
 
 ID_TAP = Helper("_id_tap", '''
-def _id_tap(tap_func, arg, *, result=None):
+def _id_tap(tap_func, arg, *, result=None, tap_with_device=False):
     # Classic host_callback.id_tap as jax.debug.callback: calls tap_func(arg,
-    # transforms) on the host with arg's value (transforms is always () here) and
-    # returns arg, or result if given (written by pmapkit migrate).
-    jax.debug.callback(lambda value: tap_func(value, ()), arg)
+    # transforms) on the host with arg's value (transforms is always () here), with
+    # device= the device that taps if tap_with_device (in a migrated pmap each device
+    # taps its slice; elsewhere the first device); returns arg, or result if given
+    # (written by pmapkit migrate).
+    if not tap_with_device:
+        jax.debug.callback(lambda value: tap_func(value, ()), arg)
+        return arg if result is None else result
+    meshes = globals().get("_PMAP_MESHES")
+    if meshes:
+        devices = list(meshes[-1].devices.flat)
+        jax.debug.callback(lambda value, k: tap_func(value, (), device=devices[int(k)]),
+                           arg, jax.lax.axis_index(meshes[-1].axis_names[0]))
+    else:
+        jax.debug.callback(lambda value: tap_func(value, (), device=jax.devices()[0]), arg)
     return arg if result is None else result
 ''')
 
 ID_PRINT = Helper("_id_print", '''
-def _id_print(arg, *, result=None, **kwargs):
-    # Classic host_callback.id_print as jax.debug.print: the keyword arguments (name:
-    # value, sorted), then arg's value; returns arg, or result if given (written by
-    # pmapkit migrate).
-    header = " ".join(f"{k}: {v}" for k, v in sorted(kwargs.items()))
-    header += "\\n" if header else ""
-    jax.debug.print(header.replace("{", "{{").replace("}", "}}") + "{}", arg)
+def _id_print(arg, *, result=None, tap_with_device=False, **kwargs):
+    # Classic host_callback.id_print as jax.debug.print: the keyword arguments
+    # (name: value, sorted; device too with tap_with_device, through
+    # jax.debug.callback) on one line, then arg's value; returns arg, or result if
+    # given (written by pmapkit migrate).
+    if not tap_with_device:
+        header = " ".join(f"{k}: {v}" for k, v in sorted(kwargs.items()))
+        header = header.replace("{", "{{").replace("}", "}}") + "\\n" if header else ""
+        jax.debug.print(header + "{}", arg)
+        return arg if result is None else result
+
+    def show(value, device):
+        shown = dict(kwargs, device=device)
+        print(" ".join(f"{k}: {shown[k]}" for k in sorted(shown)) + "\\n" + str(value))
+    meshes = globals().get("_PMAP_MESHES")
+    if meshes:
+        devices = list(meshes[-1].devices.flat)
+        jax.debug.callback(lambda value, k: show(value, devices[int(k)]),
+                           arg, jax.lax.axis_index(meshes[-1].axis_names[0]))
+    else:
+        jax.debug.callback(lambda value: show(value, jax.devices()[0]), arg)
     return arg if result is None else result
 ''')
 

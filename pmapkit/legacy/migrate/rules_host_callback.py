@@ -31,7 +31,6 @@ def _id_tap(ctx, original, updated):
     bound = _bind(updated, ("tap_func", "arg", "*", "result", "tap_with_device",
                             "device_index", "callback_flavor"),
                   "use jax.debug.callback(lambda v: tap(v, ()), arg)")
-    _flag(bound, "tap_with_device", f"tap_with_device=True: {_NO_DEVICE}")
     _flag(bound, "device_index", "device_index picks one device's tap; jax.debug.callback "
           "runs once in jit, once per device in shard_map")
     if "callback_flavor" in bound:
@@ -50,7 +49,6 @@ def _id_print(ctx, original, updated):
     bound = {a.keyword.value if a.keyword else "arg": a for a in updated.args}
     if len([a for a in updated.args if a.keyword is None]) != 1:
         raise LeaveAsIs("id_print takes one positional argument")
-    _flag(bound, "tap_with_device", f"tap_with_device=True: {_NO_DEVICE}")
     _flag(bound, "device_index", "device_index picks one device's print; use "
           "jax.debug.print")
     for name in ("output_stream", "threshold", "callback_flavor"):
