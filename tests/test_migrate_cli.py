@@ -69,8 +69,9 @@ def test_output_file_folder_in_place_and_diff(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "migrated" / "sub" / "a.py").read_text() != CLASSIC
 
-    proc = migrate(str(source), "--in-place")
-    assert proc.returncode == 0, proc.stderr
+    proc = migrate(str(source), "--in-place", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"check {source}: same: exit status 0, 1 stdout lines agree" in proc.stdout
     assert source.read_text() == CLASSIC.replace("jax.tree_map(", "jax.tree.map(")
 
 
@@ -143,8 +144,11 @@ def test_check_runs_the_migrated_file_without_pmapkit(tmp_path):
             print("no pmapkit:", "migrated program imports pmapkit" in str(e))
         print(jax.tree_map(lambda a: a + 1, [1, 2]))
         '''))
-    proc = migrate(str(source), "--check")
+    before = source.read_text()
+    proc = migrate(str(source), "--check", "--in-place")
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "nothing written in place" in proc.stderr
+    assert source.read_text() == before
     assert (f"check {source}: DIFFERENT: stdout line 1 differs\n"
             "    original: pmapkit importable\n"
             "    migrated: no pmapkit: True") in proc.stdout

@@ -23,6 +23,9 @@ with mesh:
     # A committed input laid out otherwise: classic pjit moved it.
     other = jax.device_put(x, NamedSharding(mesh, PartitionSpec(None, "y")))
     print("moved", float(step(other, jnp.ones(3)).sum()))
+    rows = pjit(lambda a: a + 1, in_axis_resources=PartitionSpec("x", None),
+                out_axis_resources=PartitionSpec("x", None))
+    print("one spec", rows(other).sharding.spec, float(rows(other).sum()))
 with maps.Mesh(np.array(jax.devices()), ("x",)) as flat:
     print("flat", flat.shape["x"], float(step(x, jnp.zeros(2)).sum()))
 plain = pjit(lambda a: a * 3)

@@ -26,9 +26,10 @@ class _NoPmapkit:
                 f"pmapkit migrate --check: the migrated program imports {name}", name=name)
         return None
 sys.meta_path.insert(0, _NoPmapkit())
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+script, beside = sys.argv[1], sys.argv[2]
+sys.argv = [script] + sys.argv[3:]
+# The migrated file's folder first, then the original's (modules beside it).
+sys.path[:0] = [os.path.dirname(os.path.abspath(script)), beside]
 runpy.run_path(script, run_name="__main__")
 """
 
@@ -39,8 +40,9 @@ def original_command(script, args):
     return [sys.executable, "-m", "pmapkit", "run", "--route-pmap", script, *args]
 
 
-def migrated_command(script, args):
-    return [sys.executable, "-P", "-W", "error::DeprecationWarning", "-c", GUARD, script, *args]
+def migrated_command(script, original, args):
+    return [sys.executable, "-P", "-W", "error::DeprecationWarning", "-c", GUARD, script,
+            os.path.dirname(os.path.abspath(original)), *args]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +109,7 @@ def check_all(pairs, args=(), jobs=None):
         runs = [(original, migrated,
                  pool.submit(_run, original_command(os.path.abspath(original), args),
                              os.path.dirname(os.path.abspath(original))),
-                 pool.submit(_run, migrated_command(os.path.abspath(migrated), args),
+                 pool.submit(_run, migrated_command(os.path.abspath(migrated), original, args),
                              os.path.dirname(os.path.abspath(original))))
                 for original, migrated in pairs]
         return [compare(o, m, a.result(), b.result()) for o, m, a, b in runs]

@@ -88,12 +88,10 @@ def _migrate(files):
     return done
 
 
-def _destinations(done, args, scratch):
+def _destinations(done, args):
     if args.in_place:
         return [path for path, *_ in done]
-    out = args.output or scratch
-    if out is None:
-        return None
+    out = args.output
     if len(done) == 1 and out.endswith(".py") and not os.path.isdir(out):
         return [out]
     return [os.path.join(out, relative) for _, relative, *_ in done]
@@ -116,36 +114,53 @@ def main(argv):
     except BadInput as exc:
         return _error(f"{exc}; nothing written")
     with tempfile.TemporaryDirectory(prefix="pmapkit-migrate-") as scratch:
-        writing = not args.diff and (args.output or args.in_place)
-        targets = _destinations(done, args, scratch if (args.check and not writing) else None)
-        report_stream = sys.stderr if args.diff else sys.stdout
-        for k, (path, _relative, source, new, report) in enumerate(done):
-            if args.diff:
-                sys.stdout.writelines(difflib.unified_diff(
-                    source.splitlines(keepends=True), new.splitlines(keepends=True),
-                    fromfile=path, tofile=f"{path} (migrated)"))
-            if targets is not None and (writing or args.check):
-                os.makedirs(os.path.dirname(os.path.abspath(targets[k])), exist_ok=True)
-                if new != source or targets[k] != path:
-                    with open(targets[k], "w", encoding="utf-8") as f:
-                        f.write(new)
-            print(report.format(), file=report_stream)
-        left = sum(len(r.left) for *_, r in done)
-        status = 0
+        return _write_and_check(done, args, script_args, scratch)
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _write_and_check(done, args, script_args, scratch):
+    report_stream = sys.stderr if args.diff else sys.stdout
+    writing = not args.diff and bool(args.output or args.in_place)
+    targets = _destinations(done, args) if writing else None
+    # --check runs the original as it is: a result going over it (--in-place)
+    # or nowhere (--diff, --check alone) is checked from a scratch copy.
+    checked = targets
+    if args.check and (not writing or args.in_place):
+        checked = [os.path.join(scratch, relative) for _, relative, *_ in done]
+    for k, (path, _relative, source, new, report) in enumerate(done):
+        if args.diff:
+            sys.stdout.writelines(difflib.unified_diff(
+                source.splitlines(keepends=True), new.splitlines(keepends=True),
+                fromfile=path, tofile=f"{path} (migrated)"))
         if args.check:
-            verdicts = check.check_all([(path, targets[k]) for k, (path, *_) in enumerate(done)],
-                                       script_args)
-            for verdict in verdicts:
-                print(verdict.format(), file=report_stream)
-            if not all(v.same for v in verdicts):
-                status = 1
-        total = (f"{len(done)} file(s): {sum(len(r.rewrites) for *_, r in done)} rewritten, "
-                 f"{left} left, {sum(len(r.kept) for *_, r in done)} pmap kept")
-        print(total, file=report_stream)
-        if args.strict and left:
-            print(f"pmapkit migrate: --strict: {left} place(s) left untranslated",
-                  file=sys.stderr)
+            _write(checked[k], new)
+        print(report.format(), file=report_stream)
+    status = 0
+    if args.check:     # before writing: --in-place must not replace the original first
+        verdicts = check.check_all([(path, checked[k]) for k, (path, *_) in enumerate(done)],
+                                   script_args)
+        for verdict in verdicts:
+            print(verdict.format(), file=report_stream)
+        if not all(v.same for v in verdicts):
             status = 1
+    if writing and args.in_place and status:
+        print("pmapkit migrate: --check found a difference: nothing written in place",
+              file=sys.stderr)
+    elif writing:
+        for k, (path, _relative, source, new, _report) in enumerate(done):
+            if new != source or targets[k] != path:
+                _write(targets[k], new)
+    left = sum(len(r.left) for *_, r in done)
+    print(f"{len(done)} file(s): {sum(len(r.rewrites) for *_, r in done)} rewritten, "
+          f"{left} left, {sum(len(r.kept) for *_, r in done)} pmap kept", file=report_stream)
+    if args.strict and left:
+        print(f"pmapkit migrate: --strict: {left} place(s) left untranslated", file=sys.stderr)
+        status = 1
     return status
 
 

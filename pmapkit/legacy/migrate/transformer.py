@@ -67,6 +67,7 @@ class Migrator(cst.CSTTransformer):
         self.import_depth = 0
         self.mesh_names = set()
         self.ops_index = {}           # id(numpy.s_[...] node) -> (slice text, start, old)
+        self.targets = set()          # ids of nodes assigned to or deleted: left alone
 
     # -- the context rules see ------------------------------------------------
     def qualname(self, node):
@@ -155,6 +156,18 @@ class Migrator(cst.CSTTransformer):
                     and self.qualname(assign.value.func) in rules_pjit.MESH_MAKERS):
                 self.mesh_names.add(assign.targets[0].target.value)
 
+    def visit_AssignTarget(self, node):
+        self.targets.add(id(node.target))
+
+    def visit_AugAssign(self, node):
+        self.targets.add(id(node.target))
+
+    def visit_AnnAssign(self, node):
+        self.targets.add(id(node.target))
+
+    def visit_Del(self, node):
+        self.targets.add(id(node.target))
+
     def visit_Try(self, node):
         self.try_catches.append(" ".join(sx.code(h.type) for h in node.handlers if h.type))
 
@@ -168,6 +181,8 @@ class Migrator(cst.CSTTransformer):
 
     def leave_Attribute(self, original_node, updated_node):
         attr = original_node.attr.value
+        if id(original_node) in self.targets:
+            return updated_node
         if attr in self.attributes and self.qualname(original_node) is None \
                 and not self.import_depth:
             family, rule = self.attributes[attr]
