@@ -351,3 +351,19 @@ def test_every_family_sample_prints_what_the_original_prints(tmp_path):
     for name in samples:
         text = (tmp_path / name).read_text()
         assert "import pmapkit" not in text and "from pmapkit" not in text
+
+
+def test_dotted_classic_imports_go_when_nothing_left_uses_them():
+    new, report = _migrated('''\
+        import jax.experimental.maps, os
+        import jax.experimental.pjit
+        import jax.experimental.host_callback
+
+        m = jax.experimental.maps.Mesh(d, ("x",))
+        f = jax.experimental.pjit.pjit(g)
+        y = jax.experimental.host_callback.xyz
+        ''')
+    assert new.splitlines()[:4] == ["import os", "import jax.experimental.host_callback",
+                                    "import jax", ""]
+    assert 'm = jax.sharding.Mesh(d, ("x",))\nf = jax.jit(g)\n' in new
+    assert [k.name for k in report.left] == ["jax.experimental.host_callback.xyz"]

@@ -412,6 +412,24 @@ def _import_aliases(module):
     return out
 
 
+class _DropDottedImports(cst.CSTTransformer):
+    """Removes ``import a.b.c`` (no ``as``) of the given dotted modules."""
+
+    def __init__(self, modules):
+        super().__init__()
+        self.modules = modules
+
+    def leave_Import(self, original_node, updated_node):
+        names = [a for a in updated_node.names
+                 if a.asname is not None or sx.code(a.name) not in self.modules]
+        if not names:
+            return cst.RemoveFromParent()
+        if len(names) == len(updated_node.names):
+            return updated_node
+        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(names=names)
+
+
 def migrate_module(source, path="<string>"):
     """(new source, FileReport) for the Python source text ``source``.
     Raises ``libcst.ParserSyntaxError`` when it does not parse."""
@@ -428,6 +446,15 @@ def migrate_module(source, path="<string>"):
         if q != "jax" and (related or _longest_prefix(dict.fromkeys(classic), q)[0]):
             RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
     new = RemoveImportsVisitor(context).transform_module(new)
+    # ``import jax.experimental.maps`` binds ``jax``, so libcst keeps it while
+    # ``jax`` is used: drop such classic imports that nothing left refers to.
+    still = [k.name for k in report.left]
+    drop = {q for module, obj, asname, q in _import_aliases(new)
+            if obj is None and asname is None and "." in q
+            and _longest_prefix(dict.fromkeys(classic), q)[0]
+            and not any(n == q or n.startswith(q + ".") for n in still)}
+    if drop:
+        new = new.visit(_DropDottedImports(drop))
     for module in sorted(migrator.imports):
         AddImportsVisitor.add_needed_import(context, module)
     new = AddImportsVisitor(context).transform_module(new)
