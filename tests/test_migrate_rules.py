@@ -8,7 +8,6 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
-import pytest
 
 from pmapkit.legacy import names as census
 from pmapkit.legacy.migrate import migrate_source

@@ -73,16 +73,6 @@ def call_text(func, positional=(), keywords=()):
     return f"{func}({', '.join(parts)})"
 
 
-def dotted(node):
-    """'a.b.c' for a Name/Attribute chain, or None."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted(node.value)
-        return None if base is None else f"{base}.{node.attr.value}"
-    return None
-
-
 def root_name(node):
     while isinstance(node, cst.Attribute):
         node = node.value

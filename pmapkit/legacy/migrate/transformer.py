@@ -14,7 +14,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from pmapkit.legacy.migrate import (rules_export, rules_host_callback, rules_pjit,
+from pmapkit.legacy.migrate import (helpers, rules_export, rules_host_callback, rules_pjit,
                                     rules_placement, rules_pmap, rules_trees_ops)
 from pmapkit.legacy.migrate import syntax as sx
 from pmapkit.legacy.migrate.base import KeepPmap, LeaveAsIs
@@ -262,7 +262,6 @@ class Migrator(cst.CSTTransformer):
     def leave_Decorator(self, original_node, updated_node):
         if self.qualname(original_node.decorator) == rules_pmap.PMAP and isinstance(
                 original_node.decorator, (cst.Name, cst.Attribute)):
-            from pmapkit.legacy.migrate import helpers
             self.need_helper(helpers.PMAP)
             self._rewrote(original_node.decorator, "pmap", "_pmap", rules_pmap.PMAP)
             return updated_node.with_changes(decorator=cst.Name("_pmap"))
