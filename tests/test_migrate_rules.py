@@ -366,3 +366,49 @@ def test_dotted_classic_imports_go_when_nothing_left_uses_them():
                                     "import jax", ""]
     assert 'm = jax.sharding.Mesh(d, ("x",))\nf = jax.jit(g)\n' in new
     assert [k.name for k in report.left] == ["jax.experimental.host_callback.xyz"]
+
+
+def test_pjit_as_a_decorator_and_through_partial():
+    new, report = _migrated('''\
+        import functools
+        from functools import partial
+        from jax.experimental.pjit import pjit
+        from jax.experimental import PartitionSpec as P
+
+
+        @functools.partial(pjit, in_axis_resources=P("x"), out_axis_resources=None)
+        def f(x):
+            return x
+
+
+        @partial(pjit, static_argnums=1)
+        def g(x, n):
+            return x * n
+
+
+        @pjit
+        def h(x):
+            return x
+        ''')
+    assert new == textwrap.dedent('''\
+        import functools
+        from functools import partial
+        from jax.sharding import PartitionSpec as P
+        import jax
+
+
+        @functools.partial(_pjit, in_shardings=P("x"), out_shardings=None)
+        def f(x):
+            return x
+
+
+        @partial(jax.jit, static_argnums=1)
+        def g(x, n):
+            return x * n
+
+
+        @jax.jit
+        def h(x):
+            return x
+        ''')
+    assert report.left == [] and report.helpers == ["_pjit"]

@@ -1,3 +1,5 @@
+import functools
+
 import numpy as np
 
 import jax
@@ -14,12 +16,20 @@ def f(x, y):
 
 
 step = pjit(f, (PartitionSpec("x", None), None), PartitionSpec("x", None))
+
+
+@functools.partial(pjit, in_axis_resources=PartitionSpec("x"),
+                   out_axis_resources=PartitionSpec("x"))
+def triple(a):
+    return a * 3
+
 mesh = maps.Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
 x = np.arange(16.0, dtype=np.float32).reshape(8, 2)
 with mesh:
     print("axes", dict(maps.thread_resources.env.physical_mesh.shape))
     out = step(x, jnp.ones(3))
     print("out", out.shape, out.sharding.spec, float(out.sum()))
+    print("triple", triple(np.arange(8.0)).tolist())
     # A committed input laid out otherwise: classic pjit moved it.
     other = jax.device_put(x, NamedSharding(mesh, PartitionSpec(None, "y")))
     print("moved", float(step(other, jnp.ones(3)).sum()))

@@ -6,6 +6,8 @@ where the specs say first, as classic pjit moved committed inputs),
 ``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``."""
 from __future__ import annotations
 
+import libcst as cst
+
 from pmapkit.legacy.migrate import helpers
 from pmapkit.legacy.migrate import syntax as sx
 from pmapkit.legacy.migrate.base import Family, LeaveAsIs
@@ -22,12 +24,37 @@ _PJIT_PARAMS = ("fun", "in_axis_resources", "out_axis_resources", "static_argnum
                 "abstracted_axes", "name", "resource_env")
 
 
+_RENAMES = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
+
+
 def _either(bound, classic, modern):
     arg = bound.get(classic)
     return bound.get(modern) if arg is None else arg
 
 
 def _pjit(ctx, original, updated):
+    return _pjit_text(ctx, updated, updated)
+
+
+def partial_pjit(ctx, original, updated):
+    """``functools.partial(pjit, ...)``: None unless it is one."""
+    if not updated.args or updated.args[0].keyword or updated.args[0].star:
+        return None
+    if ctx.qualname(original.args[0].value) not in PJIT_NAMES:
+        return None
+    as_call = updated.with_changes(args=[cst.Arg(cst.Name("f"))] + list(updated.args[1:]))
+    head = _pjit_text(ctx, as_call, None)
+    args = [updated.args[0].with_changes(value=sx.expr(head))]
+    for arg in updated.args[1:]:
+        if arg.keyword is not None and arg.keyword.value in _RENAMES:
+            arg = arg.with_changes(keyword=cst.Name(_RENAMES[arg.keyword.value]))
+        args.append(arg)
+    return sx.code(updated.with_changes(args=args))
+
+
+def _pjit_text(ctx, updated, call):
+    """The text for the pjit call ``updated`` (``call`` None: only the callee's
+    text, "jax.jit" or "_pjit", after the checks)."""
     try:
         bound = sx.bind(updated, _PJIT_PARAMS)
     except sx.Unbindable as exc:
@@ -40,12 +67,11 @@ def _pjit(ctx, original, updated):
         raise LeaveAsIs("pjit without a function: use jax.jit")
     specs_in = _either(bound, "in_axis_resources", "in_shardings")
     specs_out = _either(bound, "out_axis_resources", "out_shardings")
-    renames = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
     ctx.need_import("jax")
     if specs_in is None and specs_out is None:
-        return sx.rewrite_call(updated, "jax.jit")
+        return "jax.jit" if call is None else sx.rewrite_call(call, "jax.jit")
     ctx.need_helper(helpers.PJIT)
-    return sx.rewrite_call(updated, "_pjit", renames)
+    return "_pjit" if call is None else sx.rewrite_call(call, "_pjit", _RENAMES)
 
 
 def _with_sharding_constraint(ctx, original, updated):

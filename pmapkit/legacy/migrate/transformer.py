@@ -239,9 +239,13 @@ class Migrator(cst.CSTTransformer):
         try:
             if q in rules_pmap.PARTIAL:
                 text = rules_pmap.partial_pmap(self, original_node, updated_node)
+                family, q = "pmap", rules_pmap.PMAP
+                if text is None:
+                    text = rules_pjit.partial_pjit(self, original_node, updated_node)
+                    family, q = "pjit", rules_pjit.PJIT_NAMES[0]
                 if text is None:
                     return updated_node
-                family, q = "pmap", rules_pmap.PMAP
+                self.frames[-1].pop(self._start(original_node.args[0].value), None)
             elif q in self.calls:
                 family, rule = self.calls[q]
                 text = rule(self, original_node, updated_node)
@@ -260,12 +264,18 @@ class Migrator(cst.CSTTransformer):
         return new
 
     def leave_Decorator(self, original_node, updated_node):
-        if self.qualname(original_node.decorator) == rules_pmap.PMAP and isinstance(
-                original_node.decorator, (cst.Name, cst.Attribute)):
+        """A bare ``@jax.pmap`` / ``@pjit``."""
+        q = self.qualname(original_node.decorator)
+        if q == rules_pmap.PMAP:
             self.need_helper(helpers.PMAP)
-            self._rewrote(original_node.decorator, "pmap", "_pmap", rules_pmap.PMAP)
-            return updated_node.with_changes(decorator=cst.Name("_pmap"))
-        return updated_node
+            family, text = "pmap", "_pmap"
+        elif q in rules_pjit.PJIT_NAMES:
+            self.need_import("jax")
+            family, text = "pjit", "jax.jit"
+        else:
+            return updated_node
+        self._rewrote(original_node.decorator, family, text, q)
+        return updated_node.with_changes(decorator=sx.expr(text))
 
     # -- with mesh: -------------------------------------------------------------
     def leave_With(self, original_node, updated_node):
