@@ -412,3 +412,27 @@ def test_pjit_as_a_decorator_and_through_partial():
             return x
         ''')
     assert report.left == [] and report.helpers == ["_pjit"]
+
+
+def test_x64_context_managers_become_jax_enable_x64():
+    new, report = _migrated('''\
+        import jax.numpy as jnp
+        from jax.experimental import enable_x64, disable_x64
+
+        with enable_x64():
+            wide = jnp.ones(2).dtype
+            with disable_x64():
+                narrow = jnp.ones(2).dtype
+        ''')
+    assert new == textwrap.dedent('''\
+        import jax.numpy as jnp
+        import jax
+
+        with jax.enable_x64(True):
+            wide = jnp.ones(2).dtype
+            with jax.enable_x64(False):
+                narrow = jnp.ones(2).dtype
+        ''')
+    namespace = {}
+    exec(compile(new, "x64.py", "exec"), namespace)
+    assert (str(namespace["wide"]), str(namespace["narrow"])) == ("float64", "float32")

@@ -1,7 +1,8 @@
 """Trees and ops: the census's simple renames (``jax.tree_map`` → ``jax.tree.map``,
 ``jnp.DeviceArray`` → ``jax.Array``, ``jax.experimental.optimizers`` →
 ``jax.example_libraries.optimizers``, ...), ``from jax.config import config``,
-``jax.ops.index_*``, ``lax.tie_in`` and ``jax.random.shuffle``.
+``jax.ops.index_*``, ``lax.tie_in``, ``jax.random.shuffle`` and the
+``jax.experimental.enable_x64``/``disable_x64`` context managers.
 
 A census record (``pmapkit.legacy.names``) becomes a rename when its
 ``modern`` is a dotted name that exists on this JAX and is either the very
@@ -113,6 +114,21 @@ def _shuffle(ctx, original, updated):
     return sx.call_text("jax.random.permutation", args, [("independent", "True")])
 
 
+def _x64(value):
+    """``jax.experimental.enable_x64(new_val=True)`` / ``disable_x64()`` →
+    ``jax.enable_x64(flag)`` (a context manager on JAX 0.10)."""
+    def rule(ctx, original, updated):
+        if value is None:
+            bound = _bind(updated, ("new_val",))
+            flag = sx.value(bound, "new_val", "True")
+        else:
+            _bind(updated, ())
+            flag = value
+        ctx.need_import("jax")
+        return f"jax.enable_x64({flag})"
+    return rule
+
+
 def _bind(call, params):
     try:
         return sx.bind(call, params)
@@ -135,10 +151,15 @@ def family():
     calls = {f"jax.ops.{name}": _index_op(method) for name, method in _INDEX_METHODS.items()}
     calls["jax.lax.tie_in"] = _tie_in
     calls["jax.random.shuffle"] = _shuffle
+    calls["jax.experimental.enable_x64"] = _x64(None)
+    calls["jax.experimental.disable_x64"] = _x64("False")
     reasons = dict(reasons)
     reasons.pop("jax.config", None)   # the module; jax.config the attribute is modern
     classic = tuple(reasons) + tuple(calls) + ("jax.ops.index",)
     reasons["jax.ops.index"] = "use a plain index expression with x.at[...]"
     for name in calls:
-        reasons.setdefault(name, census_reason(census.by_name(name)))
+        if census.known(name):
+            reasons.setdefault(name, census_reason(census.by_name(name)))
+        else:
+            reasons.setdefault(name, "removed from JAX: use jax.enable_x64(True/False)")
     return Family("trees/ops", moves=moves, calls=calls, classic=classic, reasons=reasons)
