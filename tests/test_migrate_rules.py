@@ -436,3 +436,19 @@ def test_x64_context_managers_become_jax_enable_x64():
     namespace = {}
     exec(compile(new, "x64.py", "exec"), namespace)
     assert (str(namespace["wide"]), str(namespace["narrow"])) == ("float64", "float32")
+
+
+def test_a_migrated_pmap_inside_a_migrated_pmap_says_what_to_write():
+    import functools
+
+    import numpy as np
+    import pytest
+
+    from pmapkit.legacy.migrate import helpers
+    namespace = {"jax": jax, "numpy": np, "functools": functools}
+    exec(compile(helpers.PMAP.source, "<_pmap>", "exec"), namespace)
+    pmap = namespace["_pmap"]
+    inner = pmap(lambda v: v * 2, axis_name="i")
+    with pytest.raises(NotImplementedError, match="one jax.shard_map over a 2-D mesh"):
+        pmap(inner, axis_name="j")(np.zeros((2, 4, 3), np.float32))
+    assert pmap(lambda v: v * 2)(np.ones((8, 3), np.float32)).shape == (8, 3)

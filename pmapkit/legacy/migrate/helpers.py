@@ -80,6 +80,10 @@ def _pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, devices=None, donate_ar
     last = [None, 0, None, None]
 
     def slow(args):
+        if _PMAP_MESHES:
+            raise NotImplementedError(
+                "a pmap inside a pmap: jax.shard_map does not nest this way on this JAX; "
+                "write one jax.shard_map over a 2-D mesh (axis names of both pmaps)")
         axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
         mapped_at = [k for k, a in enumerate(axes) if a is not None]
         leaves = [leaf for k in mapped_at for leaf in jax.tree.leaves(args[k])]
