@@ -178,13 +178,14 @@ def _pjit(fun, in_shardings=None, out_shardings=None, **options):
     static = {static} if isinstance(static, int) else set(static)
 
     @functools.wraps(fun)
-    def call(*args):
+    def call(*args, **kwargs):   # keyword arguments go through unmoved
         dynamic = [a for k, a in enumerate(args) if k not in static]
         per_argument = isinstance(in_shardings, tuple) and not isinstance(in_shardings, P)
         prefix = in_shardings if per_argument else (in_shardings,) * len(dynamic)
         placed = iter(jax.device_put(
             dynamic, list(jax.tree.broadcast(list(prefix), dynamic, is_leaf=is_spec))))
-        return jitted(*[a if k in static else next(placed) for k, a in enumerate(args)])
+        return jitted(*[a if k in static else next(placed) for k, a in enumerate(args)],
+                      **kwargs)
     return call
 ''', ("jax", "functools"))
 
