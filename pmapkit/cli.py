@@ -10,11 +10,14 @@
     pmapkit run [--route-pmap] [--report] -m module [args]
                                   an old script, unedited: pmapkit stands in for
                                   what this JAX removed (``pmapkit run --help``)
+    pmapkit migrate PATH... [-o OUT | --in-place] [--diff] [--strict] [--check]
+                                  rewrite classic code to plain modern JAX
+                                  (``pmapkit migrate --help``)
 """
 import os
 import sys
 
-COMMANDS = ("demo", "bench", "launch", "run")
+COMMANDS = ("demo", "bench", "launch", "run", "migrate")
 
 RUN_USAGE = """\
 usage: pmapkit run [--route-pmap] [--report] script.py [args ...]
@@ -54,6 +57,9 @@ def main(argv=None):
         return launch.main(argv[1:])
     if command == "run":      # the script sets up its own devices
         return run(argv[1:])
+    if command == "migrate":  # source to source; --check runs scripts in children
+        from pmapkit.legacy.migrate import command as migrate_command
+        return migrate_command.main(argv[1:])
     from pmapkit import demo
     demo.configure_devices()
     if command == "bench":

@@ -33,6 +33,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit.bench.features_multiprocess",
     "pmapkit.bench.features_wrappers",
     "pmapkit.bench.features_edges",
+    "pmapkit.bench.features_migrate",
 )
 
 

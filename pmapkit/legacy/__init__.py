@@ -45,8 +45,10 @@ the script as ``__main__``.
 The package holds everything about classic names, apart from the core:
 ``names`` (the census: each removed name, what serves it or why it is
 refused, its modern spelling), ``report`` (``pmapkit run --report``),
-``pmap_sharding`` (the classic ``PmapSharding`` layout name) and the
-installer itself.
+``pmap_sharding`` (the classic ``PmapSharding`` layout name), the
+installer itself, and ``migrate`` (``pmapkit migrate``: the way out, which
+rewrites classic code to plain modern JAX, taking simple renames from the
+census).
 """
 from pmapkit.legacy._installer import install, installed
 

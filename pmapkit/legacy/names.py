@@ -49,6 +49,10 @@ class Removed:
     example: str       # one line of the modern spelling
     served_by: str = ""   # what pmapkit installs ("" for a refused name)
     make: object = None   # () -> the installed value (None for a refused name)
+    # ``pmapkit migrate`` renames the name to ``modern`` when that is a dotted
+    # name on this JAX and: True, a drop-in spelling; None, only if it is the
+    # very object ``make`` serves; False, never.
+    rename: bool | None = None
 
     @property
     def attr(self):
@@ -190,7 +194,7 @@ _TREE = "jax.tree_util.{0}"
 NAMES = tuple(
     [Removed(f"jax.{n}", "0.6.0", f"jax.tree.{n.removeprefix('tree_')}",
              f"jax.tree.{n.removeprefix('tree_')}(...)  # or jax.tree_util.{n}",
-             _TREE.format(n), _tree(n))
+             _TREE.format(n), _tree(n), rename=True)
      for n in ("tree_map", "tree_leaves", "tree_flatten", "tree_unflatten",
                "tree_structure", "tree_transpose")]
     + [Removed("jax.treedef_is_leaf", "0.6.0", "jax.tree_util.treedef_is_leaf",
@@ -198,7 +202,7 @@ NAMES = tuple(
                "jax.tree_util.treedef_is_leaf", _tree("treedef_is_leaf")),
        Removed("jax.tree_multimap", "0.3.16", "jax.tree.map",
                "jax.tree.map(lambda a, b: a + b, xs, ys)", "jax.tree_util.tree_map",
-               _tree("tree_map")),
+               _tree("tree_map"), rename=True),
        Removed("jax.tree_util.tree_multimap", "0.3.16", "jax.tree_util.tree_map",
                "jax.tree_util.tree_map(lambda a, b: a + b, xs, ys)",
                "jax.tree_util.tree_map", _tree("tree_map")),

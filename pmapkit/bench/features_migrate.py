@@ -1,0 +1,109 @@
+"""Feature cases of ``pmapkit migrate``: how fast the migrated code runs.
+
+``migrate_inline_pmaps_script_8_devices``: wall µs per iteration of
+``inline_pmaps_script.py`` three ways, side by side in alternating rounds of
+fresh processes: the original on JAX's own ``jax.pmap`` (baseline), the
+original under ``pmapkit run --route-pmap``, and the file ``pmapkit
+migrate`` writes (impl ``pmapkit``: plain jax, no pmapkit imported; its
+pmaps are ``jax.jit`` of ``jax.shard_map``). The process CPU µs per
+iteration (every thread) rides along in ``cpu_us``.
+
+``migrate_pmap_per_call_8_devices``: caller-thread CPU µs per cached call of
+one pmapped function (8 devices, blocking each call) for ``jax.pmap``,
+``pmapkit.pmap`` and the migrated ``_pmap`` helper (impl ``migrated``),
+interleaved in one process.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import pmapkit
+from pmapkit.bench.features import feature_case, interleaved_cpu_us
+from pmapkit.bench.features_wrappers import _SCRIPT
+from pmapkit.legacy.migrate import helpers, migrate_source
+
+_TIMEOUT_S = 300
+_ITERATIONS = 20
+
+
+def _run(command):
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    proc = subprocess.run(command + [str(_ITERATIONS)], env=env, capture_output=True,
+                          text=True, timeout=_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    return (float(lines["per_iteration_us"]), float(lines["per_iteration_cpu_us"]),
+            lines["checksum"])
+
+
+@feature_case("migrate_inline_pmaps_script_8_devices", baseline="jax.pmap",
+              higher_is_better=False)
+def inline_pmaps_script_migrated(settings):
+    with open(_SCRIPT) as f:
+        migrated_source, report = migrate_source(f.read(), _SCRIPT)
+    if report.left or report.kept:
+        raise RuntimeError(f"the script did not migrate fully:\n{report.format()}")
+    with tempfile.TemporaryDirectory(prefix="pmapkit-bench-migrate-") as folder:
+        migrated = os.path.join(folder, "inline_pmaps_script_migrated.py")
+        with open(migrated, "w") as f:
+            f.write(migrated_source)
+        commands = {"jax.pmap": [sys.executable, _SCRIPT],
+                    "pmapkit run --route-pmap": [sys.executable, "-m", "pmapkit", "run",
+                                                 "--route-pmap", _SCRIPT],
+                    "pmapkit": [sys.executable, "-P", migrated]}
+        rounds = max(3, settings["rounds"] // 2)
+        wall = {impl: [] for impl in commands}
+        cpu = {impl: [] for impl in commands}
+        checksums = set()
+        for k in range(rounds):
+            order = list(commands.items())
+            for impl, command in (order if k % 2 == 0 else order[::-1]):
+                us, cpu_us, checksum = _run(command)
+                wall[impl].append(us)
+                cpu[impl].append(cpu_us)
+                checksums.add(checksum)
+    if len(checksums) != 1:
+        raise RuntimeError(f"the runs disagree: checksums {sorted(checksums)}")
+    what = {"pmapkit": "migrated file, plain jax"}
+    return [{"impl": impl, "value": statistics.median(v), "unit": "us/iteration (wall)",
+             "rounds": v, "cpu_us": statistics.median(cpu[impl]), "cpu_us_rounds": cpu[impl],
+             "what": what.get(impl, "original script")} for impl, v in wall.items()]
+
+
+def _migrated_pmap():
+    """The ``_pmap`` helper exactly as ``pmapkit migrate`` writes it."""
+    namespace = {"jax": jax, "numpy": np, "functools": functools}
+    exec(compile(helpers.PMAP.source, "<pmapkit migrate _pmap>", "exec"), namespace)
+    return namespace["_pmap"]
+
+
+def _add_one(x):
+    return x + 1
+
+
+@feature_case("migrate_pmap_per_call_8_devices", baseline="jax.pmap", higher_is_better=False)
+def pmap_per_call_migrated(settings):
+    x = np.zeros((8, 128), np.float32)
+    impls = {"jax.pmap": jax.pmap(_add_one), "pmapkit": pmapkit.pmap(_add_one),
+             "migrated": _migrated_pmap()(_add_one)}
+    args = {name: fn(x) for name, fn in impls.items()}   # inputs placed as each wants
+
+    def cpu_us(fn, calls):
+        arg = next(args[name] for name, f in impls.items() if f is fn)
+        start = time.thread_time()
+        for _ in range(calls):
+            jax.block_until_ready(fn(arg))
+        return (time.thread_time() - start) / calls * 1e6
+
+    return interleaved_cpu_us(impls, cpu_us, settings, "jax.pmap", warmup=20, max_calls=2000)

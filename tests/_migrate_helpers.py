@@ -1,0 +1,40 @@
+"""Shared by the ``test_migrate_*`` files: run ``pmapkit migrate`` as users do
+(a subprocess, 8 host devices) and read a migrated file without its helpers."""
+import os
+import subprocess
+import sys
+
+import libcst as cst
+
+from pmapkit.legacy.migrate import helpers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEGACY_SCRIPTS = os.path.join(HERE, "legacy_scripts")
+SAMPLES = os.path.join(HERE, "migrate_samples")
+TIMEOUT_S = 600
+
+
+def env():
+    out = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    out.pop("PYTHONPATH", None)
+    return out
+
+
+def migrate(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pmapkit", "migrate", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=TIMEOUT_S, env=env())
+
+
+def without_helpers(source):
+    """``source`` less the helper definitions migrate writes in."""
+    module = cst.parse_module(source)
+    body = [s for s in module.body
+            if not (isinstance(s, cst.FunctionDef) and s.name.value in helpers.ALL)
+            and module.code_for_node(s).strip() not in ("_PMAPS = {}", "_PMAP_MESHES = []")]
+    return module.with_changes(body=body).code
+
+
+def verdicts(stdout):
+    return {line.split(":")[0].removeprefix("check "): line.split(":")[1].strip()
+            for line in stdout.splitlines() if line.startswith("check ")}
