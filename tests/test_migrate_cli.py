@@ -131,6 +131,12 @@ def test_check_gives_the_first_difference_and_exit_status():
     status = check.compare("a.py", "b.py", ran(0, ""), ran(1, "", "Traceback\nValueError: no"))
     assert "exit status 0 (original) vs 1 (migrated)" in status.format()
     assert "ValueError: no" in status.format()
+    # Both failing alike agrees, but the verdict says so with the original's
+    # last words: a run that proves little never reads as a proof.
+    both = check.compare("a.py", "b.py", ran(1, "", "Traceback\nValueError: 8 devices"),
+                         ran(1, "", "Traceback\nValueError: 8 devices"))
+    assert both.format() == ("check a.py: same: exit status 1, 0 stdout lines agree; both "
+                             "runs FAILED (the original too: ValueError: 8 devices)")
 
 
 def test_check_runs_the_migrated_file_without_pmapkit(tmp_path):

@@ -87,8 +87,13 @@ def compare(original, migrated, ran_original, ran_migrated):
             return Verdict(original, migrated, False,
                            f"stdout line {k + 1} differs\n    original: {left}\n"
                            f"    migrated: {right}")
-    return Verdict(original, migrated, True,
-                   f"exit status {ran_original.returncode}, {len(a)} stdout lines agree")
+    detail = f"exit status {ran_original.returncode}, {len(a)} stdout lines agree"
+    if ran_original.returncode:
+        # Both failed alike: say so, with the original's own last words, so
+        # a run that proves little is never read as a proof.
+        last = (ran_original.stderr.strip().splitlines() or ["<no stderr>"])[-1]
+        detail += f"; both runs FAILED (the original too: {last})"
+    return Verdict(original, migrated, True, detail)
 
 
 def _run(command, cwd):
