@@ -20,6 +20,7 @@ Public surface (explicit re-exports only):
   COMPILED       True when the Cython dispatch core is in use
 """
 import importlib as _importlib
+import importlib.util as _importlib_util
 import sys as _sys
 import types as _types
 
@@ -48,6 +49,12 @@ _LAZY = {
 
 def __getattr__(name):
     if name not in _LAZY:
+        # ``import pmapkit`` once loaded the core's modules eagerly, so code
+        # reading ``pmapkit.inflight`` (or ``pmapkit.host_callback``) after a
+        # bare ``import pmapkit`` worked: a submodule still answers, loaded now.
+        if not name.startswith("__") and _importlib_util.find_spec(
+                f"{__name__}.{name}") is not None:
+            return _importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = _LAZY[name]
     if module is None:  # a submodule that is itself the public name
