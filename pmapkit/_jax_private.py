@@ -470,3 +470,12 @@ from jax._src import checkify as _checkify  # noqa: E402
 
 checkify_error_checks = _checkify.error_checks
 jaxpr_to_checkify_jaxpr = _checkify.jaxpr_to_checkify_jaxpr
+
+
+# --- classic jax.util (pmapkit.legacy serves its helpers: the same objects) ---
+from jax._src import util as _util  # noqa: E402
+
+
+def util_helper(name):
+    """``jax._src.util.<name>``, or AttributeError where this JAX lacks it."""
+    return getattr(_util, name)
