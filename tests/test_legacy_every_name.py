@@ -1,5 +1,5 @@
 """Issue 32: every public name of five classic JAX releases (the census,
-``pmapkit/legacy/census/``) answers on JAX 0.10 after
+``pmapkit/legacy/census_data/``) answers on JAX 0.10 after
 ``pmapkit.legacy.install()``: it works, or it raises an error naming it, the
 release that removed it and what to use instead. Never a plain
 AttributeError/ImportError. The names are held in one subprocess (the

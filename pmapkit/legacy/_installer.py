@@ -212,6 +212,7 @@ def _census_refusals_by_owner():
 
 
 _BY_OWNER = None
+_scheduled: set[str] = set()    # owners whose refusals wait for their import
 
 
 def _refuse_census_names(module, name):
@@ -294,7 +295,8 @@ def _install_refusals():
             continue      # served modules: refused as they are created
         if owner in sys.modules:
             refused |= _refuse_names(sys.modules[owner], owner, records)
-        elif _module_exists(owner):
+        elif owner not in _scheduled and _module_exists(owner):
+            _scheduled.add(owner)
             _finder.after_import.add(owner)
             refused |= {r.name for r in records}
     return refused

@@ -1,7 +1,7 @@
 """The census data: the public names of classic JAX releases, and how each
 answers on this JAX.
 
-``pmapkit/legacy/census/jax-VERSION.txt`` (package data, written by
+``pmapkit/legacy/census_data/jax-VERSION.txt`` (package data, written by
 ``python -m pmapkit.legacy.census_collect``) lists one ``module name`` pair a
 line. ``classify`` holds each pair against the running JAX:
 
@@ -24,7 +24,7 @@ import warnings
 __all__ = ["RELEASES", "release_names", "union", "history", "removed_in", "classify",
            "clear_error", "counts", "OUTCOMES"]
 
-_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census")
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
 
 def _version_key(version):
@@ -96,7 +96,7 @@ def _removals():
 
 def removed_in(full_name: str) -> str | None:
     """The JAX release that removed a census name (the first release without
-    it: ``census/removed_in.txt``), else the census window it went in
+    it: ``census_data/removed_in.txt``), else the census window it went in
     ("after 0.6.2, by 0.9.2"); None for a name the census never saw."""
     exact = _removals().get(full_name)
     if exact:
@@ -134,13 +134,12 @@ def _probe(module_name, name):
     return True, None
 
 
-def classify(pairs, install=True) -> dict[tuple[str, str], tuple[str, str]]:
+def classify(pairs, install=None) -> dict[tuple[str, str], tuple[str, str]]:
     """``{(module, name): (outcome, error text)}`` for ``pairs`` on this JAX;
-    with ``install``, pmapkit.legacy is installed after the native probe."""
+    ``install`` (e.g. ``pmapkit.legacy.install``) runs after the native probe."""
     native = {p: _probe(*p) for p in pairs}
-    if install:
-        import pmapkit.legacy
-        pmapkit.legacy.install()
+    if install is not None:
+        install()
     out = {}
     for pair, (ok, _) in native.items():
         if ok:

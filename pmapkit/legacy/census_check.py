@@ -22,7 +22,11 @@ def main(argv=None) -> int:
         print(f"census: unknown option {unknown[0]!r} (use --json, --no-install)",
               file=sys.stderr)
         return 2
-    outcomes = classify(union(), install="--no-install" not in argv)
+    install = None
+    if "--no-install" not in argv:
+        import pmapkit.legacy
+        install = pmapkit.legacy.install
+    outcomes = classify(union(), install=install)
     per_release = {r: counts(outcomes, r) for r in RELEASES}
     if "--json" in argv:
         json.dump({"releases": per_release,

@@ -11,9 +11,9 @@ typing re-exports, the standard library's classes and functions, modules a
 module merely imported (a package's submodules and ``jax.lib``'s jaxlib
 modules stay), and names whose ``getattr`` already raises there (a release
 lists some removed names in ``dir()`` through its deprecation hook). The
-names are written, one ``module name`` pair a line, to ``pmapkit/legacy/census/jax-VERSION.txt`` (or ``--out DIR``).
+names are written, one ``module name`` pair a line, to ``pmapkit/legacy/census_data/jax-VERSION.txt`` (or ``--out DIR``).
 ``--removals DIR`` reads the releases collected into ``DIR`` (every release
-between the census's, up to this JAX) and writes ``census/removed_in.txt``:
+between the census's, up to this JAX) and writes ``census_data/removed_in.txt``:
 the first release without each census name this JAX lacks.
 Nothing of pmapkit is imported in the classic environment: the collecting
 code travels as source.
@@ -169,7 +169,7 @@ def removals(releases_dir: str, out_dir: str) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census")
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
     if argv[:1] == ["--removals"] and len(argv) == 2:
         print(removals(argv[1], out_dir))
         return 0
