@@ -193,7 +193,10 @@ def _push_resource_env(mesh):
     # time reads it, eagerly and inside pjit traces. Only the per-thread
     # stack is set: JAX's mesh context (part of its trace context) is not.
     resources = jp.thread_resources
-    env = resources.stack[-1].with_mesh(mesh)
+    env = mesh.__dict__.get("_resource_env")
+    if env is None:   # one per (interned) mesh: JAX's env holds only the mesh
+        env = resources.stack[0]._replace(physical_mesh=mesh)
+        object.__setattr__(mesh, "_resource_env", env)
     resources.stack.append(env)
     resources.env = env
 

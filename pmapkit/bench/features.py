@@ -31,6 +31,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit.bench.features_debugging",
     "pmapkit.bench.features_multiprocess",
     "pmapkit.bench.features_wrappers",
+    "pmapkit.bench.features_legacy",
 )
 
 

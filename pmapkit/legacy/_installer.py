@@ -158,6 +158,13 @@ def _install_removed_names():
     this JAX lacks it."""
     new = []
     for record in legacy_names.NAMES:
+        if record.owner not in sys.modules and _module_exists(record.owner):
+            # set when the program imports its module (install imports nothing)
+            if record.owner not in _finder.modules:
+                _pending_names.setdefault(record.owner, []).append(record)
+                _finder.after_import.add(record.owner)
+                new.append(record.name)
+                continue
         owner = importlib.import_module(record.owner)
         if not _has(owner, record.attr):
             new += _install_name(owner, record.name, _counted(record.name, record.make()))
@@ -212,6 +219,7 @@ def _census_refusals_by_owner():
 
 
 _BY_OWNER = None
+_pending_names: dict[str, list] = {}   # module -> census records set on its import
 _scheduled: set[str] = set()    # owners whose refusals wait for their import
 
 
@@ -234,6 +242,9 @@ class _AfterImport(importlib.abc.Loader):
 
     def exec_module(self, module):
         self.loader.exec_module(module)
+        for record in _pending_names.pop(module.__name__, ()):
+            if not _has(module, record.attr):
+                _install_name(module, record.name, _counted(record.name, record.make()))
         _refuse_census_names(module, module.__name__)
 
 
@@ -246,7 +257,10 @@ def _serve_submodules():
     for full in list(_finder.modules):
         lazy.setdefault(full.rpartition(".")[0], set()).add(full.rpartition(".")[2])
     for module, attr in legacy_census.union():
-        if _spec_without_importing(f"{module}.{attr}") is not None:
+        parent = sys.modules.get(module)
+        path = getattr(parent, "__path__", None)
+        if (path is not None and attr not in vars(parent)
+                and importlib.machinery.PathFinder.find_spec(f"{module}.{attr}", path)):
             lazy.setdefault(module, set()).add(attr)
     for parent, attrs in lazy.items():
         if parent in sys.modules:

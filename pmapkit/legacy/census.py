@@ -27,6 +27,7 @@ __all__ = ["RELEASES", "release_names", "union", "history", "removed_in", "class
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
 
+@functools.lru_cache(maxsize=None)
 def _version_key(version):
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
@@ -92,6 +93,13 @@ def _removals():
         return {}
     with open(path) as f:
         return dict(line.split() for line in f if line.strip() and line[0] != "#")
+
+
+def missing_here(full_name: str) -> bool:
+    """Whether JAX 0.10 lacks a census name (it is in ``removed_in.txt``);
+    without that file, every name is taken as possibly missing."""
+    removals = _removals()
+    return not removals or full_name in removals
 
 
 def removed_in(full_name: str) -> str | None:

@@ -2,7 +2,8 @@
 
     python -m pmapkit.legacy.census_collect VENV_PYTHON [VENV_PYTHON ...]
     python -m pmapkit.legacy.census_collect --out DIR VENV_PYTHON ...
-    python -m pmapkit.legacy.census_collect --removals DIR
+    python -m pmapkit.legacy.census_collect --probe VENV_PYTHON --out DIR
+    python -m pmapkit.legacy.census_collect --removals DIR [--gaps V1,V2]
 
 Each ``VENV_PYTHON`` is the interpreter of a scratch virtual environment with
 one classic jax/jaxlib installed. In it, each module of ``PUBLIC_MODULES`` the
@@ -12,9 +13,12 @@ module merely imported (a package's submodules and ``jax.lib``'s jaxlib
 modules stay), and names whose ``getattr`` already raises there (a release
 lists some removed names in ``dir()`` through its deprecation hook). The
 names are written, one ``module name`` pair a line, to ``pmapkit/legacy/census_data/jax-VERSION.txt`` (or ``--out DIR``).
-``--removals DIR`` reads the releases collected into ``DIR`` (every release
-between the census's, up to this JAX) and writes ``census_data/removed_in.txt``:
-the first release without each census name this JAX lacks.
+``--probe`` writes which census names answer in a release (listed or not:
+deprecated names reached through a module ``__getattr__`` count) and
+``--removals DIR`` reads the releases probed into ``DIR`` (every installable
+release from the census's first up to this JAX) and writes
+``census_data/removed_in.txt``: the release that removed each census name
+this JAX lacks.
 Nothing of pmapkit is imported in the classic environment: the collecting
 code travels as source.
 """
@@ -108,6 +112,51 @@ import jax
 print(json.dumps({"version": jax.__version__, "modules": found, "missing": missing}))
 '''
 
+# Runs in the classic environment: which of the given pairs answer there
+# (listed or not: a deprecated name reached through a module __getattr__
+# still answers until its deprecation raises).
+_PROBE = r'''
+import importlib, io, json, sys, warnings, contextlib
+warnings.simplefilter("ignore")
+pairs = json.loads(sys.stdin.read())
+found = {}
+for module_name, names in pairs.items():
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            module = importlib.import_module(module_name)
+    except Exception:
+        continue
+    have = []
+    for attr in names:
+        try:
+            getattr(module, attr)
+        except Exception:
+            try:
+                importlib.import_module(f"{module_name}.{attr}")
+            except Exception:
+                continue
+        have.append(attr)
+    found[module_name] = have
+import jax
+print(json.dumps({"version": jax.__version__, "modules": found, "missing": []}))
+'''
+
+
+def probe(python: str, pairs) -> dict:
+    """Like ``collect``, but the names are ``pairs`` (module, name), each
+    kept where it answers in the environment of ``python``."""
+    by_module = {}
+    for module, name in pairs:
+        by_module.setdefault(module, []).append(name)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([python, "-I", "-c", _PROBE], input=json.dumps(by_module),
+                          capture_output=True, text=True, env=env, timeout=900,
+                          cwd=os.path.dirname(os.path.abspath(python)))
+    if proc.returncode != 0:
+        raise RuntimeError(f"probing with {python} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
 
 def collect(python: str) -> dict:
     """``{"version", "modules": {module: [names]}, "missing": [modules]}`` of
@@ -139,30 +188,42 @@ def _names(path):
         return {".".join(line.split()) for line in f if line.strip() and line[0] != "#"}
 
 
-def removals(releases_dir: str, out_dir: str) -> str:
+def removals(releases_dir: str, out_dir: str, gaps=()) -> str:
     """Writes ``removed_in.txt``: for each name of the census (``out_dir``)
-    missing from the newest release collected in ``releases_dir`` (and
-    ``out_dir``), the first release after its last appearance that lacks it."""
+    missing from the newest release probed in ``releases_dir``, the release
+    after its last appearance there. ``gaps``: releases between them that
+    could not be installed; a name that went across one gets the window
+    "FIRST-GAP..FIRST-WITHOUT"."""
     import re
     found = {}
-    for folder in (out_dir, releases_dir):
+    for folder in (releases_dir,):
         for entry in os.listdir(folder):
             match = re.fullmatch(r"jax-(\d+(?:\.\d+)+)\.txt", entry)
             if match:
                 found[match.group(1)] = _names(os.path.join(folder, entry))
-    order = sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
+    def key(v):
+        return tuple(int(p) for p in v.split("."))
+    order = sorted(found, key=key)
+    everything = sorted(set(order) | set(gaps), key=key)
     census = set().union(*(_names(os.path.join(out_dir, e)) for e in os.listdir(out_dir)
                            if e.startswith("jax-")))
     newest = found[order[-1]]
     lines = []
     for name in sorted(census - newest):
-        last = max(i for i, v in enumerate(order) if name in found[v])
-        lines.append(f"{name} {order[last + 1]}")
+        present = [i for i, v in enumerate(order) if name in found[v]]
+        if not present:
+            continue        # never answered in a probed release: no claim
+        first_without = order[present[-1] + 1]
+        after = everything[everything.index(order[present[-1]]) + 1]
+        window = first_without if after == first_without else f"{after}..{first_without}"
+        lines.append(f"{name} {window}")
     path = os.path.join(out_dir, "removed_in.txt")
     with open(path, "w") as f:
-        f.write(f"# the first release without each name (of {len(order)} releases, "
-                f"{order[0]} to {order[-1]}): python -m pmapkit.legacy.census_collect "
-                "--removals DIR\n")
+        f.write(f"# the release that removed each name: the first of {len(order)} probed "
+                f"releases ({order[0]} to {order[-1]}) where it no longer answers; "
+                f"A..B where releases A.. before B could not be installed "
+                f"({', '.join(gaps) or 'none'}). python -m "
+                "pmapkit.legacy.census_collect --removals DIR --gaps A,B\n")
         f.write("\n".join(lines) + "\n")
     return path
 
@@ -170,8 +231,18 @@ def removals(releases_dir: str, out_dir: str) -> str:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
-    if argv[:1] == ["--removals"] and len(argv) == 2:
-        print(removals(argv[1], out_dir))
+    if argv[:1] == ["--removals"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--gaps"]):
+        gaps = argv[3].split(",") if len(argv) == 4 else ()
+        print(removals(argv[1], out_dir, gaps))
+        return 0
+    if argv[:1] == ["--probe"]:
+        if len(argv) < 4 or argv[2] != "--out":
+            print("usage: census_collect --probe VENV_PYTHON --out DIR", file=sys.stderr)
+            return 2
+        from pmapkit.legacy import census
+        result = probe(argv[1], census.union())
+        os.makedirs(argv[3], exist_ok=True)
+        print(_write(result, argv[3]))
         return 0
     if argv[:1] == ["--out"]:
         if len(argv) < 2:

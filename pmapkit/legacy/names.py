@@ -532,7 +532,7 @@ def census_records():
             sources[owner] = importlib.import_module(source)
         for module, attr in census.union():
             name = f"{module}.{attr}"
-            if name in _ALL:
+            if name in _ALL or not census.missing_here(name):
                 continue
             source = sources.get(module)
             if source is not None and attr in vars(source):
