@@ -106,3 +106,55 @@ def test_census_check_refuses_an_unknown_option(tmp_path):
 def test_release_names_refuses_a_release_not_collected():
     with pytest.raises(ValueError, match="release must be one of 0.4.13"):
         census.release_names("0.1.0")
+
+
+def test_the_collector_lists_a_release_s_public_names(tmp_path):
+    """census_collect run on this interpreter (JAX 0.10): the file format,
+    and what it leaves out."""
+    out = tmp_path / "names"
+    proc = subprocess.run([sys.executable, "-m", "pmapkit.legacy.census_collect", "--out",
+                           str(out), sys.executable], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import jax
+    path = out / f"jax-{jax.__version__}.txt"
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith(f"# public names of jax {jax.__version__}")
+    pairs = {tuple(line.split()) for line in lines[1:]}
+    assert {("jax.numpy", "sin"), ("jax", "jit"), ("jax.sharding", "NamedSharding"),
+            ("jax.scipy", "linalg")} <= pairs
+    # typing re-exports, the standard library, private names, imported modules
+    assert not {p for p in pairs if p[1] in ("Any", "Callable", "partial", "np", "os")
+                or p[1].startswith("_")}
+    # --probe: which census names answer here
+    probe = tmp_path / "probe"
+    proc = subprocess.run([sys.executable, "-m", "pmapkit.legacy.census_collect", "--probe",
+                           sys.executable, "--out", str(probe)], capture_output=True,
+                          text=True, timeout=TIMEOUT_S, env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answered = {tuple(line.split()) for line in
+                (probe / f"jax-{jax.__version__}.txt").read_text().splitlines()[1:]}
+    assert ("jax.numpy", "sin") in answered and ("jax.core", "pp_eqn") not in answered
+    assert answered <= set(census.union())
+
+
+@pytest.mark.parametrize("args", [[], ["--out"], ["/no/such/python"],
+                                  ["--probe", "x"]])
+def test_the_collector_refuses_bad_usage(tmp_path, args):
+    proc = subprocess.run([sys.executable, "-m", "pmapkit.legacy.census_collect", *args],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, env=_env(),
+                          cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "usage" in proc.stderr or "no interpreter" in proc.stderr or "--out" in proc.stderr
+
+
+def test_every_name_jax_lacks_has_its_removal_release():
+    import jax
+    if jax.__version__ != "0.10.2":
+        pytest.skip("removed_in.txt was probed up to jax 0.10.2")
+    lacking = {n: census.removed_in(n) for n in (f"{m}.{a}" for m, a in census.union())
+               if census.missing_here(n)}
+    assert len(lacking) > 500
+    assert all(r and re.fullmatch(r"\d+\.\d+\.\d+(\.\.\d+\.\d+\.\d+)?", r)
+               for r in lacking.values()), [kv for kv in lacking.items() if not kv[1]][:5]
+    assert census.removed_in("jax.sharding.PositionalSharding") == "0.6.0"

@@ -161,9 +161,11 @@ def _install_removed_names():
         if record.owner not in sys.modules and _module_exists(record.owner):
             # set when the program imports its module (install imports nothing)
             if record.owner not in _finder.modules:
-                _pending_names.setdefault(record.owner, []).append(record)
-                _finder.after_import.add(record.owner)
-                new.append(record.name)
+                pending = _pending_names.setdefault(record.owner, [])
+                if record not in pending:
+                    pending.append(record)
+                    _finder.after_import.add(record.owner)
+                    new.append(record.name)
                 continue
         owner = importlib.import_module(record.owner)
         if not _has(owner, record.attr):

@@ -228,7 +228,8 @@ class _KeyPathEntry(typing.NamedTuple):
 
 
 class GetitemKeyPathEntry(_KeyPathEntry):
-    """Classic keypath entry for ``x[key]`` (``jax.tree_util.GetItemKey`` today)."""
+    """Classic keypath entry for ``x[key]`` (``jax.tree_util.SequenceKey`` /
+    ``DictKey`` today)."""
 
     def pprint(self) -> str:
         return f"[{self.key!r}]"
