@@ -95,6 +95,29 @@ def test_the_census_check_counts_before_install_too(tmp_path):
     assert union[0] == "union" and int(union[3]) == 0 and int(union[5]) > 400
 
 
+_PROBE_ATTRS = """
+import jax, jax.experimental, pmapkit.legacy
+pmapkit.legacy.install()
+print(hasattr(jax.experimental, "loops"), hasattr(jax.core, "pp_eqn"),
+      getattr(jax.core, "pp_eqn", "absent"), hasattr(jax, "api"), hasattr(jax, "util"))
+try:
+    from jax.core import pp_eqn
+except ImportError as e:
+    print(type(e).__name__, "JAX internal; no public replacement" in str(e))
+import jax.scipy.linalg
+print(jax.scipy.linalg.tril(jax.numpy.array([[1, 2], [3, 4]])).tolist())
+"""
+
+
+def test_hasattr_sees_refused_names_missing_and_served_ones_present(tmp_path):
+    (tmp_path / "probe.py").write_text(_PROBE_ATTRS)
+    proc = subprocess.run([sys.executable, "probe.py"], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["False False absent True True",
+                                        "RemovedModuleError True", "[[1, 0], [3, 4]]"]
+
+
 def test_census_check_refuses_an_unknown_option(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pmapkit.legacy.census_check", "--bogus"],
                           capture_output=True, text=True, timeout=TIMEOUT_S, env=_env(),

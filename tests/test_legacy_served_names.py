@@ -19,8 +19,12 @@ pmapkit.legacy.install()
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 warnings.simplefilter("ignore")
 
-# jax.api as an attribute (never imported)
+# jax.api as an attribute (never imported); a census submodule JAX no longer
+# imports at startup, read as an attribute
 print("api", jax.api.jit is jax.jit, jax.api.device_put_sharded is jax.device_put_sharded)
+mu = jax.experimental.multihost_utils
+import jax.experimental.multihost_utils
+print("submodule", mu is sys.modules["jax.experimental.multihost_utils"])
 
 # jax.lib.xla_bridge / xla_client
 import jax.extend.backend as eb, jaxlib.xla_client
@@ -136,6 +140,17 @@ xs = jnp.arange(4.0)
 print("primitive", double(xs).tolist(), jax.jit(double)(xs).tolist(),
       jax.grad(lambda v: double(v).sum())(xs).tolist(), jax.vmap(double)(xs.reshape(2, 2)).tolist())
 print("clear_backends", jax.clear_backends is eb.clear_backends)
+
+# every census name served as the same object as its jax.extend home
+import importlib
+from pmapkit.legacy import names, classic_values
+same = [r for r in names.census_records().values() if r.make is not None]
+print("same objects", len(same) >= 15,
+      all(getattr(importlib.import_module(r.owner), r.attr) is r.make() for r in same))
+print("util helpers", all(getattr(ju, n) is getattr(src_util, n) for n in classic_values.UTIL_HELPERS))
+import jax.ffi
+print("extend.ffi", all(getattr(jax.extend.ffi, n) is getattr(jax.ffi, n) for n in
+                        ("ffi_call", "ffi_lowering", "include_dir", "pycapsule", "register_ffi_target")))
 '''
 
 
@@ -150,6 +165,7 @@ def test_served_names_match_their_modern_equivalents(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert proc.stdout.splitlines() == [
         "api True True",
+        "submodule True",
         "xla_bridge True True True True",
         "x64 float64 float32 float64 float32 float32",
         "positional True True True True True",
@@ -170,6 +186,9 @@ def test_served_names_match_their_modern_equivalents(tmp_path):
         "primitive [0.0, 2.0, 4.0, 6.0] [0.0, 2.0, 4.0, 6.0] [2.0, 2.0, 2.0, 2.0] "
         "[[0.0, 2.0], [4.0, 6.0]]",
         "clear_backends True",
+        "same objects True True",
+        "util helpers True",
+        "extend.ffi True",
     ]
     with open(os.path.join(HERE, "golden", "positional_sharding_jax_0.4.38.txt")) as f:
         assert layouts.read_text() == f.read()   # the layouts jax 0.4.38 gave

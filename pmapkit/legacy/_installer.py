@@ -232,9 +232,10 @@ def _refuse_census_names(module, name):
 
 
 class _AfterImport(importlib.abc.Loader):
-    """Runs a module's own loader, then chains the refusals of the census
-    names that module held: an owner not imported at install is hooked when
-    the program imports it, and install imports nothing more."""
+    """Runs a module's own loader, then sets the classic names served on it
+    and chains the refusals of the census names it held: a module not
+    imported at install gets them when the program imports it, and install
+    imports nothing more."""
 
     def __init__(self, loader):
         self.loader = loader
@@ -256,8 +257,9 @@ def _serve_submodules():
     without ``import jax.api``); and a census submodule JAX still has but no
     longer imports at startup is imported on first read."""
     lazy = {}
-    for full in list(_finder.modules):
-        lazy.setdefault(full.rpartition(".")[0], set()).add(full.rpartition(".")[2])
+    for full, make in list(_finder.modules.items()):
+        if not (isinstance(make, functools.partial) and make.func is _raise_import):
+            lazy.setdefault(full.rpartition(".")[0], set()).add(full.rpartition(".")[2])
     for module, attr in legacy_census.union():
         parent = sys.modules.get(module)
         path = getattr(parent, "__path__", None)
@@ -299,7 +301,7 @@ def _install_refusals():
                 name, legacy_census.removed_in(name) or "0.10.0", legacy_names.INTERNAL, ""))
     for record in modules:
         if not _module_exists(record.name):
-            _finder.modules[record.name] = functools.partial(_raise, record)
+            _finder.modules[record.name] = functools.partial(_raise_import, record)
             refused.add(record.name)
     by_owner = {}
     for owner, records in _census_refusals_by_owner().items():
@@ -319,6 +321,14 @@ def _install_refusals():
 
 
 _IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+
+
+def _raise_import(record):
+    """Raises ``record``'s removal error as an ImportError: the removed
+    module is being imported."""
+    if legacy_report.enabled():
+        legacy_report.note(record.name, "refused uses")
+    raise record.error(importing=True)
 
 
 def _raise(record, depth=1):

@@ -65,9 +65,11 @@ class Removed:
         return self.name.rpartition(".")[0]
 
     def error(self, importing=False):
-        """The error to raise; ``importing``: the name is being read by
-        ``from owner import name``, where Python would turn an
-        AttributeError into its own generic ImportError."""
+        """The error to raise; ``importing``: the name is being imported
+        (``import owner.name``, or ``from owner import name``, where Python
+        would turn an AttributeError into its own generic ImportError):
+        an ImportError; read as an attribute, a removed module or name is an
+        AttributeError, so ``hasattr`` sees it missing."""
         if self.modern == INTERNAL:
             text = (f"{self.name} was removed in JAX {self.removed_in}. {INTERNAL} "
                     f"on JAX {jax.__version__}, so pmapkit.legacy does not provide it.")
@@ -75,7 +77,7 @@ class Removed:
             text = (f"{self.name} was removed in JAX {self.removed_in} and has no "
                     f"faithful equivalent on JAX {jax.__version__}, so pmapkit.legacy "
                     f"does not provide it: use {self.modern} instead, e.g. {self.example}")
-        if importing or self in REFUSED_MODULES:
+        if importing:
             return RemovedModuleError(text, name=self.name)
         return RemovedAttributeError(text)
 
