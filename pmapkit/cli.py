@@ -26,8 +26,9 @@ pmapkit's classic APIs stand in for the modules and names this JAX lacks
 (jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
 .jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
 other removed names classic programs use (jax.tree_map, jax.ops.index_update,
-Array.device_buffers, jax.experimental.optimizers/stax, jax.config, ...);
-removed names without an equivalent raise an error naming their replacement.
+Array.device_buffers, jax.experimental.optimizers/stax, jax.config, ...):
+every public name of jax 0.4.13 to 0.9.2 works, or raises an error naming
+the release that removed it and its replacement (docs/classic-names.md).
 One short line on stderr counts what was installed.
 
 options:

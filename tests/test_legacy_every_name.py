@@ -180,4 +180,5 @@ def test_every_name_jax_lacks_has_its_removal_release():
     assert len(lacking) > 500
     assert all(r and re.fullmatch(r"\d+\.\d+\.\d+(\.\.\d+\.\d+\.\d+)?", r)
                for r in lacking.values()), [kv for kv in lacking.items() if not kv[1]][:5]
-    assert census.removed_in("jax.sharding.PositionalSharding") == "0.6.0"
+    assert census.removed_in("jax.sharding.PositionalSharding") == "0.7.0"
+    assert census.removed_in("jax.abstract_arrays") == "0.4.14..0.4.18"   # no jaxlib between

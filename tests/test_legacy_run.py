@@ -301,6 +301,8 @@ def test_device_put_replicated_and_sharded_come_from_pmapkit(tmp_path):
     (["no_such_script.py"], 2, "pmapkit run: error: no such script: 'no_such_script.py'"),
     (["--bogus", "x.py"], 2, "pmapkit run: error: unknown option '--bogus'"),
     (["-m"], 2, "pmapkit run: error: -m needs a module name"),
+    (["--report=xml", "x.py"], 2,
+     "pmapkit run: error: --report= takes json or a path ending in .json"),
     (["-m", "no_such_module_here"], 1, ": No module named no_such_module_here"),
 ])
 def test_bad_usage(tmp_path, args, status, message):

@@ -372,8 +372,8 @@ MODULES = (
     _served("jax.lib.xla_bridge", "jax.extend.backend",
             "jax.extend.backend.get_backend(); jax.default_backend()",
             "a module of jax.extend.backend's functions", cv.xla_bridge_module),
-    _served("jax.util", "jax.util's helpers are JAX internals",
-            "zip(a, b, strict=True)  # for safe_zip", "a module of the helpers JAX "
+    _served("jax.util", INTERNAL,
+            "", "a module of the helpers JAX "
             "still has (jax._src.util: the same objects)", cv.util_module),
     _served("jax.experimental.x64_context", "jax.enable_x64",
             "with jax.enable_x64(True): ...", "a module with enable_x64/disable_x64",
@@ -431,6 +431,22 @@ REFUSED_NAMES = (
      "jax.scipy.special.sph_harm_y(n, m, theta, phi)"),
     ("jax.experimental.MutableArray", "jax.Ref", "r = jax.new_ref(jnp.zeros(3))"),
     ("jax.experimental.mutable_array", "jax.new_ref", "r = jax.new_ref(jnp.zeros(3))"),
+    ("jax.numpy.fix", "jax.numpy.trunc", "jnp.trunc(x)"),
+    ("jax.lax.pvary", "jax.lax.pcast(x, axis_name, to='varying')",
+     "jax.lax.pcast(x, 'i', to='varying')"),
+    ("jax.lax.all_gather_invariant", "jax.lax.all_gather", "jax.lax.all_gather(x, 'i')"),
+    ("jax.lax.zeros_like_array", "jax.numpy.zeros_like", "jnp.zeros_like(x)"),
+    ("jax.example_libraries.optimizers.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
+    ("jax.example_libraries.optimizers.tree_flatten", "jax.tree.flatten",
+     "leaves, treedef = jax.tree.flatten(tree)"),
+    ("jax.example_libraries.optimizers.tree_unflatten", "jax.tree.unflatten",
+     "jax.tree.unflatten(treedef, leaves)"),
+    ("jax.example_libraries.optimizers.register_pytree_node",
+     "jax.tree_util.register_pytree_node",
+     "jax.tree_util.register_pytree_node(T, flatten, unflatten)"),
+    ("jax.experimental.multihost_utils.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
+    ("jax.experimental.multihost_utils.pjit", "jax.jit with in_shardings/out_shardings",
+     "jax.jit(f, out_shardings=NamedSharding(mesh, P()))"),
     ("jax.extend.backend.add_clear_backends_callback", "nothing public: "
      "jax.extend.backend.clear_backends() clears JAX's caches itself",
      "jax.extend.backend.clear_backends()"),
@@ -537,7 +553,16 @@ def census_records():
             if name in _ALL or not census.missing_here(name):
                 continue
             source = sources.get(module)
-            if source is not None and attr in vars(source):
+            ours = _ALL.get(module)
+            if ours is not None and ours.served_by.startswith("pmapkit."):
+                # a module pmapkit serves: its own name where it has one
+                records[name] = Removed(name, _release(name), INTERNAL, "",
+                                        f"{ours.served_by}.{attr}, where pmapkit has it")
+            elif ours is not None and ours.make is not None:
+                # a module served from today's API: the name where it has it
+                records[name] = Removed(name, _release(name), ours.modern, ours.example,
+                                        f"{module}.{attr} in {ours.served_by}, where it has it")
+            elif source is not None and attr in vars(source):
                 where = f"{source.__name__}.{attr}"
                 records[name] = Removed(
                     name, _release(name), where, f"from {source.__name__} import {attr}",
