@@ -440,7 +440,10 @@ def test_report_json_is_the_migration_map(tmp_path, how):
         line, = [l for l in proc.stderr.splitlines() if l.startswith('{"pmapkit_legacy_report"')]
         report = json.loads(line)
     names = {e["name"]: e for e in report["names"]}
-    assert names["jax.experimental.PartitionSpec"]["first_use"] == f"{script}:10"
+    # first used where imported; counted where built (the spec, and the one in the body)
+    assert names["jax.experimental.PartitionSpec"]["first_use"] == f"{script}:5"
+    assert (names["jax.experimental.PartitionSpec"]["uses"],
+            names["jax.experimental.PartitionSpec"]["how"]) == (2, "uses")
     assert names["jax.experimental.PartitionSpec"]["modern"] == "jax.sharding.PartitionSpec"
     call = names["jax.experimental.host_callback.call"]
     assert call["modern"].startswith("jax.pure_callback") and "NOT jax.debug.callback" in call["modern"]
@@ -449,3 +452,23 @@ def test_report_json_is_the_migration_map(tmp_path, how):
     assert "in_axis_resources -> in_shardings" in names["jax.experimental.pjit.pjit"]["modern"]
     assert names["jax.experimental.pjit.with_sharding_constraint"]["uses"] == 1
     assert names["jax.experimental.maps"]["first_use"] == f"{script}:8"
+
+
+def test_report_lists_names_only_imported(tmp_path):
+    script = tmp_path / "imports.py"
+    script.write_text(textwrap.dedent("""
+        from jax.experimental import PartitionSpec
+        from jax.experimental.pjit import with_sharding_constraint
+        import jax
+        print(jax.tree_map(float, [1]))
+    """))
+    proc = _run(RUN + ["--report=json", str(script)], tmp_path)
+    line, = [l for l in proc.stderr.splitlines() if l.startswith('{"pmapkit_legacy_report"')]
+    names = {e["name"]: e for e in json.loads(line)["names"]}
+    assert set(names) == {"jax.experimental.PartitionSpec",
+                          "jax.experimental.pjit.with_sharding_constraint", "jax.tree_map"}
+    for name, where in [("jax.experimental.PartitionSpec", 2),
+                        ("jax.experimental.pjit.with_sharding_constraint", 3)]:
+        assert (names[name]["uses"], names[name]["how"]) == (0, "uses (imported)")
+        assert names[name]["first_use"] == f"{script}:{where}"
+    assert (names["jax.tree_map"]["uses"], names["jax.tree_map"]["how"]) == (1, "calls")

@@ -361,26 +361,33 @@ def _refuse_names(module, owner, records=None):
 
 
 def _chain_getattr(module):
-    """``(submodules, refusals)`` of the one ``__getattr__`` pmapkit.legacy
-    chains on ``module``: JAX's own hook (if any) answers first; then a name
-    in ``submodules`` is imported as ``module.name``; a name in
-    ``refusals`` raises its removal error."""
+    """``(submodules, refusals, values)`` of the one ``__getattr__``
+    pmapkit.legacy chains on ``module``: JAX's own hook (if any) answers
+    first; then a name in ``values`` (``{attr: (classic name, value)}``,
+    only while the report is on) is served and seen by the report; a name in
+    ``submodules`` is imported as ``module.name``; a name in ``refusals``
+    raises its removal error."""
     hook = module.__dict__.get("__getattr__")
     state = getattr(hook, "_pmapkit_state", None)
     if state is None:
-        state = (set(), {})
-        submodules, refusals = state
+        state = (set(), {}, {})
+        submodules, refusals, values = state
         original = hook
 
         def __getattr__(attr):
+            ours = attr in refusals or attr in submodules or attr in values
             if original is not None:
                 try:
                     return original(attr)
                 except AttributeError:
-                    if attr not in refusals and attr not in submodules:
+                    if not ours:
                         raise
-            elif attr not in refusals and attr not in submodules:
+            elif not ours:
                 raise AttributeError(f"module {module.__name__!r} has no attribute {attr!r}")
+            if attr in values:
+                full_name, value = values[attr]
+                legacy_report.seen(full_name)
+                return value
             if attr in submodules:
                 return importlib.import_module(f"{module.__name__}.{attr}")
             _raise(refusals[attr], depth=2)
@@ -399,9 +406,15 @@ def _has(obj, name):
 
 
 def _install_name(module, full_name, value):
-    if _has(module, full_name.rpartition(".")[2]):
+    attr = full_name.rpartition(".")[2]
+    if _has(module, attr):
         return []
-    setattr(module, full_name.rpartition(".")[2], value)
+    if legacy_report.enabled() and isinstance(module, types.ModuleType):
+        # served by the module __getattr__, so an import alone is seen
+        # (``from jax.experimental import PartitionSpec``)
+        _chain_getattr(module)[2][attr] = (full_name, value)
+    else:
+        setattr(module, attr, value)
     return [full_name]
 
 
@@ -454,7 +467,8 @@ def _install_pjit():
         def make():
             module = types.ModuleType(name, "pmapkit's classic pjit, as "
                                             "jax.experimental.pjit had it.")
-            vars(module).update(_pjit_names())
+            for attr, value in _pjit_names().items():
+                _install_name(module, f"{name}.{attr}", value)
             return module
         _finder.modules[name] = make
         return [name]

@@ -25,7 +25,7 @@ import threading
 
 from pmapkit.legacy import names as legacy_names
 
-__all__ = ["enable", "enabled", "note", "counted", "counting_module_getattr",
+__all__ = ["enable", "enabled", "note", "seen", "counted", "counting_module_getattr",
            "counting_module", "counts", "entries", "table", "as_json",
            "env_requests_report"]
 
@@ -83,8 +83,20 @@ def _site():
 
 def note(name, how="calls"):
     with _lock:
+        if not _counts.get(name):
+            _how[name] = how
         _counts[name] = _counts.get(name, 0) + 1
-        _how.setdefault(name, how)
+        if name not in _first:
+            _first[name] = _site()
+
+
+def seen(name):
+    """An import or read of ``name`` that is not a use to count: listed (0
+    uses until one), its site the first use."""
+    with _lock:
+        if name not in _counts:
+            _counts[name] = 0
+            _how[name] = "uses (imported)"
         if name not in _first:
             _first[name] = _site()
 
