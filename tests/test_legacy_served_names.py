@@ -192,3 +192,23 @@ def test_served_names_match_their_modern_equivalents(tmp_path):
     ]
     with open(os.path.join(HERE, "golden", "positional_sharding_jax_0.4.38.txt")) as f:
         assert layouts.read_text() == f.read()   # the layouts jax 0.4.38 gave
+
+
+def test_positional_sharding_refuses_bad_devices_and_pickles():
+    import pickle
+
+    import jax
+    import pytest
+
+    from pmapkit.legacy.positional_sharding import PositionalSharding
+    with pytest.raises(ValueError, match="requires at least one device"):
+        PositionalSharding([])
+    with pytest.raises(TypeError, match="devices must be JAX devices"):
+        PositionalSharding([1, 2])
+    with pytest.raises(ValueError, match="must not repeat a device"):
+        PositionalSharding([jax.devices()[0]] * 2)
+    s = PositionalSharding(jax.devices()).reshape(4, 2).replicate(1)
+    back = pickle.loads(pickle.dumps(s))
+    assert type(back) is PositionalSharding and back == s and back.shape == (4, 1)
+    assert repr(back) == ("PositionalSharding([['{0, 1}'], ['{2, 3}'], ['{4, 5}'], "
+                          "['{6, 7}']], shape=(4, 1))")

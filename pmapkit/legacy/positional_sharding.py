@@ -110,8 +110,13 @@ class PositionalSharding(NamedSharding):
         return f"PositionalSharding({ids.tolist()}, shape={self.shape})"
 
     def __reduce__(self):
-        return (_rebuild, (self._positional_devices, self._cells, self.memory_kind))
+        # devices by id: a Device object does not pickle
+        ids = tuple(d.id for d in self._positional_devices)
+        return (_rebuild, (ids, self._cells, self.memory_kind))
 
 
-def _rebuild(devices, cells, memory_kind):
-    return PositionalSharding(devices, memory_kind=memory_kind, _cells=cells)
+def _rebuild(ids, cells, memory_kind):
+    import jax
+    by_id = {d.id: d for d in jax.devices()}
+    return PositionalSharding(tuple(by_id[i] for i in ids), memory_kind=memory_kind,
+                              _cells=cells)
