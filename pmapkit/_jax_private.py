@@ -608,3 +608,12 @@ class _RunAfter:
 
     def __getattr__(self, name):
         return getattr(self.loader, name)
+
+
+# --- classic jax.util (pmapkit.legacy serves its helpers: the same objects) ---
+from jax._src import util as _util  # noqa: E402
+
+
+def util_helper(name):
+    """``jax._src.util.<name>``, or AttributeError where this JAX lacks it."""
+    return getattr(_util, name)

@@ -6,8 +6,8 @@
     pmapkit launch -n N [--devices-per-process K] [--timeout S] script.py [args]
                                   N local processes joined by jax.distributed
                                   (``pmapkit launch --help``)
-    pmapkit run [--route-pmap] [--report] script.py [args]
-    pmapkit run [--route-pmap] [--report] -m module [args]
+    pmapkit run [--route-pmap] [--report[=json|PATH.json]] script.py [args]
+    pmapkit run [--route-pmap] [--report[=json|PATH.json]] -m module [args]
                                   an old script, unedited: pmapkit stands in for
                                   what this JAX removed (``pmapkit run --help``)
     pmapkit migrate PATH... [-o OUT | --in-place] [--diff] [--strict] [--check]
@@ -29,15 +29,18 @@ pmapkit's classic APIs stand in for the modules and names this JAX lacks
 (jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
 .jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
 other removed names classic programs use (jax.tree_map, jax.ops.index_update,
-Array.device_buffers, jax.experimental.optimizers/stax, jax.config, ...);
-removed names without an equivalent raise an error naming their replacement.
-One line on stderr says what was installed.
+Array.device_buffers, jax.experimental.optimizers/stax, jax.config, ...):
+every public name of jax 0.4.13 to 0.9.2 works, or raises an error naming
+the release that removed it and its replacement (docs/classic-names.md).
+One short line on stderr counts what was installed.
 
 options:
   --route-pmap  also make jax.pmap pmapkit's pmap
-  --report      at exit, list on stderr the classic names the script used,
-                what served them and their modern replacements (also:
-                PMAPKIT_REPORT=1)
+  --report      at exit, list on stderr the classic names the script used
+                (uses, file:line of the first use), what served them and
+                their modern replacements (also: PMAPKIT_REPORT=1)
+  --report=json the same as one JSON object on stderr; --report=PATH.json
+                writes it to PATH.json (also: PMAPKIT_REPORT=json|PATH.json)
   -m module     run a module (like python -m) instead of a script
   -h, --help    show this message"""
 
@@ -81,6 +84,10 @@ def run(argv):
             route_pmap = True
         elif option == "--report":
             report = True
+        elif option.startswith("--report="):
+            report = option.partition("=")[2]
+            if report != "json" and not report.endswith(".json"):
+                return _usage_error("--report= takes json or a path ending in .json")
         elif option == "-m":
             if not rest:
                 return _usage_error("-m needs a module name")

@@ -168,12 +168,14 @@ class Mesh(_JaxMesh):
             state.__exit__(None, None, None)
             raise
         _stack.entries.append((self, state, jax_ctx))
+        _push_resource_env(self)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         entered, state, jax_ctx = _stack.entries.pop()
         assert entered is self, "pmapkit.Mesh contexts must exit in LIFO order"
         try:
+            _pop_resource_env()
             if jax_ctx is not None:
                 jax_ctx.__exit__(exc_type, exc, tb)
         finally:
@@ -183,6 +185,26 @@ class Mesh(_JaxMesh):
     def __repr__(self):
         axes = ", ".join(f"{n!r}: {s}" for n, s in self.shape.items())
         return f"pmapkit.Mesh({axes})"
+
+
+def _push_resource_env(mesh):
+    # Classic ``with mesh:`` made the mesh JAX's thread_resources.env
+    # physical_mesh (jax.interpreters.pxla.thread_resources): code of the
+    # time reads it, eagerly and inside pjit traces. Only the per-thread
+    # stack is set: JAX's mesh context (part of its trace context) is not.
+    resources = jp.thread_resources
+    env = mesh.__dict__.get("_resource_env")
+    if env is None:   # one per (interned) mesh: JAX's env holds only the mesh
+        env = resources.stack[0]._replace(physical_mesh=mesh)
+        object.__setattr__(mesh, "_resource_env", env)
+    resources.stack.append(env)
+    resources.env = env
+
+
+def _pop_resource_env():
+    resources = jp.thread_resources
+    resources.stack.pop()
+    resources.env = resources.stack[-1]
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ the checkout and checked against references computed here with today's JAX;
 the installed names against their modern equivalents, the refused names'
 errors, and the ``--report`` table."""
 import ast
+import json
 import os
 import re
 import subprocess
@@ -387,6 +388,11 @@ def test_report_lists_what_the_script_used(tmp_path):
         assert report[0] == "pmapkit.legacy report: 8 classic name(s) used", report
         rows = {r.split("|")[0].strip(): [c.strip() for c in r.split("|")[1:]]
                 for r in report[3:]}
+        # uses | first use (file:line in the script) | served by | modern | example
+        first = {name: row.pop(1) for name, row in rows.items()}
+        assert first["jax.tree_map (removed in 0.6.0)"] == f"{script}:8"
+        assert first["jax.experimental.optimizers (removed in 0.3.16)"] == f"{script}:3"
+        assert first["jax.experimental.maps.xmap (removed in 0.4.31)"] == f"{script}:10"
         assert rows["jax.pmap (removed in 0.10.0 (the C++ pmap))"][:2] == [
             "1 calls", "pmapkit.pmap"]   # built once: the 3 calls of f are not counted
         assert rows["jax.tree_map (removed in 0.6.0)"] == [
@@ -399,3 +405,70 @@ def test_report_lists_what_the_script_used(tmp_path):
         assert rows["jax.config (removed in 0.4.29)"][0] == "1 reads"
         assert rows["jax.experimental.maps.xmap (removed in 0.4.31)"][:3] == [
             "1 refused uses", "refused: a clear error", "jax.shard_map"]
+
+
+_MIGRATION = """
+    import json, os
+    import numpy as np
+    import jax
+    from jax.experimental import PartitionSpec
+    from jax.experimental.pjit import pjit, with_sharding_constraint
+    from jax.experimental import host_callback as hcb
+    from jax.experimental import maps
+    f = pjit(lambda x: with_sharding_constraint(x * 2, PartitionSpec("x")),
+             in_axis_resources=PartitionSpec("x"), out_axis_resources=None)
+    with maps.Mesh(np.array(jax.devices()), ("x",)):
+        print(float(f(np.arange(8.0)).sum()))
+    print(jax.jit(lambda x: hcb.call(np.sin, x, result_shape=x))(np.zeros(2)).tolist())
+    hcb.id_tap(lambda *a: None, 1.0)
+"""
+
+
+@pytest.mark.parametrize("how", ["--report=json", "--report=PATH", "PMAPKIT_REPORT=json"])
+def test_report_json_is_the_migration_map(tmp_path, how):
+    script = tmp_path / "old.py"
+    script.write_text(textwrap.dedent(_MIGRATION))
+    out = tmp_path / "report.json"
+    options, extra = {"--report=json": (["--report=json"], {}),
+                      "--report=PATH": ([f"--report={out}"], {}),
+                      "PMAPKIT_REPORT=json": ([], {"PMAPKIT_REPORT": "json"})}[how]
+    proc = _run(RUN + [*options, str(script)], tmp_path, **extra)
+    assert proc.stdout.splitlines() == ["56.0", "[0.0, 0.0]"]
+    if how == "--report=PATH":
+        report = json.loads(out.read_text())
+    else:
+        line, = [l for l in proc.stderr.splitlines() if l.startswith('{"pmapkit_legacy_report"')]
+        report = json.loads(line)
+    names = {e["name"]: e for e in report["names"]}
+    # first used where imported; counted where built (the spec, and the one in the body)
+    assert names["jax.experimental.PartitionSpec"]["first_use"] == f"{script}:5"
+    assert (names["jax.experimental.PartitionSpec"]["uses"],
+            names["jax.experimental.PartitionSpec"]["how"]) == (2, "uses")
+    assert names["jax.experimental.PartitionSpec"]["modern"] == "jax.sharding.PartitionSpec"
+    call = names["jax.experimental.host_callback.call"]
+    assert call["modern"].startswith("jax.pure_callback") and "NOT jax.debug.callback" in call["modern"]
+    assert call["first_use"] == f"{script}:13"
+    assert names["jax.experimental.host_callback.id_tap"]["modern"] == "jax.debug.callback"
+    assert "in_axis_resources -> in_shardings" in names["jax.experimental.pjit.pjit"]["modern"]
+    assert names["jax.experimental.pjit.with_sharding_constraint"]["uses"] == 1
+    assert names["jax.experimental.maps"]["first_use"] == f"{script}:8"
+
+
+def test_report_lists_names_only_imported(tmp_path):
+    script = tmp_path / "imports.py"
+    script.write_text(textwrap.dedent("""
+        from jax.experimental import PartitionSpec
+        from jax.experimental.pjit import with_sharding_constraint
+        import jax
+        print(jax.tree_map(float, [1]))
+    """))
+    proc = _run(RUN + ["--report=json", str(script)], tmp_path)
+    line, = [l for l in proc.stderr.splitlines() if l.startswith('{"pmapkit_legacy_report"')]
+    names = {e["name"]: e for e in json.loads(line)["names"]}
+    assert set(names) == {"jax.experimental.PartitionSpec",
+                          "jax.experimental.pjit.with_sharding_constraint", "jax.tree_map"}
+    for name, where in [("jax.experimental.PartitionSpec", 2),
+                        ("jax.experimental.pjit.with_sharding_constraint", 3)]:
+        assert (names[name]["uses"], names[name]["how"]) == (0, "uses (imported)")
+        assert names[name]["first_use"] == f"{script}:{where}"
+    assert (names["jax.tree_map"]["uses"], names["jax.tree_map"]["how"]) == (1, "calls")

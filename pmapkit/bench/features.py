@@ -34,6 +34,7 @@ FEATURE_MODULES: tuple[str, ...] = (
     "pmapkit.bench.features_wrappers",
     "pmapkit.bench.features_edges",
     "pmapkit.bench.features_migrate",
+    "pmapkit.bench.features_legacy",
 )
 
 

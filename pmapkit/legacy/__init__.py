@@ -38,17 +38,31 @@ faithful equivalent raise ``RemovedFromJax`` where they are touched. With
 ``report`` (``pmapkit run --report``, ``PMAPKIT_REPORT=1``) counting stand-ins
 record what the program used for ``pmapkit.legacy.report``'s table at exit.
 
-``install`` says on stderr, in one line, what it installed.
+Every public name of five classic releases (0.4.13, 0.4.30, 0.4.38, 0.6.2,
+0.9.2: ``census``, data in ``census_data/``) answers: JAX 0.10 has it, or
+it is served (the same object where ``jax.extend`` has it, a small adapter
+of identical semantics, a served module that is also an attribute of its
+parent), or reading it raises ``RemovedFromJax`` naming it, the release
+that removed it and the replacement ("JAX internal; no public replacement"
+for internals). Refusals are one mechanism: a module ``__getattr__``
+chained after JAX's own, driven by the table; a module not imported at
+install gets it when the program imports it.
+
+``install`` says on stderr, in one short line, how many names it served
+and refused (``pmapkit run --report`` lists them).
 ``pmapkit run [--route-pmap] script.py`` (``pmapkit.cli``) installs and runs
 the script as ``__main__``.
 
 The package holds everything about classic names, apart from the core:
-``names`` (the census: each removed name, what serves it or why it is
-refused, its modern spelling), ``report`` (``pmapkit run --report``),
-``pmap_sharding`` (the classic ``PmapSharding`` layout name), the
-installer itself, and ``migrate`` (``pmapkit migrate``: the way out, which
-rewrites classic code to plain modern JAX, taking simple renames from the
-census).
+``names`` (the table: each removed name, what serves it or why it is
+refused, its modern spelling), ``census`` / ``census_collect`` /
+``census_check`` (the names of classic releases, how they were collected,
+how they answer here), ``classic_values`` and ``positional_sharding``
+(what serves the census names), ``report`` (``pmapkit run --report``, the
+migration map), ``pmap_sharding`` (the classic ``PmapSharding`` layout
+name), the installer itself, and ``migrate`` (``pmapkit migrate``: the
+way out, which rewrites classic code to plain modern JAX, taking simple
+renames from the census).
 """
 from pmapkit.legacy._installer import install, installed
 

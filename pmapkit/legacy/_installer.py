@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 import pmapkit
+from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy import pmap_sharding
 from pmapkit.legacy import report as legacy_report
@@ -35,9 +36,16 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self):
         self.modules = {}    # full name -> () -> module
+        self.after_import = set()   # JAX modules whose census refusals wait for import
         self._own_specs = {}
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.after_import:
+            self.after_import.discard(fullname)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _AfterImport(spec.loader)
+            return spec
         if fullname not in self.modules:
             return None
         is_package = fullname in _PACKAGES
@@ -45,6 +53,7 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         module = self.modules[spec.name]()
+        _refuse_census_names(module, spec.name)
         if legacy_report.enabled():
             legacy_report.note(spec.name, "imports")
         self._own_specs[spec.name] = getattr(module, "__spec__", None)
@@ -82,7 +91,7 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
     if report is None:
         report = legacy_report.env_requests_report()
     if report and not _installed:
-        legacy_report.enable()
+        legacy_report.enable(report)
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
     new = []
@@ -92,30 +101,46 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
     if "jax.experimental.maps" in _finder.modules:
         refused = _refuse_names(pmapkit.maps, "jax.experimental.maps")
     new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
-                         jax.sharding.PartitionSpec)
+                         _counted("jax.experimental.PartitionSpec",
+                                  jax.sharding.PartitionSpec))
     new += _install_module("jax.experimental.host_callback",
-                           lambda: importlib.import_module("pmapkit.host_callback"))
+                           _reported("jax.experimental.host_callback", "pmapkit.host_callback"))
     new += _install_jax_export()
     new += _install_module("jax.experimental.export",
-                           lambda: importlib.import_module("pmapkit.export"))
+                           _reported("jax.experimental.export", "pmapkit.export"))
     for name in ("device_put_replicated", "device_put_sharded"):
         ours = getattr(pmapkit, name, None)
         if ours is not None:
             new += _install_name(jax, f"jax.{name}", _counted(f"jax.{name}", ours))
     new += _install_removed_names()
+    new += _install_census_names()
     refused = len(refused | _install_refusals())
-    said = [f"installed {', '.join(new)}"] if new else []
+    _serve_submodules()
+    said = [f"served {len(new)} classic names"] if new else []
     if refused:
-        said.append(f"{refused} removed names without an equivalent raise a clear error")
+        said.append(f"{refused} removed ones raise a clear error")
     if route_pmap and not _is_ours(jax.pmap, pmapkit.pmap):
         jax.pmap = _counted("jax.pmap", pmapkit.pmap)
         new.append("jax.pmap")
         said.append("routed jax.pmap to pmapkit.pmap")
     _installed.extend(new)
     if said:
-        print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)}",
-              file=sys.stderr, flush=True)
+        print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)} "
+              f"(list: pmapkit run --report)", file=sys.stderr, flush=True)
     return tuple(new)
+
+
+def _reported(name, ours):
+    """() -> the module ``ours`` served as ``name``; while the report is on,
+    a stand-in counting the reads of the names the table knows there
+    (``hcb.call``, ``id_tap``, ``call_exported``, ...)."""
+    def make():
+        module = importlib.import_module(ours)
+        if not legacy_report.enabled():
+            return module
+        known = {r.attr for r in legacy_names.SYSTEMS if r.owner == name}
+        return legacy_report.counting_module(name, module, known)
+    return make
 
 
 def _counted(name, value, how="calls"):
@@ -133,6 +158,15 @@ def _install_removed_names():
     this JAX lacks it."""
     new = []
     for record in legacy_names.NAMES:
+        if record.owner not in sys.modules and _module_exists(record.owner):
+            # set when the program imports its module (install imports nothing)
+            if record.owner not in _finder.modules:
+                pending = _pending_names.setdefault(record.owner, [])
+                if record not in pending:
+                    pending.append(record)
+                    _finder.after_import.add(record.owner)
+                    new.append(record.name)
+                continue
         owner = importlib.import_module(record.owner)
         if not _has(owner, record.attr):
             new += _install_name(owner, record.name, _counted(record.name, record.make()))
@@ -160,6 +194,83 @@ def _install_removed_names():
     return new
 
 
+def _install_census_names():
+    """Census names JAX still has, public, under jax.extend (the same
+    objects), set on their classic module where this JAX lacks them."""
+    new = []
+    for record in legacy_names.census_records().values():
+        if record.make is None or record.owner not in sys.modules:
+            continue
+        owner = sys.modules[record.owner]
+        if not _has(owner, record.attr):
+            new += _install_name(owner, record.name, _counted(record.name, record.make()))
+    return new
+
+
+def _census_refusals_by_owner():
+    """``{module: [records]}`` of the census names refused (JAX internals and
+    the table's refusals), by the module that held them."""
+    global _BY_OWNER
+    if _BY_OWNER is None:
+        by_owner = {}
+        records = [r for r in legacy_names.census_records().values() if r.make is None]
+        for record in records + list(legacy_names.REFUSED_NAMES):
+            by_owner.setdefault(record.owner, []).append(record)
+        _BY_OWNER = by_owner
+    return _BY_OWNER
+
+
+_BY_OWNER = None
+_pending_names: dict[str, list] = {}   # module -> census records set on its import
+_scheduled: set[str] = set()    # owners whose refusals wait for their import
+
+
+def _refuse_census_names(module, name):
+    records = _census_refusals_by_owner().get(name)
+    if records:
+        _refuse_names(module, name, records)
+
+
+class _AfterImport(importlib.abc.Loader):
+    """Runs a module's own loader, then sets the classic names served on it
+    and chains the refusals of the census names it held: a module not
+    imported at install gets them when the program imports it, and install
+    imports nothing more."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        for record in _pending_names.pop(module.__name__, ()):
+            if not _has(module, record.attr):
+                _install_name(module, record.name, _counted(record.name, record.make()))
+        _refuse_census_names(module, module.__name__)
+
+
+def _serve_submodules():
+    """A served module is an attribute of its parent as an imported one is
+    (classic ``jax/__init__`` imported ``jax.api``, so ``jax.api.f`` worked
+    without ``import jax.api``); and a census submodule JAX still has but no
+    longer imports at startup is imported on first read."""
+    lazy = {}
+    for full, make in list(_finder.modules.items()):
+        if not (isinstance(make, functools.partial) and make.func is _raise_import):
+            lazy.setdefault(full.rpartition(".")[0], set()).add(full.rpartition(".")[2])
+    for module, attr in legacy_census.union():
+        parent = sys.modules.get(module)
+        path = getattr(parent, "__path__", None)
+        if (path is not None and attr not in vars(parent)
+                and importlib.machinery.PathFinder.find_spec(f"{module}.{attr}", path)):
+            lazy.setdefault(module, set()).add(attr)
+    for parent, attrs in lazy.items():
+        if parent in sys.modules:
+            _chain_getattr(sys.modules[parent])[0].update(attrs)
+
+
 def _install_config_module(record):
     """``from jax.config import config``: a module put straight into
     ``sys.modules``, so importing it never sets the ``jax.config`` attribute
@@ -180,20 +291,44 @@ def _install_refusals():
     where they are touched (a removed module on import and as an attribute
     of its parent); returns the names this call refused."""
     refused = set()
-    for record in legacy_names.REFUSED_MODULES:
+    modules = list(legacy_names.REFUSED_MODULES)
+    census_modules = {m for m, _ in legacy_census.union()}
+    known = {r.name for r in modules}
+    for name in sorted(census_modules - known):
+        if not _module_exists(name) and name.partition(".")[0] == "jax":
+            record = legacy_names.by_name(name) if legacy_names.known(name) else None
+            modules.append(record or legacy_names.Removed(
+                name, legacy_census.removed_in(name) or "0.10.0", legacy_names.INTERNAL, ""))
+    for record in modules:
         if not _module_exists(record.name):
-            _finder.modules[record.name] = functools.partial(_raise, record)
+            _finder.modules[record.name] = functools.partial(_raise_import, record)
             refused.add(record.name)
     by_owner = {}
-    for record in legacy_names.REFUSED_NAMES + legacy_names.REFUSED_MODULES:
-        if record.owner != "jax.experimental.maps":
-            by_owner.setdefault(record.owner, []).append(record)
+    for owner, records in _census_refusals_by_owner().items():
+        by_owner.setdefault(owner, []).extend(records)
+    for record in modules:
+        by_owner.setdefault(record.owner, []).append(record)
     for owner, records in by_owner.items():
-        refused |= _refuse_names(importlib.import_module(owner), owner, records)
+        if owner == "jax.experimental.maps" or owner in _finder.modules:
+            continue      # served modules: refused as they are created
+        if owner in sys.modules:
+            refused |= _refuse_names(sys.modules[owner], owner, records)
+        elif owner not in _scheduled and _module_exists(owner):
+            _scheduled.add(owner)
+            _finder.after_import.add(owner)
+            refused |= {r.name for r in records}
     return refused
 
 
 _IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+
+
+def _raise_import(record):
+    """Raises ``record``'s removal error as an ImportError: the removed
+    module is being imported."""
+    if legacy_report.enabled():
+        legacy_report.note(record.name, "refused uses")
+    raise record.error(importing=True)
 
 
 def _raise(record, depth=1):
@@ -216,31 +351,50 @@ def _refuse_names(module, owner, records=None):
     the names it newly refused."""
     if records is None:
         records = [r for r in legacy_names.REFUSED_NAMES if r.owner == owner]
-    hook = module.__dict__.get("__getattr__")
-    refusals = getattr(hook, "_pmapkit_refusals", None)
-    if refusals is None:
-        refusals = {}
-        original = hook
-
-        def __getattr__(attr):
-            if original is not None:
-                try:
-                    return original(attr)
-                except AttributeError:
-                    if attr not in refusals:
-                        raise
-            elif attr not in refusals:
-                raise AttributeError(f"module {module.__name__!r} has no attribute {attr!r}")
-            _raise(refusals[attr], depth=2)
-
-        __getattr__._pmapkit_refusals = refusals
-        module.__getattr__ = __getattr__
+    refusals = _chain_getattr(module)[1]
     new = set()
     for record in records:
         if record.attr not in refusals and not _has(module, record.attr):
             refusals[record.attr] = record
             new.add(record.name)
     return new
+
+
+def _chain_getattr(module):
+    """``(submodules, refusals, values)`` of the one ``__getattr__``
+    pmapkit.legacy chains on ``module``: JAX's own hook (if any) answers
+    first; then a name in ``values`` (``{attr: (classic name, value)}``,
+    only while the report is on) is served and seen by the report; a name in
+    ``submodules`` is imported as ``module.name``; a name in ``refusals``
+    raises its removal error."""
+    hook = module.__dict__.get("__getattr__")
+    state = getattr(hook, "_pmapkit_state", None)
+    if state is None:
+        state = (set(), {}, {})
+        submodules, refusals, values = state
+        original = hook
+
+        def __getattr__(attr):
+            ours = attr in refusals or attr in submodules or attr in values
+            if original is not None:
+                try:
+                    return original(attr)
+                except AttributeError:
+                    if not ours:
+                        raise
+            elif not ours:
+                raise AttributeError(f"module {module.__name__!r} has no attribute {attr!r}")
+            if attr in values:
+                full_name, value = values[attr]
+                legacy_report.seen(full_name)
+                return value
+            if attr in submodules:
+                return importlib.import_module(f"{module.__name__}.{attr}")
+            _raise(refusals[attr], depth=2)
+
+        __getattr__._pmapkit_state = state
+        module.__getattr__ = __getattr__
+    return state
 
 
 def _has(obj, name):
@@ -252,9 +406,15 @@ def _has(obj, name):
 
 
 def _install_name(module, full_name, value):
-    if _has(module, full_name.rpartition(".")[2]):
+    attr = full_name.rpartition(".")[2]
+    if _has(module, attr):
         return []
-    setattr(module, full_name.rpartition(".")[2], value)
+    if legacy_report.enabled() and isinstance(module, types.ModuleType):
+        # served by the module __getattr__, so an import alone is seen
+        # (``from jax.experimental import PartitionSpec``)
+        _chain_getattr(module)[2][attr] = (full_name, value)
+    else:
+        setattr(module, attr, value)
     return [full_name]
 
 
@@ -307,7 +467,8 @@ def _install_pjit():
         def make():
             module = types.ModuleType(name, "pmapkit's classic pjit, as "
                                             "jax.experimental.pjit had it.")
-            vars(module).update(_pjit_names())
+            for attr, value in _pjit_names().items():
+                _install_name(module, f"{name}.{attr}", value)
             return module
         _finder.modules[name] = make
         return [name]
@@ -343,7 +504,7 @@ def _install_jax_export():
         # package cannot be imported, and with it nor can its jax_export.
         _finder.modules[package] = _jax2tf_stand_in
         new.append(f"{package} (stand-in: TensorFlow absent)")
-    _finder.modules[name] = lambda: importlib.import_module("pmapkit.export")
+    _finder.modules[name] = _reported(name, "pmapkit.export")
     return new + [name]
 
 

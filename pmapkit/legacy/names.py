@@ -18,12 +18,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from pmapkit import _jax_private as jp
+from pmapkit.legacy import census
+from pmapkit.legacy import classic_values as cv
 from pmapkit.legacy import pmap_sharding
 
-__all__ = ["Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
+__all__ = ["INTERNAL", "census_records", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
            "REFUSED_MODULES",
            "SYSTEMS", "by_name"]
+
+
+#: ``modern`` of a removed JAX internal.
+INTERNAL = "JAX internal; no public replacement"
 
 
 class RemovedFromJax(Exception):
@@ -63,13 +69,19 @@ class Removed:
         return self.name.rpartition(".")[0]
 
     def error(self, importing=False):
-        """The error to raise; ``importing``: the name is being read by
-        ``from owner import name``, where Python would turn an
-        AttributeError into its own generic ImportError."""
-        text = (f"{self.name} was removed in JAX {self.removed_in} and has no "
-                f"faithful equivalent on JAX {jax.__version__}, so pmapkit.legacy "
-                f"does not provide it: use {self.modern} instead, e.g. {self.example}")
-        if importing or self in REFUSED_MODULES:
+        """The error to raise; ``importing``: the name is being imported
+        (``import owner.name``, or ``from owner import name``, where Python
+        would turn an AttributeError into its own generic ImportError):
+        an ImportError; read as an attribute, a removed module or name is an
+        AttributeError, so ``hasattr`` sees it missing."""
+        if self.modern == INTERNAL:
+            text = (f"{self.name} was removed in JAX {self.removed_in}. {INTERNAL} "
+                    f"on JAX {jax.__version__}, so pmapkit.legacy does not provide it.")
+        else:
+            text = (f"{self.name} was removed in JAX {self.removed_in} and has no "
+                    f"faithful equivalent on JAX {jax.__version__}, so pmapkit.legacy "
+                    f"does not provide it: use {self.modern} instead, e.g. {self.example}")
+        if importing:
             return RemovedModuleError(text, name=self.name)
         return RemovedAttributeError(text)
 
@@ -188,6 +200,19 @@ def _import(name):
     return make
 
 
+def _release(name, default="0.10.0"):
+    """The release that removed a census name (see pmapkit.legacy.census)."""
+    return census.removed_in(name) or default
+
+
+def _served(name, modern, example, served_by, make):
+    return Removed(name, _release(name), modern, example, served_by, make)
+
+
+def _refused(name, modern, example):
+    return Removed(name, _release(name), modern, example)
+
+
 # -- the census -----------------------------------------------------------------
 # Names installed on an existing JAX module (set only where it lacks them).
 _TREE = "jax.tree_util.{0}"
@@ -242,7 +267,77 @@ NAMES = tuple(
                "pmapkit.legacy.pmap_sharding.PmapSharding (pmap layouts as NamedSharding)",
                lambda: pmap_sharding.PmapSharding),
        Removed("jax.lax.tie_in", "0.4.29", "nothing (a no-op since JAX 0.2.0)",
-               "y  # instead of lax.tie_in(x, y)", "a no-op returning y", _tie_in)])
+               "y  # instead of lax.tie_in(x, y)", "a no-op returning y", _tie_in)]
+    + [_served(n, modern, example, by, make) for n, modern, example, by, make in (
+        ("jax.experimental.enable_x64", "jax.enable_x64",
+         "with jax.enable_x64(True): ...", "jax.enable_x64(new_val)", cv.enable_x64),
+        ("jax.experimental.disable_x64", "jax.enable_x64(False)",
+         "with jax.enable_x64(False): ...", "jax.enable_x64(False)", cv.disable_x64),
+        ("jax.sharding.PositionalSharding", "jax.sharding.NamedSharding",
+         "NamedSharding(jax.make_mesh((4, 2), ('x', 'y')), P('x', 'y'))",
+         "pmapkit.legacy.positional_sharding.PositionalSharding (a NamedSharding)",
+         cv.positional_sharding),
+        ("jax.sharding.use_mesh", "jax.set_mesh", "with jax.set_mesh(mesh): ...",
+         "jax.set_mesh(mesh) as a context", cv.use_mesh),
+        ("jax.experimental.compilation_cache.compilation_cache.initialize_cache",
+         "jax.config.update('jax_compilation_cache_dir', path)",
+         "jax.config.update('jax_compilation_cache_dir', '/tmp/jax_cache')",
+         "jax_compilation_cache_dir set", cv.initialize_cache),
+        ("jax.experimental.compilation_cache.compilation_cache.is_initialized",
+         "jax.config.jax_enable_compilation_cache", "jax.config.jax_enable_compilation_cache",
+         "jax.config.jax_enable_compilation_cache", cv.is_initialized),
+        ("jax.numpy.row_stack", "jax.numpy.vstack", "jnp.vstack([a, b])", "jax.numpy.vstack",
+         cv.jnp_alias("vstack")),
+        ("jax.numpy.in1d", "jax.numpy.isin", "jnp.isin(jnp.ravel(a), b)",
+         "jnp.isin(jnp.ravel(ar1), ar2, invert=invert)", cv.in1d),
+        ("jax.numpy.trapz", "jax.numpy.trapezoid", "jnp.trapezoid(y, x)",
+         "jax.numpy.trapezoid", cv.jnp_alias("trapezoid")),
+        ("jax.numpy.round_", "jax.numpy.round", "jnp.round(x, 2)", "jax.numpy.round",
+         cv.jnp_alias("round")),
+        ("jax.numpy.NINF", "-jax.numpy.inf", "-jnp.inf", "-inf", cv.constant(float("-inf"))),
+        ("jax.numpy.PZERO", "0.0", "0.0", "0.0", cv.constant(0.0)),
+        ("jax.numpy.NZERO", "-0.0", "-0.0", "-0.0", cv.constant(-0.0)),
+        ("jax.random.threefry_2x32", "jax.extend.random.threefry_2x32",
+         "jax.extend.random.threefry_2x32(keypair, count)",
+         "jax.extend.random.threefry_2x32 (the same function)",
+         cv.extend_random("threefry_2x32")),
+        ("jax.random.threefry2x32_p", "jax.extend.random.threefry2x32_p",
+         "from jax.extend.random import threefry2x32_p",
+         "jax.extend.random.threefry2x32_p (the same primitive)",
+         cv.extend_random("threefry2x32_p")),
+        ("jax.random.default_prng_impl", "jax.config.jax_default_prng_impl",
+         "jax.random.key(0)  # the default implementation",
+         "the jax.extend.random implementation jax_default_prng_impl names",
+         cv.default_prng_impl),
+        ("jax.random.threefry2x32_key", "jax.random.key(seed, impl='threefry2x32')",
+         "jax.random.key(0, impl='threefry2x32')", "jax.random.key(seed, impl=...)",
+         cv.key_constructor("threefry2x32", "threefry2x32_key")),
+        ("jax.random.rbg_key", "jax.random.key(seed, impl='rbg')",
+         "jax.random.key(0, impl='rbg')", "jax.random.key(seed, impl=...)",
+         cv.key_constructor("rbg", "rbg_key")),
+        ("jax.random.unsafe_rbg_key", "jax.random.key(seed, impl='unsafe_rbg')",
+         "jax.random.key(0, impl='unsafe_rbg')", "jax.random.key(seed, impl=...)",
+         cv.key_constructor("unsafe_rbg", "unsafe_rbg_key")),
+        ("jax.nn.normalize", "jax.nn.standardize", "jax.nn.standardize(x, axis=-1)",
+         "jax.nn.standardize", cv.standardize),
+        ("jax.scipy.linalg.tril", "jax.numpy.tril", "jnp.tril(m, k)", "jnp.tril(m, k)",
+         cv.triangle("tril")),
+        ("jax.scipy.linalg.triu", "jax.numpy.triu", "jnp.triu(m, k)", "jnp.triu(m, k)",
+         cv.triangle("triu")),
+        ("jax.tree_util.build_tree", "treedef.from_iterable_tree",
+         "treedef.from_iterable_tree(xs)", "treedef.from_iterable_tree(xs)", cv.build_tree),
+        ("jax.tree_util.AttributeKeyPathEntry", "jax.tree_util.GetAttrKey",
+         "jax.tree_util.GetAttrKey('name')", "a NamedTuple(key) printing as .key",
+         cv.keypath_entry("AttributeKeyPathEntry")),
+        ("jax.tree_util.GetitemKeyPathEntry", "jax.tree_util.SequenceKey / DictKey",
+         "jax.tree_util.SequenceKey(0)", "a NamedTuple(key) printing as [key]",
+         cv.keypath_entry("GetitemKeyPathEntry")),
+        ("jax.clear_backends", "jax.extend.backend.clear_backends",
+         "jax.extend.backend.clear_backends()", "jax.extend.backend.clear_backends",
+         cv.clear_backends),
+        ("jax.lib.xla_client", "jaxlib.xla_client (internal)", "from jaxlib import xla_client",
+         "jaxlib.xla_client", cv.xla_client),
+    )])
 
 # Properties installed on JAX's array type.
 PROPERTIES = (
@@ -278,6 +373,17 @@ MODULES = (
             "a module with ShapedArray = jax.core.ShapedArray", _abstract_arrays_module),
     Removed("jax.api", "0.2.21", "the jax package", "from jax import jit, grad, vmap",
             "a module forwarding to jax's public names", _api_module),
+    _served("jax.lib.xla_bridge", "jax.extend.backend",
+            "jax.extend.backend.get_backend(); jax.default_backend()",
+            "a module of jax.extend.backend's functions", cv.xla_bridge_module),
+    _served("jax.util", INTERNAL,
+            "", "a module of the helpers JAX "
+            "still has (jax._src.util: the same objects)", cv.util_module),
+    _served("jax.experimental.x64_context", "jax.enable_x64",
+            "with jax.enable_x64(True): ...", "a module with enable_x64/disable_x64",
+            cv.x64_context_module),
+    _served("jax.extend.ffi", "jax.ffi", "jax.ffi.ffi_call(...)",
+            "a module of jax.ffi's functions (the same objects)", cv.extend_ffi_module),
 )
 
 # Names that get a clear error where they are touched.
@@ -297,7 +403,58 @@ REFUSED_NAMES = (
     Removed("jax.interpreters.pxla.make_sharded_device_array", "0.4.14",
             "jax.make_array_from_single_device_arrays",
             "jax.make_array_from_single_device_arrays(shape, sharding, arrays)"),
-)
+) + tuple(_refused(*r) for r in (
+    ("jax.sharding.GSPMDSharding", "jax.sharding.NamedSharding",
+     "NamedSharding(mesh, P('x'))"),
+    ("jax.sharding.XLACompatibleSharding", "jax.sharding.Sharding",
+     "isinstance(s, jax.sharding.Sharding)"),
+    ("jax.tree_util.register_keypaths", "jax.tree_util.register_pytree_with_keys",
+     "jax.tree_util.register_pytree_with_keys(T, flatten_with_keys, unflatten)"),
+    ("jax.dlpack.to_dlpack", "the array itself (jax.Array implements __dlpack__)",
+     "torch.utils.dlpack.from_dlpack(x)  # or np.from_dlpack(x)"),
+    ("jax.dlpack.SUPPORTED_DTYPES", "jax.dlpack.is_supported_dtype",
+     "jax.dlpack.is_supported_dtype(x.dtype)"),
+    ("jax.errors.SimplifiedTraceback", "nothing: JAX filters tracebacks itself "
+     "(jax_traceback_filtering)", "jax.config.update('jax_traceback_filtering', 'off')"),
+    ("jax.stages.OutInfo", "jax.ShapeDtypeStruct",
+     "jax.ShapeDtypeStruct(shape, dtype, sharding=s)"),
+    ("jax.lax.infeed", "jax.experimental.io_callback",
+     "jax.experimental.io_callback(read_host, jax.ShapeDtypeStruct(shape, dtype))"),
+    ("jax.lax.outfeed", "jax.experimental.io_callback / jax.debug.callback",
+     "jax.debug.callback(write_host, x)"),
+    ("jax.lax.pdot", "jnp.dot under jax.shard_map, then jax.lax.psum",
+     "jax.lax.psum(jnp.dot(x, y), 'i')  # inside jax.shard_map"),
+    ("jax.lax.xeinsum", "jnp.einsum under jax.shard_map, then jax.lax.psum",
+     "jax.lax.psum(jnp.einsum('ij,jk->ik', x, y), 'i')  # inside jax.shard_map"),
+    ("jax.lax.all_gather_start", "jax.lax.all_gather", "jax.lax.all_gather(x, 'i')"),
+    ("jax.lax.all_gather_done", "jax.lax.all_gather", "jax.lax.all_gather(x, 'i')"),
+    ("jax.spmd_mode", "nothing: every jax.Array is global; remove the context",
+     "f(x)  # instead of: with jax.spmd_mode('allow_all'): f(x)"),
+    ("jax.numpy.issubsctype", "jax.numpy.issubdtype", "jnp.issubdtype(x.dtype, jnp.floating)"),
+    ("jax.scipy.special.sph_harm", "jax.scipy.special.sph_harm_y (n, m, theta, phi order)",
+     "jax.scipy.special.sph_harm_y(n, m, theta, phi)"),
+    ("jax.experimental.MutableArray", "jax.Ref", "r = jax.new_ref(jnp.zeros(3))"),
+    ("jax.experimental.mutable_array", "jax.new_ref", "r = jax.new_ref(jnp.zeros(3))"),
+    ("jax.numpy.fix", "jax.numpy.trunc", "jnp.trunc(x)"),
+    ("jax.lax.pvary", "jax.lax.pcast(x, axis_name, to='varying')",
+     "jax.lax.pcast(x, 'i', to='varying')"),
+    ("jax.lax.all_gather_invariant", "jax.lax.all_gather", "jax.lax.all_gather(x, 'i')"),
+    ("jax.lax.zeros_like_array", "jax.numpy.zeros_like", "jnp.zeros_like(x)"),
+    ("jax.example_libraries.optimizers.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
+    ("jax.example_libraries.optimizers.tree_flatten", "jax.tree.flatten",
+     "leaves, treedef = jax.tree.flatten(tree)"),
+    ("jax.example_libraries.optimizers.tree_unflatten", "jax.tree.unflatten",
+     "jax.tree.unflatten(treedef, leaves)"),
+    ("jax.example_libraries.optimizers.register_pytree_node",
+     "jax.tree_util.register_pytree_node",
+     "jax.tree_util.register_pytree_node(T, flatten, unflatten)"),
+    ("jax.experimental.multihost_utils.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
+    ("jax.experimental.multihost_utils.pjit", "jax.jit with in_shardings/out_shardings",
+     "jax.jit(f, out_shardings=NamedSharding(mesh, P()))"),
+    ("jax.extend.backend.add_clear_backends_callback", "nothing public: "
+     "jax.extend.backend.clear_backends() clears JAX's caches itself",
+     "jax.extend.backend.clear_backends()"),
+))
 
 REFUSED_MODULES = (
     Removed("jax.experimental.global_device_array", "0.4.7",
@@ -317,7 +474,8 @@ REFUSED_MODULES = (
 # The classic systems pmapkit itself provides (for the report only).
 SYSTEMS = (
     Removed("jax.experimental.pjit.pjit", "0.4.14 (in_axis_resources)",
-            "jax.jit with in_shardings/out_shardings",
+            "jax.jit with in_shardings/out_shardings (in_axis_resources -> in_shardings, "
+            "out_axis_resources -> out_shardings)",
             "jax.jit(f, in_shardings=NamedSharding(mesh, P('x')))", "pmapkit.pjit"),
     Removed("jax.experimental.pjit.with_sharding_constraint", "0.4.14 (pjit era)",
             "jax.lax.with_sharding_constraint",
@@ -337,6 +495,36 @@ SYSTEMS = (
     Removed("jax.device_put_sharded", "0.10.0", "jax.device_put",
             "jax.device_put(stacked, NamedSharding(mesh, P('x')))",
             "pmapkit.device_put_sharded"),
+    Removed("jax.experimental.PartitionSpec", "0.4.1", "jax.sharding.PartitionSpec",
+            "from jax.sharding import PartitionSpec as P", "jax.sharding.PartitionSpec"),
+    Removed("jax.experimental.host_callback.call", "0.8.0",
+            "jax.pure_callback (returns values; NOT jax.debug.callback)",
+            "y = jax.pure_callback(f, jax.ShapeDtypeStruct(x.shape, x.dtype), x)",
+            "pmapkit.host_callback.call"),
+    Removed("jax.experimental.host_callback.id_tap", "0.8.0", "jax.debug.callback",
+            "jax.debug.callback(tap, x)  # returns nothing: keep using x",
+            "pmapkit.host_callback.id_tap"),
+    Removed("jax.experimental.host_callback.id_print", "0.8.0", "jax.debug.print",
+            "jax.debug.print('x = {}', x)", "pmapkit.host_callback.id_print"),
+    Removed("jax.experimental.host_callback.barrier_wait", "0.8.0",
+            "jax.effects_barrier", "jax.effects_barrier()",
+            "pmapkit.host_callback.barrier_wait"),
+    Removed("jax.experimental.jax2tf.jax_export.call_exported", "0.4.22",
+            "Exported.call", "exp.call(*args)", "pmapkit.export.call_exported"),
+    Removed("jax.experimental.jax2tf.jax_export.serialize", "0.4.22",
+            "Exported.serialize", "blob = exp.serialize()", "pmapkit.export.serialize"),
+    Removed("jax.experimental.jax2tf.jax_export.export", "0.4.22",
+            "jax.export.export (lowering_platforms= is platforms=)",
+            "jax.export.export(jax.jit(f), platforms=['cpu'])(*specs)",
+            "pmapkit.export.export"),
+    Removed("jax.experimental.export.call_exported", "0.4.36", "Exported.call",
+            "exp.call(*args)", "pmapkit.export.call_exported"),
+    Removed("jax.experimental.export.serialize", "0.4.36", "Exported.serialize",
+            "blob = exp.serialize()", "pmapkit.export.serialize"),
+    Removed("jax.experimental.export.export", "0.4.36",
+            "jax.export.export (lowering_platforms= is platforms=)",
+            "jax.export.export(jax.jit(f), platforms=['cpu'])(*specs)",
+            "pmapkit.export.export"),
     Removed("jax.pmap", "0.10.0 (the C++ pmap)", "jax.shard_map under jax.jit",
             "jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P('i'), out_specs=P('i')))",
             "pmapkit.pmap"),
@@ -345,13 +533,61 @@ SYSTEMS = (
 _ALL = {r.name: r for group in (NAMES, PROPERTIES, SHARDING_PROPERTIES, MODULES,
                                 REFUSED_NAMES, REFUSED_MODULES, SYSTEMS) for r in group}
 
+# JAX internals classic modules re-exported that JAX still has, public, under
+# jax.extend: served as the same objects. (owner, where JAX has them now)
+_SAME_OBJECTS = (("jax.core", "jax.extend.core"),
+                 ("jax.lax", "jax.extend.core.primitives"),
+                 ("jax.random", "jax.extend.random"))
+
+
+def census_records():
+    """A record for every census name this table does not spell out: served
+    as the same object where ``jax.extend`` has it (``_SAME_OBJECTS``),
+    otherwise a removed JAX internal. Built on first use; whether each is
+    installed (only where this JAX lacks it) is the installer's job."""
+    global _CENSUS
+    if _CENSUS is None:
+        import importlib
+        records = {}
+        sources = {}
+        for owner, source in _SAME_OBJECTS:
+            sources[owner] = importlib.import_module(source)
+        for module, attr in census.union():
+            name = f"{module}.{attr}"
+            if name in _ALL or not census.missing_here(name):
+                continue
+            source = sources.get(module)
+            ours = _ALL.get(module)
+            if ours is not None and ours.served_by.startswith("pmapkit."):
+                # a module pmapkit serves: its own name where it has one
+                records[name] = Removed(name, _release(name), INTERNAL, "",
+                                        f"{ours.served_by}.{attr}, where pmapkit has it")
+            elif ours is not None and ours.make is not None:
+                # a module served from today's API: the name where it has it
+                records[name] = Removed(name, _release(name), ours.modern, ours.example,
+                                        f"{module}.{attr} in {ours.served_by}, where it has it")
+            elif source is not None and attr in vars(source):
+                where = f"{source.__name__}.{attr}"
+                records[name] = Removed(
+                    name, _release(name), where, f"from {source.__name__} import {attr}",
+                    f"{where} (the same object)",
+                    lambda source=source, attr=attr: getattr(source, attr))
+            else:
+                records[name] = Removed(name, _release(name), INTERNAL, "")
+        _CENSUS = records
+    return _CENSUS
+
+
+_CENSUS = None
+
 
 def by_name(name):
-    return _ALL[name]
+    record = _ALL.get(name)
+    return record if record is not None else census_records()[name]
 
 
 def known(name):
-    return name in _ALL
+    return name in _ALL or name in census_records()
 
 
 def array_type():

@@ -1,5 +1,11 @@
 """``pmapkit run --report`` / ``PMAPKIT_REPORT=1``: which classic names a
-program used, printed on stderr at exit as a migration map.
+program used, printed on stderr at exit as a migration map: per name the
+uses, the file:line of the first use in the program (outside pmapkit and
+JAX), what served it and the modern replacement.
+
+``--report=json`` / ``PMAPKIT_REPORT=json`` prints the same as one JSON
+object on stderr (one line starting ``{"pmapkit_legacy_report"``);
+``--report=PATH.json`` / ``PMAPKIT_REPORT=PATH.json`` writes it to that file.
 
 Counting happens only when the report is on: ``pmapkit.legacy`` then installs
 counting stand-ins (a function that counts its calls, a class that counts its
@@ -12,28 +18,47 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import os
 import sys
 import threading
 
 from pmapkit.legacy import names as legacy_names
 
-__all__ = ["enable", "enabled", "note", "counted", "counting_module_getattr",
-           "counts", "table", "env_requests_report"]
+__all__ = ["enable", "enabled", "note", "seen", "counted", "counting_module_getattr",
+           "counting_module", "counts", "entries", "table", "as_json",
+           "env_requests_report"]
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
 _how: dict[str, str] = {}
+_first: dict[str, str] = {}
 _enabled = False
+_form = "table"      # "table", "json" (stderr) or a path to write the JSON to
+_OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+         os.path.dirname(os.path.dirname(os.path.abspath(json.__file__))) + os.sep)
 
 
 def env_requests_report():
-    return os.environ.get("PMAPKIT_REPORT", "").strip().lower() not in ("", "0", "false", "no")
+    """The report ``PMAPKIT_REPORT`` asks for: False, True (the table),
+    "json" or a path ending in .json."""
+    value = os.environ.get("PMAPKIT_REPORT", "").strip()
+    if value.lower() in ("", "0", "false", "no"):
+        return False
+    if value.lower() == "json" or value.endswith(".json"):
+        return value
+    return True
 
 
-def enable():
-    """Turns counting on and prints the table at interpreter exit (once)."""
-    global _enabled
+def enable(form=True):
+    """Turns counting on and writes the report at interpreter exit (once):
+    ``form`` True for the table, "json" for JSON on stderr, or a path."""
+    global _enabled, _form
+    if isinstance(form, str):
+        if form != "json" and not form.endswith(".json"):
+            raise ValueError(f"report must be True, 'json' or a path ending in .json; "
+                             f"got {form!r}")
+        _form = form
     if not _enabled:
         _enabled = True
         atexit.register(_print_at_exit)
@@ -43,10 +68,37 @@ def enabled():
     return _enabled
 
 
+def _site():
+    """file:line of the innermost frame outside pmapkit, JAX and the
+    standard library: where the program used the name."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_OURS) or filename.startswith("<frozen")
+                or os.sep + "jax" + os.sep in filename):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
 def note(name, how="calls"):
     with _lock:
+        if not _counts.get(name):
+            _how[name] = how
         _counts[name] = _counts.get(name, 0) + 1
-        _how.setdefault(name, how)
+        if name not in _first:
+            _first[name] = _site()
+
+
+def seen(name):
+    """An import or read of ``name`` that is not a use to count: listed (0
+    uses until one), its site the first use."""
+    with _lock:
+        if name not in _counts:
+            _counts[name] = 0
+            _how[name] = "uses (imported)"
+        if name not in _first:
+            _first[name] = _site()
 
 
 def counts():
@@ -101,30 +153,66 @@ def counting_module_getattr(module_name, values):
     return __getattr__
 
 
+def counting_module(name, module, counted_attrs):
+    """A stand-in for ``module`` served as ``name`` while the report is on:
+    every read of one of ``counted_attrs`` counts as a use of
+    ``name.attr``; everything else is the module's."""
+    import types
+    proxy = types.ModuleType(name, module.__doc__)
+
+    def __getattr__(attr):
+        value = getattr(module, attr)
+        if attr in counted_attrs:
+            note(f"{name}.{attr}", "reads")
+        return value
+
+    proxy.__getattr__ = __getattr__
+    proxy.__all__ = list(getattr(module, "__all__", ()))
+    return proxy
+
+
 def _served_by(record):
     return record.served_by or "refused: a clear error"
 
 
-def table():
-    """The migration map of the names counted so far, one line each."""
+def entries():
+    """The names counted so far, as dicts (the JSON form's ``names``)."""
     used = {name: n for name, n in counts().items() if legacy_names.known(name)}
-    if not used:
-        return ("pmapkit.legacy report: this program used none of the classic "
-                "names pmapkit stands in for.")
-    rows = [("classic name", "uses", "served by", "modern JAX", "example")]
+    out = []
     for name in sorted(used):
         record = legacy_names.by_name(name)
-        rows.append((f"{name} (removed in {record.removed_in})",
-                     f"{used[name]} {_how.get(name, 'calls')}",
-                     _served_by(record), record.modern, record.example))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = [f"pmapkit.legacy report: {len(rows) - 1} classic name(s) used"]
-    for k, row in enumerate(rows):
+        out.append({"name": name, "removed_in": record.removed_in, "uses": used[name],
+                    "how": _how.get(name, "calls"), "first_use": _first.get(name, "?"),
+                    "served_by": _served_by(record), "modern": record.modern,
+                    "example": record.example})
+    return out
+
+
+def table():
+    """The migration map of the names counted so far, one line each."""
+    rows = entries()
+    if not rows:
+        return ("pmapkit.legacy report: this program used none of the classic "
+                "names pmapkit stands in for.")
+    cells = [("classic name", "uses", "first use", "served by", "modern JAX", "example")]
+    for e in rows:
+        cells.append((f"{e['name']} (removed in {e['removed_in']})",
+                      f"{e['uses']} {e['how']}", e["first_use"], e["served_by"],
+                      e["modern"], e["example"]))
+    widths = [max(len(r[i]) for r in cells) for i in range(5)]
+    lines = [f"pmapkit.legacy report: {len(rows)} classic name(s) used"]
+    for k, row in enumerate(cells):
         lines.append("  " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths))
-                     + " | " + row[4])
+                     + " | " + row[5])
         if k == 0:
             lines.append("  " + "-+-".join("-" * w for w in widths) + "-+-" + "-" * 7)
     return "\n".join(lines)
+
+
+def as_json():
+    import jax
+    return json.dumps({"pmapkit_legacy_report": 1, "jax": jax.__version__,
+                       "names": entries()})
 
 
 def _print_at_exit():
@@ -132,4 +220,10 @@ def _print_at_exit():
         sys.stdout.flush()
     except Exception:   # a closed stdout must not hide the report
         pass
-    print(table(), file=sys.stderr, flush=True)
+    if _form == "table":
+        print(table(), file=sys.stderr, flush=True)
+    elif _form == "json":
+        print(as_json(), file=sys.stderr, flush=True)
+    else:
+        with open(_form, "w") as f:
+            f.write(as_json() + "\n")

@@ -1,0 +1,173 @@
+"""The census data: the public names of classic JAX releases, and how each
+answers on this JAX.
+
+``pmapkit/legacy/census_data/jax-VERSION.txt`` (package data, written by
+``python -m pmapkit.legacy.census_collect``) lists one ``module name`` pair a
+line. ``classify`` holds each pair against the running JAX:
+
+- ``native``: this JAX has it (before ``pmapkit.legacy.install()``);
+- ``served``: it works once pmapkit.legacy is installed;
+- ``clear``: it raises an error naming it, the release that removed it and
+  what to use instead;
+- ``plain``: anything else (a bare ``AttributeError``/``ImportError``).
+
+``python -m pmapkit.legacy.census_check`` prints the counts per release.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+import warnings
+
+__all__ = ["RELEASES", "release_names", "union", "history", "removed_in", "classify",
+           "clear_error", "counts", "OUTCOMES"]
+
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
+
+
+@functools.lru_cache(maxsize=None)
+def _version_key(version):
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def _releases():
+    found = []
+    for entry in os.listdir(_DATA):
+        match = re.fullmatch(r"jax-(\d+(?:\.\d+)+)\.txt", entry)
+        if match:
+            found.append(match.group(1))
+    return tuple(sorted(found, key=_version_key))
+
+
+RELEASES = _releases()
+
+
+@functools.lru_cache(maxsize=None)
+def release_names(release: str) -> tuple[tuple[str, str], ...]:
+    """The ``(module, name)`` pairs of a collected release, sorted."""
+    if release not in RELEASES:
+        raise ValueError(f"release must be one of {', '.join(RELEASES)}; got {release!r}")
+    pairs = []
+    with open(os.path.join(_DATA, f"jax-{release}.txt")) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                module, name = line.split()
+                pairs.append((module, name))
+    return tuple(pairs)
+
+
+@functools.lru_cache(maxsize=None)
+def union() -> tuple[tuple[str, str], ...]:
+    """Every pair of every collected release, sorted."""
+    return tuple(sorted({p for r in RELEASES for p in release_names(r)}))
+
+
+@functools.lru_cache(maxsize=None)
+def history() -> dict[str, tuple[str, ...]]:
+    """``{"module.name": releases that have it}`` over the collected releases."""
+    seen = {}
+    for release in RELEASES:
+        for module, name in release_names(release):
+            seen.setdefault(f"{module}.{name}", []).append(release)
+    return {k: tuple(v) for k, v in seen.items()}
+
+
+def removal_window(full_name: str) -> tuple[str, str | None] | None:
+    """``(last release with it, first collected release after that without
+    it or None)`` for a collected name; None for one never collected."""
+    have = history().get(full_name)
+    if not have:
+        return None
+    last = have[-1]
+    later = [r for r in RELEASES if _version_key(r) > _version_key(last)]
+    return last, (later[0] if later else None)
+
+
+@functools.lru_cache(maxsize=None)
+def _removals():
+    path = os.path.join(_DATA, "removed_in.txt")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return dict(line.split() for line in f if line.strip() and line[0] != "#")
+
+
+def missing_here(full_name: str) -> bool:
+    """Whether JAX 0.10 lacks a census name (it is in ``removed_in.txt``);
+    without that file, every name is taken as possibly missing."""
+    removals = _removals()
+    return not removals or full_name in removals
+
+
+def removed_in(full_name: str) -> str | None:
+    """The JAX release that removed a census name (the first release without
+    it: ``census_data/removed_in.txt``), else the census window it went in
+    ("after 0.6.2, by 0.9.2"); None for a name the census never saw."""
+    exact = _removals().get(full_name)
+    if exact:
+        return exact
+    window = removal_window(full_name)
+    if window is None:
+        return None
+    last, first_without = window
+    return f"after {last}" + (f", by {first_without}" if first_without else "")
+
+
+_RELEASE = re.compile(r"JAX (v?\d+\.\d+|after \d+\.\d+)")
+
+
+def clear_error(error: BaseException, full_name: str) -> bool:
+    """Whether ``error`` names ``full_name`` (or the module holding it), a
+    JAX release that removed it, and what to use instead."""
+    text = str(error)
+    module = full_name.rpartition(".")[0]
+    named = full_name in text or (module and f"{module} was removed" in text)
+    says_what = ("instead" in text or "no public replacement" in text
+                 or "use " in text.lower())
+    return bool(named and _RELEASE.search(text) and "removed" in text and says_what)
+
+
+def _probe(module_name, name):
+    """``(True, None)`` when ``module.name`` is reachable, else ``(False, error)``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            module = importlib.import_module(module_name)
+            getattr(module, name)
+        except Exception as e:      # every failure is classified, none escapes
+            return False, e
+    return True, None
+
+
+def classify(pairs, install=None) -> dict[tuple[str, str], tuple[str, str]]:
+    """``{(module, name): (outcome, error text)}`` for ``pairs`` on this JAX;
+    ``install`` (e.g. ``pmapkit.legacy.install``) runs after the native probe."""
+    native = {p: _probe(*p) for p in pairs}
+    if install is not None:
+        install()
+    out = {}
+    for pair, (ok, _) in native.items():
+        if ok:
+            out[pair] = ("native", "")
+            continue
+        ok, error = _probe(*pair) if install else native[pair]
+        if ok:
+            out[pair] = ("served", "")
+        elif clear_error(error, ".".join(pair)):
+            out[pair] = ("clear", str(error))
+        else:
+            out[pair] = ("plain", f"{type(error).__name__}: {error}")
+    return out
+
+
+OUTCOMES = ("native", "served", "clear", "plain")
+
+
+def counts(outcomes, release):
+    tally = dict.fromkeys(OUTCOMES, 0)
+    for pair in release_names(release):
+        tally[outcomes[pair][0]] += 1
+    return tally

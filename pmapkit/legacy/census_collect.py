@@ -1,0 +1,269 @@
+"""Collects the public names of a classic JAX release for the census.
+
+    python -m pmapkit.legacy.census_collect VENV_PYTHON [VENV_PYTHON ...]
+    python -m pmapkit.legacy.census_collect --out DIR VENV_PYTHON ...
+    python -m pmapkit.legacy.census_collect --probe VENV_PYTHON --out DIR
+    python -m pmapkit.legacy.census_collect --removals DIR [--gaps V1,V2]
+
+Each ``VENV_PYTHON`` is the interpreter of a scratch virtual environment with
+one classic jax/jaxlib installed. In it, each module of ``PUBLIC_MODULES`` the
+release has is imported and its ``dir()`` read, leaving out private names,
+typing re-exports, the standard library's classes and functions, modules a
+module merely imported (a package's submodules and ``jax.lib``'s jaxlib
+modules stay), and names whose ``getattr`` already raises there (a release
+lists some removed names in ``dir()`` through its deprecation hook). The
+names are written, one ``module name`` pair a line, to ``pmapkit/legacy/census_data/jax-VERSION.txt`` (or ``--out DIR``).
+``--probe`` writes which census names answer in a release (listed or not:
+deprecated names reached through a module ``__getattr__`` count) and
+``--removals DIR`` reads the releases probed into ``DIR`` (every installable
+release from the census's first up to this JAX) and writes
+``census_data/removed_in.txt``: the release that removed each census name
+this JAX lacks.
+Nothing of pmapkit is imported in the classic environment: the collecting
+code travels as source.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+__all__ = ["PUBLIC_MODULES", "collect", "main"]
+
+# The modules a classic program imported: JAX's documented API of the 0.4 to
+# 0.9 releases, and the internals libraries of the time reached for
+# (jax.core, jax.interpreters.*, jax.util, jax.lib).
+PUBLIC_MODULES = (
+    "jax", "jax.numpy", "jax.numpy.linalg", "jax.numpy.fft", "jax.lax", "jax.lax.linalg",
+    "jax.random", "jax.nn", "jax.nn.initializers", "jax.scipy", "jax.scipy.linalg",
+    "jax.scipy.special", "jax.scipy.stats", "jax.scipy.signal", "jax.scipy.ndimage",
+    "jax.scipy.optimize", "jax.scipy.sparse", "jax.scipy.sparse.linalg", "jax.scipy.fft",
+    "jax.scipy.integrate", "jax.scipy.cluster", "jax.scipy.cluster.vq", "jax.scipy.interpolate",
+    "jax.scipy.spatial", "jax.scipy.spatial.transform",
+    "jax.tree_util", "jax.tree", "jax.sharding", "jax.stages", "jax.errors", "jax.dtypes",
+    "jax.debug", "jax.profiler", "jax.image", "jax.ops", "jax.dlpack", "jax.distributed",
+    "jax.custom_derivatives", "jax.custom_batching", "jax.custom_transpose", "jax.flatten_util",
+    "jax.monitoring", "jax.typing", "jax.export", "jax.ffi", "jax.ref",
+    "jax.core", "jax.util", "jax.api_util", "jax.linear_util", "jax.abstract_arrays",
+    "jax.lib", "jax.lib.xla_bridge",
+    "jax.interpreters", "jax.interpreters.ad", "jax.interpreters.batching",
+    "jax.interpreters.partial_eval", "jax.interpreters.mlir", "jax.interpreters.xla",
+    "jax.interpreters.pxla",
+    "jax.extend", "jax.extend.core", "jax.extend.linear_util", "jax.extend.random",
+    "jax.extend.backend", "jax.extend.ffi", "jax.extend.mlir", "jax.extend.source_info_util",
+    "jax.example_libraries", "jax.example_libraries.optimizers", "jax.example_libraries.stax",
+    "jax.experimental", "jax.experimental.pjit", "jax.experimental.maps",
+    "jax.experimental.host_callback", "jax.experimental.mesh_utils",
+    "jax.experimental.multihost_utils", "jax.experimental.shard_map",
+    "jax.experimental.checkify", "jax.experimental.custom_partitioning",
+    "jax.experimental.compilation_cache", "jax.experimental.compilation_cache.compilation_cache",
+    "jax.experimental.export", "jax.experimental.ode", "jax.experimental.x64_context",
+)
+
+
+# Runs in the classic environment (as ``python -c``): prints one JSON object.
+_COLLECTOR = r'''
+import __future__, importlib, io, json, sys, types, typing, warnings, contextlib
+warnings.simplefilter("ignore")
+MODULES = json.loads(sys.argv[1])
+TYPING = {"typing", "typing_extensions", "collections.abc", "abc"}
+
+STDLIB = set(sys.stdlib_module_names) - {"__future__"}
+
+def skipped(module, attr, value):
+    if isinstance(value, (typing.TypeVar, __future__._Feature)):
+        return True
+    if isinstance(value, types.ModuleType):
+        # A submodule, or jaxlib's modules re-exported by a package (jax.lib);
+        # any other module bound in a module is an import of its code.
+        if value.__name__ == f"{module.__name__}.{attr}":
+            return False
+        return not (hasattr(module, "__path__") and value.__name__.startswith("jaxlib."))
+    if getattr(value, "__module__", None) in TYPING:
+        return True
+    if type(value).__module__ in ("typing", "typing_extensions"):
+        return True
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        # functools.partial, collections.namedtuple, ...: the standard library's
+        return (getattr(value, "__module__", None) or "").partition(".")[0] in STDLIB
+    return False
+
+found, missing = {}, []
+for name in MODULES:
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            module = importlib.import_module(name)
+    except Exception as e:
+        missing.append(name)
+        continue
+    names = []
+    for attr in dir(module):
+        if attr.startswith("_"):
+            continue
+        try:
+            value = getattr(module, attr)
+        except Exception:
+            continue
+        if not skipped(module, attr, value):
+            names.append(attr)
+    found[name] = names
+import jax
+print(json.dumps({"version": jax.__version__, "modules": found, "missing": missing}))
+'''
+
+# Runs in the classic environment: which of the given pairs answer there
+# (listed or not: a deprecated name reached through a module __getattr__
+# still answers until its deprecation raises).
+_PROBE = r'''
+import importlib, io, json, sys, warnings, contextlib
+warnings.simplefilter("ignore")
+pairs = json.loads(sys.stdin.read())
+found = {}
+for module_name, names in pairs.items():
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            module = importlib.import_module(module_name)
+    except Exception:
+        continue
+    have = []
+    for attr in names:
+        try:
+            getattr(module, attr)
+        except Exception:
+            try:
+                importlib.import_module(f"{module_name}.{attr}")
+            except Exception:
+                continue
+        have.append(attr)
+    found[module_name] = have
+import jax
+print(json.dumps({"version": jax.__version__, "modules": found, "missing": []}))
+'''
+
+
+def probe(python: str, pairs) -> dict:
+    """Like ``collect``, but the names are ``pairs`` (module, name), each
+    kept where it answers in the environment of ``python``."""
+    by_module = {}
+    for module, name in pairs:
+        by_module.setdefault(module, []).append(name)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([python, "-I", "-c", _PROBE], input=json.dumps(by_module),
+                          capture_output=True, text=True, env=env, timeout=900,
+                          cwd=os.path.dirname(os.path.abspath(python)))
+    if proc.returncode != 0:
+        raise RuntimeError(f"probing with {python} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def collect(python: str) -> dict:
+    """``{"version", "modules": {module: [names]}, "missing": [modules]}`` of
+    the JAX installed for interpreter ``python``."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([python, "-I", "-c", _COLLECTOR,
+                           json.dumps(list(dict.fromkeys(PUBLIC_MODULES)))],
+                          capture_output=True, text=True, env=env, timeout=900,
+                          cwd=os.path.dirname(os.path.abspath(python)))
+    if proc.returncode != 0:
+        raise RuntimeError(f"collecting with {python} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _write(result: dict, out_dir: str) -> str:
+    path = os.path.join(out_dir, f"jax-{result['version']}.txt")
+    lines = sorted(f"{module} {name}" for module, names in result["modules"].items()
+                   for name in names)
+    with open(path, "w") as f:
+        f.write(f"# public names of jax {result['version']}: "
+                "python -m pmapkit.legacy.census_collect\n")
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def _names(path):
+    with open(path) as f:
+        return {".".join(line.split()) for line in f if line.strip() and line[0] != "#"}
+
+
+def removals(releases_dir: str, out_dir: str, gaps=()) -> str:
+    """Writes ``removed_in.txt``: for each name of the census (``out_dir``)
+    missing from the newest release probed in ``releases_dir``, the release
+    after its last appearance there. ``gaps``: releases between them that
+    could not be installed; a name that went across one gets the window
+    "FIRST-GAP..FIRST-WITHOUT"."""
+    import re
+    found = {}
+    for folder in (releases_dir,):
+        for entry in os.listdir(folder):
+            match = re.fullmatch(r"jax-(\d+(?:\.\d+)+)\.txt", entry)
+            if match:
+                found[match.group(1)] = _names(os.path.join(folder, entry))
+    def key(v):
+        return tuple(int(p) for p in v.split("."))
+    order = sorted(found, key=key)
+    everything = sorted(set(order) | set(gaps), key=key)
+    census = set().union(*(_names(os.path.join(out_dir, e)) for e in os.listdir(out_dir)
+                           if e.startswith("jax-")))
+    newest = found[order[-1]]
+    lines = []
+    for name in sorted(census - newest):
+        present = [i for i, v in enumerate(order) if name in found[v]]
+        if not present:
+            continue        # never answered in a probed release: no claim
+        first_without = order[present[-1] + 1]
+        after = everything[everything.index(order[present[-1]]) + 1]
+        window = first_without if after == first_without else f"{after}..{first_without}"
+        lines.append(f"{name} {window}")
+    path = os.path.join(out_dir, "removed_in.txt")
+    with open(path, "w") as f:
+        f.write(f"# the release that removed each name: the first of {len(order)} probed "
+                f"releases ({order[0]} to {order[-1]}) where it no longer answers; "
+                f"A..B where releases A.. before B could not be installed "
+                f"({', '.join(gaps) or 'none'}). python -m "
+                "pmapkit.legacy.census_collect --removals DIR --gaps A,B\n")
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
+    if argv[:1] == ["--removals"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--gaps"]):
+        gaps = argv[3].split(",") if len(argv) == 4 else ()
+        print(removals(argv[1], out_dir, gaps))
+        return 0
+    if argv[:1] == ["--probe"]:
+        if len(argv) < 4 or argv[2] != "--out":
+            print("usage: census_collect --probe VENV_PYTHON --out DIR", file=sys.stderr)
+            return 2
+        from pmapkit.legacy import census
+        result = probe(argv[1], census.union())
+        os.makedirs(argv[3], exist_ok=True)
+        print(_write(result, argv[3]))
+        return 0
+    if argv[:1] == ["--out"]:
+        if len(argv) < 2:
+            print("census_collect: --out needs a directory", file=sys.stderr)
+            return 2
+        out_dir, argv = argv[1], argv[2:]
+    if not argv:
+        print("usage: " + __doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    os.makedirs(out_dir, exist_ok=True)
+    for python in argv:
+        if not os.path.exists(python):
+            print(f"census_collect: no interpreter at {python!r}", file=sys.stderr)
+            return 2
+        result = collect(python)
+        path = _write(result, out_dir)
+        count = sum(len(v) for v in result["modules"].values())
+        print(f"jax {result['version']}: {count} names in {len(result['modules'])} "
+              f"modules -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

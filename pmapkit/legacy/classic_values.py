@@ -1,0 +1,274 @@
+"""Values pmapkit.legacy serves for classic names that JAX 0.10 has under
+another name, or as a small adapter of identical semantics (the census in
+``names`` says which name each serves). Each builder returns the value;
+nothing here is installed by importing it.
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+import typing
+import warnings
+
+import jax
+import jax.numpy as jnp
+
+from pmapkit import _jax_private as jp
+
+__all__ = []
+
+
+def _module(name, doc, **values):
+    module = types.ModuleType(name, doc)
+    module.__dict__.update(values)
+    return module
+
+
+# -- x64 ------------------------------------------------------------------------
+
+def enable_x64():
+    @contextlib.contextmanager
+    def enable_x64(new_val: bool = True):
+        """Classic ``jax.experimental.enable_x64``: X64 mode set to
+        ``new_val`` inside the block (``jax.enable_x64(new_val)``)."""
+        with jax.enable_x64(new_val):
+            yield
+    enable_x64.__module__ = "jax.experimental"
+    return enable_x64
+
+
+def disable_x64():
+    @contextlib.contextmanager
+    def disable_x64():
+        """Classic ``jax.experimental.disable_x64``: X64 mode off inside the
+        block (``jax.enable_x64(False)``)."""
+        with jax.enable_x64(False):
+            yield
+    disable_x64.__module__ = "jax.experimental"
+    return disable_x64
+
+
+def x64_context_module():
+    return _module("jax.experimental.x64_context", "jax.experimental.x64_context "
+                   "as JAX before 0.7 had it.", enable_x64=enable_x64(),
+                   disable_x64=disable_x64())
+
+
+# -- backends -------------------------------------------------------------------
+
+def xla_bridge_module():
+    import jax.extend.backend as backend
+    import jaxlib.xla_client as xla_client
+    return _module("jax.lib.xla_bridge", "jax.lib.xla_bridge as JAX 0.4 had it: "
+                   "jax.extend.backend's functions.",
+                   get_backend=backend.get_backend, default_backend=jax.default_backend,
+                   get_compile_options=backend.get_compile_options, xla_client=xla_client)
+
+
+def xla_client():
+    import jaxlib.xla_client
+    return jaxlib.xla_client
+
+
+def clear_backends():
+    import jax.extend.backend
+    return jax.extend.backend.clear_backends
+
+
+# -- jax.util -------------------------------------------------------------------
+
+UTIL_HELPERS = ("HashableFunction", "cache", "safe_map", "safe_zip", "split_list",
+                "split_list_checked", "subvals", "toposort", "unzip2", "wrap_name", "wraps")
+
+
+def util_module():
+    values = {}
+    for name in UTIL_HELPERS:
+        try:
+            values[name] = jp.util_helper(name)
+        except AttributeError:
+            pass
+    return _module("jax.util", "jax.util as JAX before 0.5 had it: the helpers "
+                   "JAX still has (the same objects).", **values)
+
+
+# -- sharding -------------------------------------------------------------------
+
+def positional_sharding():
+    from pmapkit.legacy.positional_sharding import PositionalSharding
+    return PositionalSharding
+
+
+def use_mesh():
+    @contextlib.contextmanager
+    def use_mesh(mesh):
+        """Classic ``jax.sharding.use_mesh``: ``mesh`` is the concrete and
+        abstract mesh inside the block (``with jax.set_mesh(mesh):``)."""
+        with jax.set_mesh(mesh):
+            yield
+    use_mesh.__module__ = "jax.sharding"
+    return use_mesh
+
+
+# -- compilation cache ----------------------------------------------------------
+
+def initialize_cache():
+    def initialize_cache(path):
+        """Classic ``initialize_cache``: sets ``jax_compilation_cache_dir``."""
+        warnings.warn("initialize_cache is deprecated; use set_cache_dir instead",
+                      DeprecationWarning, stacklevel=2)
+        jax.config.update("jax_compilation_cache_dir", path)
+    initialize_cache.__module__ = "jax.experimental.compilation_cache.compilation_cache"
+    return initialize_cache
+
+
+def is_initialized():
+    def is_initialized():
+        """Classic ``is_initialized``: whether the compilation cache is enabled."""
+        warnings.warn("is_initialized is deprecated; do not use",
+                      DeprecationWarning, stacklevel=2)
+        return bool(jax.config.jax_enable_compilation_cache)
+    is_initialized.__module__ = "jax.experimental.compilation_cache.compilation_cache"
+    return is_initialized
+
+
+# -- jax.numpy (NumPy 1.x names) -----------------------------------------------
+
+def in1d():
+    def in1d(ar1, ar2, assume_unique=False, invert=False):
+        """NumPy 1.x ``in1d``: ``isin`` of ``ar1`` flattened."""
+        del assume_unique   # unused, as in classic jax.numpy
+        return jnp.isin(jnp.ravel(ar1), ar2, invert=invert)
+    in1d.__module__ = "jax.numpy"
+    return in1d
+
+
+def jnp_alias(modern):
+    return lambda: getattr(jnp, modern)
+
+
+def constant(value):
+    return lambda: value
+
+
+# -- jax.random -----------------------------------------------------------------
+
+def extend_random(name):
+    def make():
+        import jax.extend.random
+        return getattr(jax.extend.random, name)
+    return make
+
+
+_IMPLS = {"threefry2x32": "threefry_prng_impl", "rbg": "rbg_prng_impl",
+          "unsafe_rbg": "unsafe_rbg_prng_impl"}
+
+
+def default_prng_impl():
+    def default_prng_impl():
+        """The PRNG implementation ``jax_default_prng_impl`` names."""
+        import jax.extend.random
+        return getattr(jax.extend.random, _IMPLS[jax.config.jax_default_prng_impl])
+    default_prng_impl.__module__ = "jax.random"
+    return default_prng_impl
+
+
+def key_constructor(impl, name):
+    def make():
+        def constructor(seed):
+            # Classic: a key of another implementation than the default
+            # needs jax_enable_custom_prng; raw uint32 key data unless it is on.
+            default = jax.config.jax_default_prng_impl
+            custom = jax.config.jax_enable_custom_prng
+            if not custom and default != impl:
+                raise RuntimeError(
+                    "jax_enable_custom_prng must be enabled in order to seed an RNG "
+                    f'with an implementation "{impl}" differing from the default '
+                    f'"{default}".')
+            key = jax.random.key(seed, impl=impl)
+            return key if custom else jax.random.key_data(key)
+        constructor.__name__ = constructor.__qualname__ = name
+        constructor.__module__ = "jax.random"
+        constructor.__doc__ = f"Classic ``jax.random.{name}``: a {impl} key from a seed."
+        return constructor
+    return make
+
+
+# -- jax.nn / jax.scipy ---------------------------------------------------------
+
+def standardize():
+    return jax.nn.standardize
+
+
+def triangle(which):
+    def make():
+        fn = getattr(jnp, which)
+
+        def tri(m, k=0):
+            return fn(m, k)
+        tri.__name__ = tri.__qualname__ = which
+        tri.__module__ = "jax.scipy.linalg"
+        tri.__doc__ = f"Classic ``jax.scipy.linalg.{which}``: ``jnp.{which}(m, k)``."
+        return tri
+    return make
+
+
+# -- jax.tree_util --------------------------------------------------------------
+
+def build_tree():
+    def build_tree(treedef, xs):
+        """Classic ``build_tree``: ``treedef.from_iterable_tree(xs)``."""
+        return treedef.from_iterable_tree(xs)
+    build_tree.__module__ = "jax.tree_util"
+    return build_tree
+
+
+class _KeyPathEntry(typing.NamedTuple):
+    key: typing.Any
+
+
+class GetitemKeyPathEntry(_KeyPathEntry):
+    """Classic keypath entry for ``x[key]`` (``jax.tree_util.SequenceKey`` /
+    ``DictKey`` today)."""
+
+    def pprint(self) -> str:
+        return f"[{self.key!r}]"
+
+    def __str__(self):
+        return self.pprint()
+
+
+class AttributeKeyPathEntry(_KeyPathEntry):
+    """Classic keypath entry for ``x.key`` (``jax.tree_util.GetAttrKey`` today)."""
+
+    def pprint(self) -> str:
+        return f".{self.key}"
+
+    def __str__(self):
+        return self.pprint()
+
+
+for _cls in (GetitemKeyPathEntry, AttributeKeyPathEntry):
+    _cls.__module__ = "jax.tree_util"
+
+
+def keypath_entry(name):
+    return lambda: {"GetitemKeyPathEntry": GetitemKeyPathEntry,
+                    "AttributeKeyPathEntry": AttributeKeyPathEntry}[name]
+
+
+# -- JAX internals still public under jax.extend --------------------------------
+
+def same_object(module, attr):
+    def make():
+        import importlib
+        return getattr(importlib.import_module(module), attr)
+    return make
+
+
+def extend_ffi_module():
+    import jax.ffi
+    names = ("ffi_call", "ffi_lowering", "include_dir", "pycapsule", "register_ffi_target")
+    return _module("jax.extend.ffi", "jax.extend.ffi as JAX 0.4.3x had it: jax.ffi's "
+                   "functions (the same objects).",
+                   **{n: getattr(jax.ffi, n) for n in names if hasattr(jax.ffi, n)})

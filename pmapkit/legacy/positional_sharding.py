@@ -1,0 +1,122 @@
+"""``PositionalSharding``: the classic (JAX 0.4.x) positional layout, on JAX 0.10.
+
+A ``PositionalSharding`` is an array of devices shaped like the values it
+lays out: dimension ``i`` of a value is split in ``shape[i]`` parts, part
+``k`` going to the device(s) in cell ``k``; ``replicate(axis)`` merges the
+cells along ``axis`` (each value part then lives on all their devices).
+JAX 0.10 lays the same thing out with a ``NamedSharding``: a mesh of the
+cells' devices shaped ``(*shape, copies)``, each value dimension split over
+its own mesh axis and the last axis replicated. This class *is* that
+``NamedSharding`` (a subclass), so ``jax.device_put``, ``jit``'s
+``in_shardings``/``out_shardings`` and constraints take it as JAX takes
+any sharding, and carries the classic ``reshape``/``transpose``/``T``/
+``replicate``/``shape``/``ndim``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+__all__ = ["PositionalSharding"]
+
+_REPLICA_AXIS = "positional_copies"
+
+
+def _axis(i):
+    return f"positional_{i}"
+
+
+class PositionalSharding(NamedSharding):
+    """``PositionalSharding(devices)``: ``devices`` an ndarray (or nested
+    sequence) of distinct devices, one cell each."""
+
+    def __init__(self, devices, *, memory_kind=None, _cells=None):
+        if _cells is None:
+            array = np.array(devices, dtype=object)
+            if array.size == 0:
+                raise ValueError("PositionalSharding requires at least one device, "
+                                 f"got {devices!r}")
+            flat = list(array.flat)
+            if not all(hasattr(d, "platform") and hasattr(d, "id") for d in flat):
+                raise TypeError("PositionalSharding: devices must be JAX devices "
+                                "(e.g. mesh_utils.create_device_mesh(...) or "
+                                "jax.devices()), got " + repr(flat[0]))
+            if len(set(flat)) != len(flat):
+                raise ValueError("PositionalSharding: devices must not repeat a device")
+            # Each cell: the positions (in the flat device order) it holds.
+            _cells = np.empty(array.shape, dtype=object)
+            for k, index in enumerate(np.ndindex(array.shape)):
+                _cells[index] = (k,)
+            devices = tuple(flat)
+        copies = {len(c) for c in _cells.flat}
+        if len(copies) != 1:
+            raise ValueError("PositionalSharding: every cell must hold as many devices")
+        grid = np.array([devices[i] for cell in _cells.flat for i in sorted(cell)],
+                        dtype=object).reshape(*_cells.shape, copies.pop())
+        names = tuple(_axis(i) for i in range(_cells.ndim)) + (_REPLICA_AXIS,)
+        super().__init__(Mesh(grid, names), PartitionSpec(*names[:-1]),
+                         memory_kind=memory_kind)
+        self._positional_devices = tuple(devices)
+        self._cells = _cells
+
+    def _remake(self, cells):
+        return PositionalSharding(self._positional_devices, memory_kind=self.memory_kind,
+                                  _cells=cells)
+
+    @property
+    def shape(self):
+        return self._cells.shape
+
+    @property
+    def ndim(self):
+        return self._cells.ndim
+
+    def reshape(self, *shape):
+        return self._remake(self._cells.reshape(*shape))
+
+    def transpose(self, *axes):
+        return self._remake(self._cells.transpose(*axes))
+
+    T = property(transpose)
+
+    def replicate(self, axis=None, keepdims=True):
+        """Merges the cells along ``axis`` (all axes by default): a dimension
+        laid out replicated over their devices."""
+        union = np.frompyfunc(lambda a, b: tuple(sorted(set(a) | set(b))), 2, 1)
+        axes = range(self.ndim) if axis is None else (
+            (axis,) if isinstance(axis, int) else tuple(axis))
+        axes = sorted({a % self.ndim for a in axes}, reverse=True)
+        merged = self._cells
+        for a in axes:
+            merged = union.reduce(merged, axis=a, keepdims=True).astype(object)
+        if not keepdims:
+            merged = merged.reshape([n for i, n in enumerate(merged.shape)
+                                     if i not in axes])
+        return self._remake(merged)
+
+    def with_memory_kind(self, kind):
+        return PositionalSharding(self._positional_devices, memory_kind=kind,
+                                  _cells=self._cells)
+
+    def named_sharding(self) -> NamedSharding:
+        """The plain ``NamedSharding`` this layout is."""
+        return NamedSharding(self.mesh, self.spec, memory_kind=self.memory_kind)
+
+    def __repr__(self):
+        ids = np.empty(self._cells.shape, dtype=object)
+        for index, cell in np.ndenumerate(self._cells):
+            ids[index] = "{" + ", ".join(str(self._positional_devices[i].id)
+                                         for i in sorted(cell)) + "}"
+        return f"PositionalSharding({ids.tolist()}, shape={self.shape})"
+
+    def __reduce__(self):
+        # devices by id: a Device object does not pickle
+        ids = tuple(d.id for d in self._positional_devices)
+        return (_rebuild, (ids, self._cells, self.memory_kind))
+
+
+def _rebuild(ids, cells, memory_kind):
+    import jax
+    by_id = {d.id: d for d in jax.devices()}
+    return PositionalSharding(tuple(by_id[i] for i in ids), memory_kind=memory_kind,
+                              _cells=cells)
