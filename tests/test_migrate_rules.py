@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from pmapkit.legacy import names as census
 from pmapkit.legacy.migrate import migrate_source
-from pmapkit.legacy.migrate import rules_trees_ops
+from pmapkit.legacy.migrate import helpers, rules_trees_ops
 
 from _migrate_helpers import SAMPLES, migrate, verdicts, without_helpers
 
@@ -203,7 +203,7 @@ def test_pjit_mesh_and_sharding_constraint():
         h = jax.jit(f)
         mesh = Mesh(np.array(devices), ("x",))
         with jax.set_mesh(mesh):
-            print(jax.sharding.get_mesh().shape, g(x))
+            print(jax.sharding.get_abstract_mesh().shape, g(x))
         with jax.set_mesh(m := Mesh(np.array(devices), ("x",))), open("f") as fh:
             pass
         ''')
@@ -220,6 +220,60 @@ def test_a_sharding_constraint_whose_valueerror_is_caught_keeps_the_classic_erro
         ''')
     assert "    _with_sharding_constraint(x, spec)\n" in new
     assert report.helpers == ["_with_sharding_constraint"]
+
+
+def test_a_sharding_constraint_whose_notimplementederror_is_caught_keeps_it_too():
+    # 0.4 code caught NotImplementedError where 0.2/0.3 code caught ValueError:
+    # the helper raises one error that is both.
+    new, report = _migrated('''\
+        from jax.experimental.pjit import with_sharding_constraint
+        try:
+            with_sharding_constraint(x, spec)
+        except NotImplementedError:
+            pass
+        ''')
+    assert "    _with_sharding_constraint(x, spec)\n" in new
+    assert report.helpers == ["_with_sharding_constraint"]
+    namespace = {}
+    exec(compile("import jax\n" + helpers.WITH_SHARDING_CONSTRAINT.source, "h", "exec"),
+         namespace)
+    for caught in (ValueError, NotImplementedError):
+        try:
+            namespace["_with_sharding_constraint"](jnp.ones(8), jax.sharding.PartitionSpec("dp"))
+        except caught as e:
+            assert "resource axis dp is undefined" in str(e)
+            assert "should only be called inside pjit()" in str(e)
+        else:
+            raise AssertionError("no error without a mesh")
+
+
+def test_jax_api_is_jax_and_its_names_take_their_own_rules():
+    new, report = _migrated('''\
+        import jax
+
+        x = jax.api.device_put_replicated(1.0, jax.local_devices())
+        f = jax.api.jit(lambda v: v)
+        ''')
+    assert new == textwrap.dedent('''\
+        import jax
+        import numpy
+
+
+        x = _device_put_replicated(1.0, jax.local_devices())
+        f = jax.jit(lambda v: v)
+        ''')
+    assert report.left == [] and report.helpers == ["_device_put_replicated"]
+
+
+def test_the_mesh_in_context_is_probed_eagerly_and_in_traces():
+    new, report = _migrated('''\
+        from jax.interpreters import pxla
+
+        def gate(x):
+            return x if pxla.thread_resources.env.physical_mesh.empty else f(x)
+        ''')
+    assert "return x if jax.sharding.get_abstract_mesh().empty else f(x)" in new
+    assert report.left == []
 
 
 def test_host_callback_and_what_is_left():

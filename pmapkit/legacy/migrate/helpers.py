@@ -177,33 +177,42 @@ def _pjit(fun, in_shardings=None, out_shardings=None, **options):
     static = options.get("static_argnums", ())
     static = {static} if isinstance(static, int) else set(static)
 
-    @functools.wraps(fun)
-    def call(*args, **kwargs):   # keyword arguments go through unmoved
+    def place(args):   # keyword arguments go through unmoved
         dynamic = [a for k, a in enumerate(args) if k not in static]
         per_argument = isinstance(in_shardings, tuple) and not isinstance(in_shardings, P)
         prefix = in_shardings if per_argument else (in_shardings,) * len(dynamic)
         placed = iter(jax.device_put(
             dynamic, list(jax.tree.broadcast(list(prefix), dynamic, is_leaf=is_spec))))
-        return jitted(*[a if k in static else next(placed) for k, a in enumerate(args)],
-                      **kwargs)
+        return [a if k in static else next(placed) for k, a in enumerate(args)]
+
+    @functools.wraps(fun)
+    def call(*args, **kwargs):
+        return jitted(*place(args), **kwargs)
+
+    call.lower = lambda *args, **kwargs: jitted.lower(*place(args), **kwargs)
     return call
 ''', ("jax", "functools"))
 
 WITH_SHARDING_CONSTRAINT = Helper("_with_sharding_constraint", '''
 def _with_sharding_constraint(x, shardings):
-    # jax.lax.with_sharding_constraint that, as classic pjit's did, raises a
-    # ValueError naming the axis when a PartitionSpec has no mesh to refer to
-    # (jax.lax's raises a RuntimeError) (written by pmapkit migrate).
+    # jax.lax.with_sharding_constraint that, as classic pjit's did, raises an
+    # error naming the axis when a PartitionSpec has no mesh to refer to: the
+    # 0.2/0.3 ValueError and the 0.4 NotImplementedError in one (jax.lax's
+    # raises a RuntimeError) (written by pmapkit migrate).
     P = jax.sharding.PartitionSpec
     if jax.sharding.get_abstract_mesh().empty:
         for spec in jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, P)):
             names = [n for entry in spec if entry is not None
                      for n in (entry if isinstance(entry, tuple) else (entry,))]
             if isinstance(spec, P) and names:
-                raise ValueError(
+                class MeshUndefinedError(ValueError, NotImplementedError):
+                    pass
+                raise MeshUndefinedError(
                     f"One of with_sharding_constraint arguments was given the resource "
                     f"assignment of {spec}, but resource axis {names[0]} is undefined. "
-                    "Did you forget to declare the mesh?")
+                    "Did you forget to declare the mesh? (JAX 0.4: with_sharding_constraint() "
+                    "should only be called inside pjit() (or another traced function such "
+                    "as jax.jit).)")
     return jax.lax.with_sharding_constraint(x, shardings)
 ''')
 

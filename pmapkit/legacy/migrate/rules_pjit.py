@@ -83,8 +83,9 @@ def _with_sharding_constraint(ctx, original, updated):
     if "x" not in bound or specs is None:
         raise LeaveAsIs("needs x and its shardings: use jax.lax.with_sharding_constraint")
     renames = {"axis_resources": "shardings"}
-    if ctx.in_try_catching("ValueError"):
-        # The code catches classic pjit's ValueError (no mesh for a spec).
+    if ctx.in_try_catching("ValueError") or ctx.in_try_catching("NotImplementedError"):
+        # The code catches classic pjit's error for a spec with no mesh (the
+        # 0.2/0.3 ValueError or the 0.4 NotImplementedError).
         ctx.need_helper(helpers.WITH_SHARDING_CONSTRAINT)
         return sx.rewrite_call(updated, "_with_sharding_constraint", renames)
     ctx.need_import("jax")
@@ -102,13 +103,17 @@ def family():
                "jax.experimental.maps.PartitionSpec": partition_spec,
                "jax.interpreters.pxla.PartitionSpec": partition_spec,
                "jax.experimental.pjit.NamedSharding": "jax.sharding.NamedSharding"},
-        names={"jax.experimental.maps.thread_resources.env.physical_mesh":
-               "jax.sharding.get_mesh()"},
+        # Classic code probed the mesh in context eagerly and inside pjit
+        # traces (EasyLM gates its constraints on it): get_abstract_mesh()
+        # answers in both (get_mesh() refuses inside jit); it has the
+        # probes' .empty, .shape, .axis_names, .size, not .devices.
+        names={f"{owner}.thread_resources.env.physical_mesh": "jax.sharding.get_abstract_mesh()"
+               for owner in ("jax.experimental.maps", "jax.interpreters.pxla")},
         calls={**{n: _pjit for n in PJIT_NAMES},
                **{n: _with_sharding_constraint for n in WSC_NAMES}},
         classic=("jax.experimental.maps", "jax.experimental.pjit"),
         reasons={"jax.experimental.maps": "jax.experimental.maps is gone; use "
-                 "jax.sharding.Mesh and jax.set_mesh(mesh) (jax.sharding.get_mesh() "
+                 "jax.sharding.Mesh and jax.set_mesh(mesh) (jax.sharding.get_abstract_mesh() "
                  "for the mesh in context)",
                  "jax.experimental.pjit": "use jax.jit(f, in_shardings=..., "
                  "out_shardings=...) and jax.lax.with_sharding_constraint"})

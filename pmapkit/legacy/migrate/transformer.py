@@ -41,6 +41,19 @@ def tables():
     return moves, names, calls, attributes, reasons
 
 
+# Classic modules that were another name for a JAX namespace: classic
+# ``jax/__init__`` imported ``jax.api`` (jax's own API under another module
+# name), so ``jax.api.X`` is ``jax.X`` and the rules of ``jax.X`` apply.
+_ALIASES = {"jax.api": "jax"}
+
+
+def _canonical(q):
+    key, rest = _longest_prefix(_ALIASES, q)
+    if key is None:
+        return q
+    return _ALIASES[key] + ("." + rest if rest else "")
+
+
 def _longest_prefix(table, q):
     """(key, rest) for the longest key of ``table`` that is ``q`` or a dotted prefix of it."""
     parts = q.split(".")
@@ -71,7 +84,14 @@ class Migrator(cst.CSTTransformer):
 
     # -- the context rules see ------------------------------------------------
     def qualname(self, node):
-        """The jax (or functools) name a Name/Attribute refers to, or None."""
+        """The jax (or functools) name a Name/Attribute refers to, or None;
+        a classic alias module's member by its canonical name
+        (``jax.api.jit`` is ``jax.jit``)."""
+        raw = self.raw_qualname(node)
+        return None if raw is None else _canonical(raw)
+
+    def raw_qualname(self, node):
+        """The name as the code spells it through its imports, aliases kept."""
         if not isinstance(node, (cst.Name, cst.Attribute)):
             return None
         names = self.get_metadata(QualifiedNameProvider, node, set())
@@ -197,6 +217,13 @@ class Migrator(cst.CSTTransformer):
         q = self.qualname(original)
         if q is None or self._start(original) in self.rewritten:
             return updated
+        raw = self.raw_qualname(original)
+        if raw in _ALIASES and not isinstance(original, cst.Name):
+            # ``jax.api`` read as an attribute: its canonical module (what
+            # follows it, a call of a classic name, is then rewritten too).
+            self.need_import(q.split(".")[0])
+            self._rewrote(original, "imports", q, raw)
+            return sx.expr(q)
         if q in self.names:
             family, text = self.names[q]
             self.need_import(text.split(".")[0])
