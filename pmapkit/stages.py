@@ -161,7 +161,7 @@ class ProgramExecutable(jp.StagesExecutable):
 
     def __init__(self, program, debug_info, call_static, strict=None, no_kwargs=False):
         self._program = program
-        self._mesh_executable = program.compiled._executable
+        self._mesh_executable = program.jax_compiled._executable
         self._debug_info = debug_info
         self._call_static = call_static
         self._strict = strict
