@@ -31,6 +31,17 @@ def static_key(value):
     return (type(value), value)
 
 
+def same_static(a, b):
+    """Whether two static values key alike (``static_key``): the same type
+    and equal (an ``__eq__`` that raises means not the same)."""
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an odd __eq__ just means "not the same"
+        return False
+
+
 def static_keywords_key(static_kw):
     """Static keyword arguments (a dict) as sorted ``(name, type, value)``."""
     return tuple(sorted((name, *static_key(v)) for name, v in static_kw.items()))

@@ -43,6 +43,8 @@ def test_statics_equal_in_python_key_apart():
     assert len(keys) == 3
     assert _cache_keys.static_keywords_key({"b": 1, "a": 1.0}) == (
         ("a", float, 1.0), ("b", int, 1))
+    assert not _cache_keys.same_static(1, 1.0) and _cache_keys.same_static(2.0, 2.0)
+    assert not _cache_keys.same_static(np.ones(2), np.ones(2))  # an __eq__ that raises
     assert _cache_keys.typed_key((1, [2.0])) != _cache_keys.typed_key((1, [2]))
     assert _cache_keys.params_key([{}]) is not None
     assert _cache_keys.params_key(np.ones(2)) is None  # unhashable: shares nothing
