@@ -311,8 +311,9 @@ class TraceCache:
     Keys (``_cache_keys.trace_key``) hold everything tracing depends on
     besides the function: the input pytree and avals, static values (with
     their types), the number of positional arguments, JAX's trace context,
-    and ``extra`` (the mesh, the enclosing pmap axes, debug_nans...). Bodies that closed over tracers of an
-    enclosing trace are never kept (those tracers belong to one trace).
+    and ``extra`` (the mesh, the enclosing pmap axes, debug_nans...).
+    Bodies that closed over tracers of an enclosing trace are never kept
+    (those tracers belong to one trace).
     """
 
     def __init__(self, size=64):

@@ -362,7 +362,8 @@ class CompiledProgram:
             arrays = entry.shard(list(args))
             with inflight.bounded(self.cpu_collectives) as record, \
                     special_values.unchecked_by_jax():
-                outs = record(list(self.jax_compiled(*_all_inputs(arrays, self.kept, args, self))))
+                outs = record(list(self.jax_compiled(
+                    *_all_inputs(arrays, self.kept, args, self))))
             return _checked_run(outs) if self.checks_at_end else outs
         if self.donated is not None:
             results = _dispatch_mod.execute_donating(entry, list(args))
