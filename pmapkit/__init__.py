@@ -1,6 +1,7 @@
 """pmapkit: JAX's classic parallel dispatch layer, compiled, on jax 0.10.
 
-Public surface (explicit re-exports only):
+Public surface (explicit re-exports only; the public modules are listed in
+``_PUBLIC_MODULES``, every other module is internal):
   pmap           the classic jax.pmap with a compiled per-call fast path
   pjit           the classic pjit (in/out_axis_resources, mesh at the call site)
   Mesh, mesh     a jax.sharding.Mesh that is also pjit's ``with mesh:`` context
@@ -88,4 +89,17 @@ __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "Unstacked", "clear_caches", "device_put_replicated", "device_put_sharded", "maps",
            "mesh", "parse_op_sharding", "pjit", "pmap", "set_cache_size",
            "set_cpu_collectives_in_flight", "with_sharding_constraint"]
+# The modules whose names are public: the package's ``__all__``, the
+# systems, and the modules the API reference (docs/reference/api.md) reads
+# names from. Every other module is internal, whatever its name (see
+# ARCHITECTURE.md, "Public surface"); tests/test_public_surface.py holds the
+# docs to this list.
+_PUBLIC_MODULES = (
+    "pmapkit", "pmapkit.maps", "pmapkit.host_callback", "pmapkit.export",
+    "pmapkit.colocated_python", "pmapkit.distributed", "pmapkit.legacy",
+    "pmapkit.legacy.names",
+    # where names of pmapkit's ``__all__`` are defined and documented
+    "pmapkit.pmap", "pmapkit.pjit", "pmapkit.mesh", "pmapkit.placement",
+    "pmapkit.caches", "pmapkit.inflight", "pmapkit.sharding_specs",
+)
 __version__ = "0.1.0"

@@ -1,7 +1,15 @@
-"""Words for the dispatch core's cache keys (``f._debug_cache_keys()``).
+"""Every key of pmapkit's caches is built here, and the dispatch core's keys
+are put into words here (``f._debug_cache_keys()``).
+
+One rule runs through them: a static value is keyed with its type
+(``static_key``): ``1``, ``1.0`` and ``True`` are ``==`` but trace
+differently. The dispatch core (``_dispatch.py``, which imports nothing of
+pmapkit) writes the rule inline in its signing; that twin is checked equal
+to ``static_key`` by ``tests/test_cache_keys.py``. ARCHITECTURE.md lists
+every cache, what keys it, what bounds it and what clears it.
 
 The core keys a call by interned leaf-signature ids (see
-``_dispatch.DispatchFunction._sign``); this module turns them back into the
+``_dispatch.DispatchFunction._sign``); ``describe`` turns them back into the
 classic description: a header "The cache contains N elements:" and, per
 element, its static arguments, the signature of every dynamic leaf, keyword
 names, tree structures, the shardings the entry was compiled for, and the
@@ -14,6 +22,149 @@ import numpy as np
 
 from pmapkit import _jax_private as jp
 from pmapkit._compiled import dispatch as _dispatch_mod
+
+
+# -- building keys -------------------------------------------------------------
+
+def static_key(value):
+    """A static argument's key: its type and its value."""
+    return (type(value), value)
+
+
+def same_static(a, b):
+    """Whether two static values key alike (``static_key``): the same type
+    and equal (an ``__eq__`` that raises means not the same)."""
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an odd __eq__ just means "not the same"
+        return False
+
+
+def static_keywords_key(static_kw):
+    """Static keyword arguments (a dict) as sorted ``(name, type, value)``."""
+    return tuple(sorted((name, *static_key(v)) for name, v in static_kw.items()))
+
+
+class Unkeyable(Exception):
+    """A value with no hashable typed key."""
+
+
+def typed_key(value):
+    """A hashable key equal only for equal values of equal types, nested
+    tuples, lists and dicts included (a wrapper's parameters); raises
+    ``Unkeyable`` otherwise."""
+    t = type(value)
+    if t is str or value is None:
+        return value  # equal only to itself: no type needed
+    if t is int:
+        return (int, value)
+    if t is tuple or t is list:
+        return (t, *[typed_key(v) for v in value])
+    if t is dict:
+        return (t, *[(typed_key(k), typed_key(v)) for k, v in value.items()])
+    try:
+        hash(value)
+    except TypeError:
+        raise Unkeyable from None
+    if isinstance(value, tuple):
+        # A namedtuple prefix, a PartitionSpec: equal as a value (with what
+        # else it holds) and element by element with types.
+        return (t, value, *[typed_key(v) for v in value])
+    return (t, value)
+
+
+def params_key(*params):
+    """The ``wrapper_cache`` key of a wrapper's parameters (``typed_key`` of
+    each), or None when one has none (that wrapper shares nothing)."""
+    key = []
+    try:
+        for value in params:
+            t = type(value)
+            if t is str or value is None:
+                key.append(value)
+            elif t is int:
+                key.append((int, value))
+            elif (t is tuple or t is list) and all([type(v) is _DEVICE for v in value]):
+                # ``devices``: Devices are equal only to themselves.
+                key.append((t, *value))
+            else:
+                key.append(typed_key(value))
+    except Unkeyable:
+        return None
+    return tuple(key)
+
+
+_DEVICE = jax.Device
+
+
+def trace_key(static, args, kwargs, extra):
+    """The ``calls.TraceCache`` key of a call, ``(key, flat dynamic leaves)``:
+    the input pytree and avals, static values, the number of positional
+    arguments, JAX's trace context and ``extra`` (what else the API's trace
+    depends on). None when the call has no cheap key (an unhashable static,
+    a leaf JAX cannot type): the miss path then traces and reports any
+    error itself."""
+    nargs = len(args)
+    if static and static[-1] >= nargs:
+        return None
+    static_set = set(static)
+    statics = tuple(static_key(args[i]) for i in static)
+    dyn = tuple(a for i, a in enumerate(args) if i not in static_set)
+    flat, in_tree = jax.tree_util.tree_flatten((dyn, kwargs))
+    try:
+        avals = tuple(jp.shaped_abstractify(x) for x in flat)
+        key = (in_tree, avals, statics, nargs, jp.trace_context(), extra)
+        hash(key)
+    except TypeError:
+        return None
+    return key, flat
+
+
+def global_trace_key(in_tree, in_avals, in_shardings, static, statics, nargs,
+                     static_kw, donated, mesh):
+    """The key of pjit's traces of calls across processes
+    (``_PjitSpec.global_traces``), or None when a part is unhashable."""
+    key = (in_tree, tuple(in_avals), tuple(in_shardings), tuple(static),
+           tuple(static_key(v) for v in statics), nargs,
+           static_keywords_key(static_kw), tuple(donated), mesh,
+           jp.trace_context(), jp.debug_nans.value)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def program_key(primitive, params, in_avals, option):
+    """The key of one equation's program (``lowering``'s compile cache and
+    outer jits): its primitive, params, input avals and ``option`` (what
+    else the cached object depends on: keep_unused, named shardings)."""
+    return (primitive, tuple(sorted(params.items(), key=_first)), in_avals, option)
+
+
+def shardings_key(primitive, params, in_avals):
+    """``lowering.program_shardings``' memo key: the params dict by identity
+    (a traced call reused from a trace cache brings the same dict; the memo
+    keeps the dict alive and checks it is the same one)."""
+    return (primitive, id(params), tuple(in_avals))
+
+
+def same_program_key(primitive, module_identity, in_avals, donated, shardings):
+    """``lowering``'s key of a compiled program by what was lowered: the
+    module's identity (``jp.program_identity``) and what a program derives
+    from its equation besides the module (every flat input's aval, donation
+    and sharding: an unused input is pruned from the module; the outputs'
+    shardings)."""
+    return (primitive, module_identity, tuple(in_avals), tuple(donated), shardings)
+
+
+def _first(item):
+    return item[0]
+
+
+# -- describing the core's keys ------------------------------------------------
 
 # Trace-context entries worth naming on every element; the others are named
 # only where they differ between cached contexts.

@@ -16,7 +16,6 @@ cdef class CacheEntry:
     cdef public bint fallback
     cdef public object failure
     cdef public object event
-    cdef public object fastpath
     cdef public object executable
     cdef public object kept
     cdef public tuple in_shardings

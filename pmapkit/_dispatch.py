@@ -75,7 +75,6 @@ class CacheEntry:
         self.fallback = False
         self.failure = None
         self.event = threading.Event()
-        self.fastpath = None
         self.executable = None
         self.kept = None
         self.in_shardings = None
@@ -100,7 +99,6 @@ class CacheEntry:
                 f"pmapkit fast-path data version {version!r} does not match "
                 f"the dispatch core's version {FASTPATH_VERSION}; the "
                 "installed pmapkit is inconsistent (reinstall it).")
-        self.fastpath = fastpath
         self.n_inputs = fastpath.n_inputs
         self.executable = fastpath.executable
         self.kept = fastpath.kept

@@ -27,7 +27,6 @@ class CacheEntry:
     ready: bool
     fallback: bool
     failure: str | None
-    fastpath: Any
     n_inputs: int
     equivalents: list[tuple[Any, ...]] | None
     resharded: int

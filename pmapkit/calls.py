@@ -308,37 +308,18 @@ class TraceCache:
     as with ``jax.jit``. Like ``jax.jit``, the function is assumed pure: what
     it reads from globals is fixed at its first trace for a signature.
 
-    Keys hold everything tracing depends on besides the function: the input
-    pytree and avals, static values (with their types), the number of
-    positional arguments, JAX's trace context, and ``extra`` (the mesh, the
-    enclosing pmap axes, debug_nans...). Bodies that closed over tracers of an
-    enclosing trace are never kept (those tracers belong to one trace).
+    Keys (``_cache_keys.trace_key``) hold everything tracing depends on
+    besides the function: the input pytree and avals, static values (with
+    their types), the number of positional arguments, JAX's trace context,
+    and ``extra`` (the mesh, the enclosing pmap axes, debug_nans...).
+    Bodies that closed over tracers of an enclosing trace are never kept
+    (those tracers belong to one trace).
     """
 
     def __init__(self, size=64):
         self._size = size
         self._entries = collections.OrderedDict()
         self._lock = threading.Lock()
-
-    @staticmethod
-    def key(static, args, kwargs, extra):
-        """``(key, flat dynamic leaves)``, or None when the call has no cheap
-        key (an unhashable static, a leaf JAX cannot type): the miss path
-        then traces and reports any error itself."""
-        nargs = len(args)
-        if static and static[-1] >= nargs:
-            return None
-        static_set = set(static)
-        statics = tuple((type(args[i]), args[i]) for i in static)
-        dyn = tuple(a for i, a in enumerate(args) if i not in static_set)
-        flat, in_tree = jax.tree_util.tree_flatten((dyn, kwargs))
-        try:
-            avals = tuple(jp.shaped_abstractify(x) for x in flat)
-            key = (in_tree, avals, statics, nargs, jp.trace_context(), extra)
-            hash(key)
-        except TypeError:
-            return None
-        return key, flat
 
     def get(self, key):
         with self._lock:
@@ -363,16 +344,18 @@ class TraceCache:
 
 
 def prepare_cached(cache, prepare, static, args, kwargs, extra):
-    """``prepare(args, kwargs)`` through ``cache``: a hit returns a copy of
-    the cached prepared call carrying this call's flat arguments."""
-    keyed = TraceCache.key(static, args, kwargs, extra)
+    """``prepare()`` (tracing the call) through ``cache``: a hit returns a
+    copy of the cached prepared call carrying this call's flat arguments.
+    The key (``_cache_keys.trace_key``) takes ``static``, ``args``,
+    ``kwargs`` (the dynamic keyword arguments) and ``extra``."""
+    keyed = _cache_keys.trace_key(static, args, kwargs, extra)
     if keyed is None:
-        return prepare(args, kwargs)
+        return prepare()
     key, flat = keyed
     hit = cache.get(key)
     if hit is not None:
         return hit.with_flat_args(flat)
-    prepared = prepare(args, kwargs)
+    prepared = prepare()
     cache.put(key, prepared, len(flat))
     return prepared
 

@@ -21,7 +21,7 @@ from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import caches, inflight, moves
+from pmapkit import _cache_keys, caches, inflight, moves
 from pmapkit.interning import intern_sharding
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit._compiled import shard_arg as _shard_arg_mod
@@ -222,27 +222,27 @@ class FastpathData:
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
                  "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
-                 "mover", "compiled", "donated", "signs_global", "n_inputs")
+                 "mover", "program", "donated", "signs_global", "n_inputs")
 
-    def __init__(self, compiled, out_treedef):
+    def __init__(self, program, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
-        self.compiled = compiled
-        self.n_inputs = len(compiled.in_avals)  # flat leaves a call passes
-        self.executable = compiled.executable
-        self.kept = compiled.kept
-        self.in_shardings = compiled.kept_in_shardings
-        self.host_specs = compiled.kept_host_specs
-        self.out_handlers = compiled.out_handlers
+        self.program = program
+        self.n_inputs = len(program.in_avals)  # flat leaves a call passes
+        self.executable = program.executable
+        self.kept = program.kept
+        self.in_shardings = program.kept_in_shardings
+        self.host_specs = program.kept_host_specs
+        self.out_handlers = program.out_handlers
         self.out_treedef = out_treedef
-        self.shard_fallback = compiled.shard_fallback
-        self.is_equivalent = compiled.is_equivalent
-        self.mover = compiled.mover()
+        self.shard_fallback = program.shard_fallback
+        self.is_equivalent = program.is_equivalent
+        self.mover = program.mover()
         # Whether global arrays must sign apart from local ones of the same
         # shape (see the core).
-        self.signs_global = compiled.signs_global
+        self.signs_global = program.signs_global
         # Flat indices of donated leaves (None: the program donates nothing,
         # and the hit path checks nothing).
-        self.donated = compiled.donated
+        self.donated = program.donated
 
 
 class CompiledProgram:
@@ -258,13 +258,14 @@ class CompiledProgram:
     #: Global arrays sign apart from local ones of the same shape.
     signs_global = False
 
-    def __init__(self, primitive, params, in_avals, lowered, compiled):
+    def __init__(self, primitive, params, in_avals, jax_compiled):
         self.primitive = primitive
         self.params = params
         self.in_avals = in_avals
-        self.lowered = lowered
-        self.compiled = compiled
-        self.executable, kept = jp.mesh_executable_parts(compiled)
+        # JAX's compiled program (``jax.stages.Compiled``): runs calls with
+        # effects, answers AOT queries.
+        self.jax_compiled = jax_compiled
+        self.executable, kept = jp.mesh_executable_parts(jax_compiled)
         self.has_effects = bool(_PROGRAMS[primitive].effects(params))
         # Its body ends with checks that may fail every device (a failed
         # host_callback.call): each run is waited for (see _TokenedExecutable).
@@ -273,7 +274,7 @@ class CompiledProgram:
             primitive, params, in_avals)
         if None in self.in_shardings or None in self.out_shardings:
             self.in_shardings, self.out_shardings = _chosen_shardings(
-                self.in_shardings, self.out_shardings, compiled)
+                self.in_shardings, self.out_shardings, jax_compiled)
         self.out_avals = tuple(primitive.abstract_eval(*in_avals, **params)[0])
         self.out_handlers = [
             jp.global_aval_to_result_handler(a, s, True)
@@ -293,7 +294,7 @@ class CompiledProgram:
         self.donated = tuple(
             i for i, d in enumerate(params["donated_invars"]) if d) or None
         # Collectives on XLA:CPU: executions in flight are bounded (inflight).
-        self.cpu_collectives = inflight.has_collectives(compiled, {
+        self.cpu_collectives = inflight.has_collectives(jax_compiled, {
             d for s in self.in_shardings + self.out_shardings if s is not None
             for d in s.device_set})
 
@@ -361,7 +362,8 @@ class CompiledProgram:
             arrays = entry.shard(list(args))
             with inflight.bounded(self.cpu_collectives) as record, \
                     special_values.unchecked_by_jax():
-                outs = record(list(self.compiled(*_all_inputs(arrays, self.kept, args, self))))
+                outs = record(list(self.jax_compiled(
+                    *_all_inputs(arrays, self.kept, args, self))))
             return _checked_run(outs) if self.checks_at_end else outs
         if self.donated is not None:
             results = _dispatch_mod.execute_donating(entry, list(args))
@@ -402,7 +404,7 @@ class _TokenedExecutable:
     __slots__ = ("_run", "_n", "_kept", "_checked")
 
     def __init__(self, program):
-        self._run = jp.effectful_runner(program.compiled)
+        self._run = jp.effectful_runner(program.jax_compiled)
         self._n = len(program.in_avals)
         self._kept = program.kept
         self._checked = program.checks_at_end
@@ -501,28 +503,28 @@ def check_donated_aliases(flat, donated, describe=None, api="pmapkit",
         "or do not donate it.")
 
 
-def _chosen_shardings(ins, outs, compiled):
-    """Fill the shardings left to the partitioner (None) from the compiled
+def _chosen_shardings(ins, outs, jax_compiled):
+    """Fill the shardings left to the partitioner (None) from JAX's compiled
     program."""
-    chosen_in = compiled.input_shardings[0]
-    chosen_out = compiled.output_shardings
+    chosen_in = jax_compiled.input_shardings[0]
+    chosen_out = jax_compiled.output_shardings
     ins = tuple(intern_sharding(c) if s is None else s for s, c in zip(ins, chosen_in))
     outs = tuple(intern_sharding(c) if s is None else s for s, c in zip(outs, chosen_out))
     return ins, outs
 
 
-def _all_inputs(kept_arrays, kept, args, compiled):
+def _all_inputs(kept_arrays, kept, args, program):
     # jax's Compiled.__call__ wants every input, pruned or not, and logical
     # values: key arrays (not their physical buffers), float0 host arrays.
     if kept is None:
         full = list(kept_arrays)
     else:
-        full = [compiled.shard_fallback(x, i) for i, x in enumerate(args)]
+        full = [program.shard_fallback(x, i) for i, x in enumerate(args)]
         for j, i in enumerate(kept):
             full[i] = kept_arrays[j]
-    for i, (x, aval) in enumerate(zip(args, compiled.in_avals)):
+    for i, (x, aval) in enumerate(zip(args, program.in_avals)):
         if is_extended(aval):
-            sharding = compiled.in_shardings[i]
+            sharding = program.in_shardings[i]
             full[i] = x if x.sharding == sharding else jax.device_put(x, sharding)
         elif is_float0(aval):
             full[i] = np.zeros(aval.shape, jax.dtypes.float0)
@@ -594,10 +596,6 @@ def _resize_program_caches(size):
 caches.register_process_cache(_clear_program_caches, _resize_program_caches)
 
 
-def _params_key(params, in_avals):
-    return (tuple(sorted(params.items(), key=lambda kv: kv[0])), in_avals)
-
-
 class ProgramKind:
     """How to place one of our primitives as a top-level program: its global
     in/out shardings, and the effects that keep it off the fast path."""
@@ -630,19 +628,42 @@ def register_program(primitive, shardings, effects, local_outputs=False,
 # program_shardings per equation: a traced call reused from a trace cache
 # (under grad, jvp, an outer jit) brings the same params dict every time.
 _shardings_memo: collections.OrderedDict = collections.OrderedDict()
+# Rooms above that watch programs' shardings (``watch_program_shardings``).
+_shardings_watchers: list = []
 
 
 def program_shardings(primitive, params, in_avals):
-    key = (primitive, id(params), tuple(in_avals))
+    key = _cache_keys.shardings_key(primitive, params, in_avals)
     hit = _shardings_memo.get(key)
     if hit is not None and hit[0] is params:  # (the id of a live dict)
-        return hit[1]
-    ins, outs = _PROGRAMS[primitive].shardings(params, in_avals)
-    result = tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
-    with _compile_lock:
-        _shardings_memo[key] = (params, result)
-        _trim(_shardings_memo, caches.programs_size())
+        result = hit[1]
+    else:
+        ins, outs = _PROGRAMS[primitive].shardings(params, in_avals)
+        result = tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
+        with _compile_lock:
+            _shardings_memo[key] = (params, result)
+            _trim(_shardings_memo, caches.programs_size())
+    for watch in _shardings_watchers:
+        watch(primitive, *result)
     return result
+
+
+def watch_program_shardings(watch):
+    """Call ``watch(primitive, in_shardings, out_shardings)`` for every
+    program's shardings from now on (memoized or not), and now for those
+    memoized (``known_program_shardings``: programs made before).
+    ``pmapkit.legacy`` tells pmap results apart with it."""
+    with _compile_lock:
+        _shardings_watchers.append(watch)
+    for known in known_program_shardings():
+        watch(*known)
+
+
+def known_program_shardings():
+    """``(primitive, in_shardings, out_shardings)`` of the programs whose
+    shardings are memoized now."""
+    with _compile_lock:
+        return [(key[0], *result) for key, (_, result) in _shardings_memo.items()]
 
 
 def _pmap_shardings(params, in_avals):
@@ -660,26 +681,8 @@ def _pmap_shardings(params, in_avals):
                 mapped_dims(dims, ax, axis_name), a.ndim)))
             for ax, dims, a in zip(axes, inner_dims, avals))
 
-    outs = shardings(params["out_axes"], nested_out_dims(body, pmap_p), out_avals)
-    _note_pmap_results(outs)
-    return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals), outs)
-
-
-# The result shardings of top-level pmaps (miss path only): the buffers of a
-# classic pmap output had no mapped axes, and pmapkit.legacy's
-# Array.device_buffers asks here whether an array is one.
-_pmap_results: set = set()
-_PMAP_RESULTS_BOUND = 4096
-
-
-def _note_pmap_results(shardings):
-    if len(_pmap_results) > _PMAP_RESULTS_BOUND:
-        _pmap_results.clear()
-    _pmap_results.update(shardings)
-
-
-def is_pmap_result_sharding(sharding):
-    return sharding in _pmap_results
+    return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals),
+            shardings(params["out_axes"], nested_out_dims(body, pmap_p), out_avals))
 
 
 register_program(pmap_p, _pmap_shardings,
@@ -803,7 +806,7 @@ def _outer_jit(primitive, params, in_avals, named=True):
     everything JAX derives from its jaxpr under grad/vmap/jvp. ``named``: the
     jit names the program's shardings; without, it takes its devices from
     the context mesh (see ``bind_in_outer_trace``)."""
-    key = (primitive, _params_key(params, in_avals), named)
+    key = _cache_keys.program_key(primitive, params, in_avals, named)
     with _compile_lock:
         hit = _outer_jits.get(key)
         if hit is not None:
@@ -851,21 +854,21 @@ def register_program_type(applies, cls):
     _program_types.append((applies, cls))
 
 
-def make_program(primitive, params, in_avals, lowered, compiled) -> CompiledProgram:
+def make_program(primitive, params, in_avals, jax_compiled) -> CompiledProgram:
     """The ``CompiledProgram`` (or registered subclass) of a compiled lowering."""
     cls = CompiledProgram
     if _program_types:
         ins, outs = program_shardings(primitive, params, in_avals)
         shardings = [s for s in ins + outs if s is not None]
         cls = next((c for applies, c in _program_types if applies(shardings)), cls)
-    return cls(primitive, params, in_avals, lowered, compiled)
+    return cls(primitive, params, in_avals, jax_compiled)
 
 
 def compile_lowered(primitive, params, in_avals, lowered, *,
                     compiler_options=None, device_assignment=None) -> CompiledProgram:
     """Compile a ``lower_program`` result (``f.lower(...).compile(...)``)."""
-    compiled = lowered.compile(compiler_options, device_assignment=device_assignment)
-    return make_program(primitive, params, in_avals, lowered, compiled)
+    jax_compiled = lowered.compile(compiler_options, device_assignment=device_assignment)
+    return make_program(primitive, params, in_avals, jax_compiled)
 
 
 def compile_pmap(params, in_avals) -> CompiledProgram:
@@ -873,7 +876,7 @@ def compile_pmap(params, in_avals) -> CompiledProgram:
 
 
 def compile_program(primitive, params, in_avals, keep_unused=False) -> CompiledProgram:
-    key = (primitive, _params_key(params, in_avals), keep_unused)
+    key = _cache_keys.program_key(primitive, params, in_avals, keep_unused)
     with _compile_lock:
         hit = _compile_cache.get(key)
         if hit is not None:
@@ -887,7 +890,7 @@ def compile_program(primitive, params, in_avals, keep_unused=False) -> CompiledP
     with _compile_lock:
         result = None if same is None else _by_program.get(same)
     if result is None:
-        result = make_program(primitive, params, in_avals, lowered, lowered.compile())
+        result = make_program(primitive, params, in_avals, lowered.compile())
     with _compile_lock:
         _compile_cache[key] = result
         _trim(_compile_cache, caches.programs_size())
@@ -910,21 +913,22 @@ def _program_identity(primitive, params, in_avals, lowered):
     same = jp.program_identity(lowered)
     if same is None:
         return None
-    return (primitive, same, tuple(in_avals), tuple(params["donated_invars"]),
-            program_shardings(primitive, params, in_avals))
+    return _cache_keys.same_program_key(
+        primitive, same, in_avals, params["donated_invars"],
+        program_shardings(primitive, params, in_avals))
 
 
-def _compiled_impl(primitive):
+def _eager_impl(primitive):
     """Eager evaluation of one of our equations (e.g. eval_jaxpr of a jaxpr
     that holds one): compile once per params and input avals, then run."""
 
     def impl(*args, **params):
-        compiled = compile_program(
+        program = compile_program(
             primitive, params, tuple(jp.shaped_abstractify(x) for x in args))
-        return compiled.run_flat(args)
+        return program.run_flat(args)
 
     return impl
 
 
-pmap_p.def_impl(_compiled_impl(pmap_p))
-pjit_p.def_impl(_compiled_impl(pjit_p))
+pmap_p.def_impl(_eager_impl(pmap_p))
+pjit_p.def_impl(_eager_impl(pjit_p))

@@ -30,12 +30,12 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit import caches, calls, committed_inputs, lowering, specs
+from pmapkit import _cache_keys, caches, calls, committed_inputs, lowering, specs
 from pmapkit.distributed import pjit_across
 from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.mesh import active_mesh
-from pmapkit.primitives import no_mesh, pjit_p, plain_avals
+from pmapkit.primitives import in_pmap_body, no_mesh, pjit_p, plain_avals
 
 _UNSET = object()
 # The pmapkit_pjit ``out_shardings`` entry of an output whose sharding the
@@ -76,7 +76,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     # Wrappers of one function with equal parameters share the validated
     # options, the traced bodies and the compiled entries (the mesh is the
     # call's: it keys the entries, see pmapkit.wrapper_cache).
-    key = wrapper_cache.params_key(
+    key = _cache_keys.params_key(
         in_axis_resources, out_axis_resources, static_argnums, donate_argnums,
         in_shardings, out_shardings, static_argnames, device, backend,
         keep_unused, inline)
@@ -199,7 +199,7 @@ class _PjitSpec:
         self.name = getattr(fun, "__name__", None) or type(fun).__name__
         self.trace_cache = calls.TraceCache()
         # On a mesh over several processes: traced calls by global avals.
-        self.global_traces = {}
+        self.global_traces = calls.TraceCache()
 
     def clear_caches(self):
         self.trace_cache.clear()
@@ -423,7 +423,6 @@ def _trace_context(mesh):
     """Trace the body under the pjit's abstract mesh, so JAX's own
     ``with_sharding_constraint(x, P(...))`` inside it finds the mesh; where
     an enclosing trace holds another mesh size, trace with none."""
-    from pmapkit.pmap import _nested as in_pmap_body  # noqa: PLC0415 (cycle)
     if mesh.axis_names == (_DEVICE_AXIS,) or in_pmap_body():
         # One device, or a pmap body (its axes are manual there): no mesh.
         return no_mesh()
@@ -564,8 +563,9 @@ def _prepare(spec, args, kwargs):
     if across:
         # Local data and global arrays of one global shape are one program:
         # the trace (and so the compiled program) is shared by global avals.
-        global_key = _global_trace_key(in_tree, in_avals, in_shardings, static,
-                                       statics, nargs, static_kw, donated, mesh)
+        global_key = _cache_keys.global_trace_key(
+            in_tree, in_avals, in_shardings, static, statics, nargs, static_kw,
+            donated, mesh)
         hit = spec.global_traces.get(global_key) if global_key is not None else None
         if hit is not None:
             return hit.with_flat_args(flat)
@@ -610,7 +610,7 @@ def _prepare(spec, args, kwargs):
         jaxpr=jaxpr, in_shardings=tuple(in_shardings),
         out_shardings=out_shardings, donated_invars=tuple(donated), name=spec.name)
     if across and global_key is not None and not hoisted:
-        spec.global_traces[global_key] = prepared
+        spec.global_traces.put(global_key, prepared, len(flat))
     return prepared
 
 
@@ -625,19 +625,6 @@ def _parameter_name(spec, position):
     return None
 
 
-def _global_trace_key(in_tree, in_avals, in_shardings, static, statics, nargs,
-                      static_kw, donated, mesh):
-    key = (in_tree, tuple(in_avals), tuple(in_shardings), tuple(static),
-           tuple((type(v), v) for v in statics), nargs,
-           tuple(sorted((k, type(v), v) for k, v in static_kw.items())),
-           tuple(donated), mesh, jp.trace_context(), jp.debug_nans.value)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
 def _traced(flat):
     return not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat)
 
@@ -650,22 +637,14 @@ def _prepare_cached(spec, args, kwargs):
     static_kw, dyn_kw = _split_kwargs(spec, kwargs)
     leaves = jax.tree_util.tree_leaves((args, dyn_kw))
     extra = (active_mesh(), jp.debug_nans.value,
-             tuple(sorted((k, type(v), v) for k, v in static_kw.items())))
+             _cache_keys.static_keywords_key(static_kw))
     if spec.placement_matters:
         extra += (tuple(_placement(x) for x in leaves),)
     if jp.process_count() > 1:
         # A global array and a local one of one shape trace differently.
         extra += (pjit_across.global_flags(leaves),)
-    keyed = calls.TraceCache.key(spec.static, args, dyn_kw, extra)
-    if keyed is None:
-        return _prepare(spec, args, kwargs)
-    key, flat = keyed
-    hit = spec.trace_cache.get(key)
-    if hit is not None:
-        return hit.with_flat_args(flat)
-    prepared = _prepare(spec, args, kwargs)
-    spec.trace_cache.put(key, prepared, len(flat))
-    return prepared
+    return calls.prepare_cached(spec.trace_cache, lambda: _prepare(spec, args, kwargs),
+                                spec.static, args, dyn_kw, extra)
 
 
 def _placement(x):
@@ -690,8 +669,8 @@ def _cache_miss(spec, *args, **kwargs):
                                _input_names(spec, prepared, args, kwargs))
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs,
                                  prepared.params["in_shardings"])
-    compiled = _compile(spec, prepared)
-    outs = compiled.run_flat(flat)
+    program = _compile(spec, prepared)
+    outs = program.run_flat(flat)
     out_shardings = None
     committed = True
     device = _result_device(prepared)
@@ -708,10 +687,12 @@ def _cache_miss(spec, *args, **kwargs):
                         [shard.data for shard in o.addressable_shards]) for o in outs]
         out_shardings = (single,) * len(outs)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
-    fastpath = compiled.fastpath(prepared.out_tree, out_shardings, committed)
+    fastpath = program.fastpath(prepared.out_tree, out_shardings, committed)
     if _refuses_other_devices(spec):
         in_shardings = prepared.params["in_shardings"]
-        devices_check = _other_devices_check(in_shardings, spec.name)
+        name = spec.name  # (the check lives in the entry: not the spec)
+        devices_check = _other_devices_check(
+            in_shardings, lambda i: f"flat argument {i} of {name}")
         layout_check = committed_inputs.leaf_check(in_shardings, strict, spec.name)
         fastpath = committed_inputs.guard(fastpath, _both(devices_check, layout_check))
     return out, fastpath
@@ -796,22 +777,23 @@ def _check_committed_devices(spec, prepared, args, kwargs):
     the ones its in_axis_resources place it on."""
     if not _refuses_other_devices(spec):
         return
-    for k, (x, want) in enumerate(zip(prepared.flat_args, prepared.params["in_shardings"])):
-        if committed_inputs.on_other_devices(x, want):
-            raise ValueError(_devices_mismatch(
-                list(want._device_assignment), list(x.sharding._device_assignment),
-                f"{_input_names(spec, prepared, args, kwargs)(k)} is committed there"))
+    check = _other_devices_check(
+        prepared.params["in_shardings"],
+        lambda k: _input_names(spec, prepared, args, kwargs)(k))
+    for k, x in enumerate(prepared.flat_args):
+        check(x, k)
 
 
-def _other_devices_check(in_shardings, name):
-    """``check(x, i)`` refusing (as the miss path does) a committed argument
-    on devices the computation does not run on."""
+def _other_devices_check(in_shardings, describe):
+    """``check(x, i)`` refusing a committed argument on devices the
+    computation does not run on; ``describe(i)`` names flat input ``i``
+    (the miss path, and the hit path's guard)."""
     def check(x, i):
         want = in_shardings[i]
         if committed_inputs.on_other_devices(x, want):
             raise ValueError(_devices_mismatch(
                 list(want._device_assignment), list(x.sharding._device_assignment),
-                f"flat argument {i} of {name} is committed there"))
+                f"{describe(i)} is committed there"))
 
     return check
 

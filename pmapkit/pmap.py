@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, lowering, specs
-from pmapkit.lowering import own_jit_of_pmap  # noqa: F401  (export uses it)
+from pmapkit import _cache_keys, calls, lowering, specs
 from pmapkit import stages, wrapper_cache
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.analysis import nested_pmap_axes
-from pmapkit.primitives import per_device_context, plain_avals, pmap_p, remove_axis
+from pmapkit.primitives import (in_pmap_body, per_device_context, plain_avals,
+                                 pmap_bodies, pmap_p, remove_axis)
 
 if TYPE_CHECKING:  # annotations only; they are never evaluated
     from jaxlib import xla_client as xc
@@ -56,7 +55,7 @@ def pmap(
     # Wrappers of one function with equal parameters share the validated
     # options, the traced bodies and the compiled entries: a fresh wrapper's
     # first call is a cached call (see pmapkit.wrapper_cache).
-    key = wrapper_cache.params_key(axis_name, in_axes, out_axes,
+    key = _cache_keys.params_key(axis_name, in_axes, out_axes,
                                    static_broadcasted_argnums, devices, backend,
                                    axis_size, donate_argnums)
     spec, shared = wrapper_cache.spec_and_caches(fun, key, lambda: _PmapSpec(
@@ -167,20 +166,6 @@ def _check_devices(devices):
 
 
 # -- per call (miss path) ------------------------------------------------------
-class _BodyStack(threading.local):
-    """Axes of the pmapkit pmap bodies being traced on this thread."""
-
-    def __init__(self):
-        self.axes = []
-
-
-_body_stack = _BodyStack()
-
-
-def _nested():
-    return bool(_body_stack.axes)
-
-
 def _prepare(spec, args, kwargs):
     """Validate one call and trace the per-device body (once per miss)."""
     nargs = len(args)
@@ -220,7 +205,7 @@ def _prepare(spec, args, kwargs):
             and jp.process_count(spec.backend) == 1):
         raise ValueError(f"Specified axis_size {spec.axis_size} doesn't match "
                          f"received axis_size {size}.")
-    if _nested() and spec.devices is not None:
+    if in_pmap_body() and spec.devices is not None:
         raise ValueError(
             "Nested pmap with explicit devices argument. pmapkit: nested pmaps "
             "with 'devices' specified are not supported (as in classic pmap); "
@@ -237,7 +222,7 @@ def _prepare(spec, args, kwargs):
         donated = [False] * len(flat)
 
     global_size = size
-    across = not _nested() and _across_processes(spec, flat)
+    across = not in_pmap_body() and _across_processes(spec, flat)
     if across:
         # Each process passes its local slice; the program spans every
         # process's devices and its mapped axis is the global one.
@@ -249,7 +234,7 @@ def _prepare(spec, args, kwargs):
                                           dyn_positions, in_tree, local_avals,
                                           global_size, describe)
     out_axes_flat = _out_axes_flat(spec, out_tree, jaxpr)
-    if _nested():
+    if in_pmap_body():
         devices = None  # lowered on the mesh of the enclosing pmap
     else:
         inner = nested_pmap_axes(jaxpr, pmap_p)
@@ -283,21 +268,21 @@ def _prepare(spec, args, kwargs):
 def _call_axis_name(spec):
     """The axis name of this call's equation. An unnamed pmap nested in
     another needs a name of its own: each level is a mesh axis."""
-    if spec.user_axis_name is not None or not _nested():
+    if spec.user_axis_name is not None or not in_pmap_body():
         return spec.axis_name
-    return f"{INTERNAL_AXIS_NAME}_{len(_body_stack.axes)}"
+    return f"{INTERNAL_AXIS_NAME}_{len(pmap_bodies.axes)}"
 
 
 def _trace_body(spec, axis_name, statics, nargs, dyn_positions, in_tree,
                 local_avals, size, describe):
-    _body_stack.axes.append((axis_name, size))
+    pmap_bodies.axes.append((axis_name, size))
     try:
         with per_device_context(axis_name, size):
             jaxpr, consts, out_tree = calls.trace_user_fun(
                 "pmap", spec.fun, spec.static, statics, nargs, in_tree,
                 plain_avals(local_avals), describe)
     finally:
-        _body_stack.axes.pop()
+        pmap_bodies.axes.pop()
     # The pmap binds its axis name: collectives over it are not effects of ours.
     jaxpr = jp.remove_named_axis_effects(jaxpr, {axis_name})
     return jaxpr, consts, out_tree
@@ -457,10 +442,10 @@ def _global_devices(spec, local_size, global_size, inner):
 
 def _prepare_cached(spec, args, kwargs):
     # The enclosing pmap bodies' axes and debug_nans (donation) shape the trace.
-    extra = (tuple(_body_stack.axes), jp.debug_nans.value,
+    extra = (tuple(pmap_bodies.axes), jp.debug_nans.value,
              jp.process_count(spec.backend) > 1 and jp.trace_state_clean())
     return calls.prepare_cached(
-        spec.trace_cache, lambda a, k: _prepare(spec, a, k), spec.static,
+        spec.trace_cache, lambda: _prepare(spec, args, kwargs), spec.static,
         args, kwargs, extra)
 
 
@@ -468,7 +453,7 @@ def _cache_miss(spec, *args, **kwargs):
     calls.check_not_deleted(jax.tree_util.tree_leaves((args, kwargs)))
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
-    if _nested():
+    if in_pmap_body():
         # Inside an enclosing pmap body: a plain equation, lowered on its mesh.
         outs = pmap_p.bind(*flat, **prepared.params)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
@@ -479,10 +464,10 @@ def _cache_miss(spec, *args, **kwargs):
     calls.check_donation_aliases(
         "pmap", spec, prepared, args, kwargs,
         lowering.program_shardings(pmap_p, prepared.params, prepared.in_avals)[0])
-    compiled = lowering.compile_pmap(prepared.params, prepared.in_avals)
-    outs = compiled.run_flat(flat)
+    program = lowering.compile_pmap(prepared.params, prepared.in_avals)
+    outs = program.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
-    return out, compiled.fastpath(prepared.out_tree)
+    return out, program.fastpath(prepared.out_tree)
 
 
 def _lower(spec, *args, **kwargs):

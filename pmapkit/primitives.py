@@ -21,6 +21,7 @@ Params (all hashable, so equal equations share compiled programs):
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import jax
 
@@ -37,6 +38,22 @@ def no_mesh():
     """A context with no ambient mesh, to trace bodies that later run in
     programs with meshes of their own."""
     return jax.sharding.use_abstract_mesh(_NO_MESH)
+
+
+class _PmapBodies(threading.local):
+    """Axes ``(name, size)`` of the pmapkit pmap bodies being traced on this
+    thread, outermost first (pmap pushes and pops them; pjit asks)."""
+
+    def __init__(self):
+        self.axes = []
+
+
+pmap_bodies = _PmapBodies()
+
+
+def in_pmap_body():
+    """Whether a pmapkit pmap body is being traced on this thread."""
+    return bool(pmap_bodies.axes)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit import calls, committed_inputs, lowering
+from pmapkit import _cache_keys, calls, committed_inputs, lowering
 from pmapkit.distributed import process_local
 
 
@@ -69,17 +69,10 @@ class _StaticCall:
             return args
         for pos, value in zip(self.positions, self.values):
             given = args[pos]
-            if type(given) is not type(value) or not _same_static(given, value):
+            if not _cache_keys.same_static(given, value):
                 return args
         skip = set(self.positions)
         return tuple(a for i, a in enumerate(args) if i not in skip)
-
-
-def _same_static(a, b):
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - an odd __eq__ just means "not the same"
-        return False
 
 
 class ProgramLowered(jax.stages.Lowered):
@@ -161,7 +154,7 @@ class ProgramExecutable(jp.StagesExecutable):
 
     def __init__(self, program, debug_info, call_static, strict=None, no_kwargs=False):
         self._program = program
-        self._mesh_executable = program.compiled._executable
+        self._mesh_executable = program.jax_compiled._executable
         self._debug_info = debug_info
         self._call_static = call_static
         self._strict = strict

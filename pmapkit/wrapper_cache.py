@@ -13,8 +13,8 @@ and ``__func__``, since the method object itself is made anew on every
 attribute read. What cannot be referenced weakly shares nothing. Values
 must not refer to the function, or it would never die.
 
-Parameters are keyed with their types (``typed_key``): ``1``, ``1.0`` and
-``True`` are equal in Python but not the same option. ``clear()`` (run by
+Parameters are keyed with their types (``_cache_keys.params_key``): ``1``,
+``1.0`` and ``True`` are equal in Python but not the same option. ``clear()`` (run by
 ``pmapkit.clear_caches()`` / ``jax.clear_caches()``) drops everything.
 """
 from __future__ import annotations
@@ -23,12 +23,8 @@ import threading
 import types
 import weakref
 
-import jax
-
 from pmapkit import caches
 from pmapkit._compiled import dispatch as _dispatch_mod
-
-_DEVICE = jax.Device
 
 # Distinct parameter sets kept per function; more evict the oldest (they
 # only cost a trace and a compile when used again).
@@ -46,53 +42,6 @@ class _Slot:
     def __init__(self, ref):
         self.ref = ref
         self.entries = {}
-
-
-class _Unkeyable(Exception):
-    """A parameter with no hashable typed key: that wrapper shares nothing."""
-
-
-def typed_key(value):
-    """A hashable key equal only for equal values of equal types (nested
-    tuples, lists and dicts included); raises ``_Unkeyable`` otherwise."""
-    t = type(value)
-    if t is str or value is None:
-        return value  # equal only to itself: no type needed
-    if t is int:
-        return (int, value)
-    if t is tuple or t is list:
-        return (t, *[typed_key(v) for v in value])
-    if t is dict:
-        return (t, *[(typed_key(k), typed_key(v)) for k, v in value.items()])
-    try:
-        hash(value)
-    except TypeError:
-        raise _Unkeyable from None
-    if isinstance(value, tuple):
-        # A namedtuple prefix, a PartitionSpec: equal as a value (with what
-        # else it holds) and element by element with types.
-        return (t, value, *[typed_key(v) for v in value])
-    return (t, value)
-
-
-def params_key(*params):
-    """``typed_key`` of a wrapper's parameters, or None when one has none."""
-    key = []
-    try:
-        for value in params:
-            t = type(value)
-            if t is str or value is None:
-                key.append(value)
-            elif t is int:
-                key.append((int, value))
-            elif (t is tuple or t is list) and all([type(v) is _DEVICE for v in value]):
-                # ``devices``: Devices are equal only to themselves.
-                key.append((t, *value))
-            else:
-                key.append(typed_key(value))
-    except _Unkeyable:
-        return None
-    return tuple(key)
 
 
 def _anchor(fun, key):

@@ -123,6 +123,33 @@ def test_devices_that_did_not_fail_raise_too(where):
     hcb.barrier_wait()
 
 
+def test_devices_that_did_not_fail_report_this_runs_failure():
+    # What the other devices report is the failure of their own run, kept
+    # only until every device of the region has raised: a later run failing
+    # otherwise never reports an earlier run's exception.
+    from pmapkit.host_callback import _failures
+
+    def failing_with(message):
+        def host_fn(x):
+            if np.asarray(x).ravel()[0] == 3:
+                raise ValueError(message)
+            return x
+        # Inside a user's jit: each device's shard reads as its own error.
+        return jax.jit(pmapkit.pmap(lambda x: jax.lax.psum(
+            hcb.call(host_fn, x, result_shape=x), "i"), axis_name="i"))
+
+    for message in ("first failure", "second failure"):
+        out = failing_with(message)(jnp.arange(N, dtype=jnp.float32))
+        for shard in out.addressable_shards:
+            with pytest.raises(jax.errors.JaxRuntimeError) as info:
+                np.asarray(shard.data)
+            assert f"ValueError: {message}" in str(info.value), str(info.value)
+            assert "first failure" not in str(info.value) or message == "first failure"
+        with pytest.raises(hcb.CallbackException):
+            hcb.barrier_wait()
+        assert not _failures._take.seen.failed and not _failures._take.raised.counts
+
+
 # -- beyond pmapkit's own pmap programs --------------------------------------------
 def host_whole(x):
     if 3 in np.asarray(x):  # the whole value: device 3's slice among it

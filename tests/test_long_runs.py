@@ -153,11 +153,11 @@ def test_ten_thousand_unblocked_psums_complete():
 def test_programs_without_collectives_are_not_bounded():
     f = pmapkit.pmap(lambda x: x + 1)
     fp = f._cache_miss(np.ones((N, 2), np.float32))[1]
-    assert not fp.compiled.cpu_collectives
+    assert not fp.program.cpu_collectives
     assert not isinstance(fp.executable, inflight.BoundedExecutable)
     g = pmapkit.pmap(lambda x: jax.lax.psum(x, "i"), axis_name="i")
     gp = g._cache_miss(np.ones((N, 2), np.float32))[1]
-    assert gp.compiled.cpu_collectives
+    assert gp.program.cpu_collectives
     assert isinstance(gp.executable, inflight.BoundedExecutable)
     # A pjit whose partitioned program all-reduces (a contraction over a
     # sharded dimension) is bounded too.
@@ -165,7 +165,7 @@ def test_programs_without_collectives_are_not_bounded():
     h = pmapkit.pjit(lambda a: a.sum(), pmapkit.PartitionSpec("x"), None)
     with mesh:
         hp = h._cache_miss(np.ones(8, np.float32))[1]
-    assert hp.compiled.cpu_collectives
+    assert hp.program.cpu_collectives
 
 
 def test_in_flight_bound_is_configurable():

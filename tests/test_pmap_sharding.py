@@ -105,3 +105,31 @@ def test_installed_by_legacy(tmp_path):
         "order True True True", "put True True", "other False False",
         "installed True True"], proc.stdout
     assert proc.stderr.count("pmapkit.legacy (jax ") == 1   # one short line
+
+
+_BEFORE_LEGACY = """
+    import numpy as np
+    import jax, pmapkit
+    f = pmapkit.pmap(lambda x: x * 2, axis_name="i")
+    early = f(np.ones((8, 2), np.float32))  # before pmapkit.legacy is loaded
+    from pmapkit.legacy import pmap_sharding
+    print("early", pmap_sharding.is_pmap_layout(early.sharding))
+    # Past the bound the set starts again from the programs lowering holds:
+    # a cached program's results still read as a pmap's.
+    pmap_sharding._pmap_results.update(range(pmap_sharding._PMAP_RESULTS_BOUND + 1))
+    g = pmapkit.pmap(lambda x: x + 1, axis_name="j")
+    later = g(np.ones((8, 3), np.float32))
+    print("after", pmap_sharding.is_pmap_layout(later.sharding),
+          pmap_sharding.is_pmap_layout(f(np.ones((8, 2), np.float32)).sharding),
+          len(pmap_sharding._pmap_results) < 100)
+"""
+
+
+def test_pmap_results_made_before_legacy_loads_and_past_the_bound():
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(_BEFORE_LEGACY)],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[:2] == ["early True", "after True True True"], proc.stdout

@@ -218,8 +218,8 @@ class SpanningProgram(lowering.CompiledProgram):
 
     spans_processes = True
 
-    def __init__(self, primitive, params, in_avals, lowered, compiled):
-        super().__init__(primitive, params, in_avals, lowered, compiled)
+    def __init__(self, primitive, params, in_avals, jax_compiled):
+        super().__init__(primitive, params, in_avals, jax_compiled)
         kind = lowering.program_kind(primitive)
         # A local argument stands for a global one of another shape (pjit):
         # global and local arrays of one shape are different programs.

@@ -38,7 +38,6 @@ from pmapkit.distributed import process_local
 from pmapkit._compiled import dispatch as _dispatch_mod
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import RELAXED_CHECKS, checks_to_disable
-from pmapkit.pmap import own_jit_of_pmap
 
 KNOWN_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 _PLATFORM_ALIASES = {"gpu": "cuda"}
@@ -218,7 +217,7 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
     jitted = jax.jit(flat_program, in_shardings=in_shardings,
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in prepared.in_avals]
-    with own_jit_of_pmap():  # the export's jit, not the user's jit-of-pmap
+    with lowering.own_jit_of_pmap():  # the export's jit, not the user's jit-of-pmap
         jexp = jax_export.export(jitted, platforms=platforms,
                                  disabled_checks=disabled)(*structs)
     return _with_trees(jexp, in_tree, out_tree, fun_name)

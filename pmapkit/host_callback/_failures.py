@@ -19,6 +19,8 @@ builds them into the region of a whole-mesh call over several processes.
 """
 from __future__ import annotations
 
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,19 +46,46 @@ def has_call(jaxpr):
 
 class _Take:
     """Host side of the first check: this device's pending failure, moved to
-    ``failed`` for the raising step; returns how many (0 or 1)."""
+    ``failed`` for the raising step; returns how many (0 or 1).
+
+    ``seen`` keeps each device's failure for the devices of its region that
+    did not fail (they report it) until every device of the region running
+    in this process has raised (``_Raised``): one run's failure, never
+    another program's or a later run's."""
 
     def __init__(self):
         self.failed = _runtime._PendingFailures()
-        self.last = None  # what the devices that did not fail report
+        self.seen = _runtime._PendingFailures()
+        self.raised = _Raised()
 
     def __call__(self, arg, device):
         got = _runtime.pending.take(device)
         if got is None:
             return np.int32(0)
         self.failed.put(device, *got)
-        self.last = got
+        self.seen.put(device, *got)
         return np.int32(1)
+
+
+class _Raised:
+    """Per region (its devices), how many of its devices in this process
+    have run the raising step of the current failed run."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts = {}
+
+    def done(self, devices):
+        """Count one device of ``devices``; True for the region's last."""
+        local = sum(1 for d in devices if d.process_index == jax.process_index())
+        key = tuple(devices)
+        with self.lock:
+            count = self.counts.get(key, 0) + 1
+            if count < local:
+                self.counts[key] = count
+                return False
+            self.counts.pop(key, None)
+            return True
 
 
 _take = _Take()
@@ -68,10 +97,16 @@ def _raise_if_failed(devices, total, index):
         return np.int32(0)
     device = devices[int(index)]
     got = _take.failed.take(device)
+    other = None
+    if got is None:
+        other = next((f for f in map(_take.seen.peek, devices) if f is not None), None)
+    if _take.raised.done(devices):
+        for d in devices:
+            _take.seen.take(d)
     if got is not None:
         exc, formatted = got
         raise _runtime.CallbackException(_runtime.report_message(exc, formatted)) from exc
-    exc, formatted = _take.last or (None, None)
+    exc, formatted = other or (None, None)
     raise _runtime.CallbackException(
         f"host_callback.call failed on {int(total)} other device(s) of this computation "
         f"(not on {device}); every device's computation fails with it. "

@@ -165,6 +165,10 @@ class _PendingFailures:
         with self.lock:
             return self.failed.pop(device, None)
 
+    def peek(self, device):
+        with self.lock:
+            return self.failed.get(device)
+
 
 pending = _PendingFailures()
 
