@@ -120,7 +120,6 @@ cdef class DispatchFunction:
                    signed=tuple, top=bint)
     cdef object _dispatch(self, tuple args, dict kwargs)
     cdef object _python_call(self, tuple args, dict kwargs)
-    cdef bint _is_top_level(self)
     cdef tuple _select_context(self, object ctx, object extra)
     @cython.locals(drop=bint)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,

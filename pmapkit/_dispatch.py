@@ -407,7 +407,7 @@ class DispatchFunction:
         self._lock = shared.lock
         # Called by clear_cache: the Python side's caches of traced bodies.
         self._on_clear = None
-        # The key of the last one-leaf call signed (see ``_sign_simple``).
+        # The key of the last one-leaf call signed (see ``_sign_one``).
         self._last_key1 = None
 
     # -- the call -------------------------------------------------------------
@@ -490,10 +490,6 @@ class DispatchFunction:
         self._current = current
         self._shared.current = current
         return current
-
-    def _is_top_level(self):
-        return (self._trace_state.value is self._eval_ref
-                and self._axis_env_state.value is self._top_env)
 
     def _compile_entry(self, entry, args, kwargs, cache, key, leaves):
         # Only the thread that inserted the entry gets here; others wait.
