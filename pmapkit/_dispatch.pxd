@@ -17,6 +17,9 @@ cdef class CacheEntry:
     cdef public object failure
     cdef public object event
     cdef public object executable
+    cdef readonly object execute
+    cdef readonly object unflatten
+    cdef readonly bint single_out
     cdef public object kept
     cdef public tuple in_shardings
     cdef public tuple host_specs
@@ -35,7 +38,7 @@ cdef class CacheEntry:
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
                    out=list, in_shardings=tuple, pending=list)
-    cpdef list shard(self, leaves)
+    cpdef object shard(self, leaves)
 
     @cython.locals(flat=list, moved=list, k=Py_ssize_t)
     cdef _move(self, leaves, list out, list pending)
@@ -96,6 +99,7 @@ cdef class DispatchFunction:
     cdef object _eval_ref
     cdef object _axis_env_state
     cdef object _top_env
+    cdef Py_ssize_t _axis_env_index
     cdef object _lower
     cdef object _reduce_fn
     cdef object _describe
@@ -108,33 +112,35 @@ cdef class DispatchFunction:
     cdef readonly Py_ssize_t _evictions
     cdef object _lock
     cdef public object _on_clear
+    cdef tuple _last_key1
     cdef readonly SharedCaches _shared
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
-                   signed=tuple, arrays=list)
+                   signed=tuple, top=bint)
     cdef object _dispatch(self, tuple args, dict kwargs)
     cdef object _python_call(self, tuple args, dict kwargs)
-    cdef bint _is_top_level(self)
     cdef tuple _select_context(self, object ctx, object extra)
     @cython.locals(drop=bint)
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
-                               dict cache, object key, list leaves)
-    cdef bint _fill(self, CacheEntry entry, object fastpath, list leaves) except -1
+                               dict cache, object key, object leaves)
+    cdef bint _fill(self, CacheEntry entry, object fastpath, object leaves) except -1
     cdef _finish(self, CacheEntry entry, dict cache, object key, bint drop)
     @cython.locals(fresh=CacheEntry, replace=bint)
     cdef object _retry_failed(self, CacheEntry failed, tuple args, dict kwargs,
-                              dict cache, object key, list leaves)
+                              dict cache, object key, object leaves)
     cdef _set_sign_global(self)
-    cdef bint _has_global(self, list leaves) except -1
+    cdef bint _has_global(self, object leaves) except -1
     @cython.locals(excess=Py_ssize_t, ready=list)
     cdef _evict(self, dict cache)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,
-                   flat=tuple, leaf_id=Py_ssize_t, leaves=list, signed=tuple)
+                   flat=tuple, leaf_id=Py_ssize_t, signed=tuple)
     cdef object _sign(self, tuple args, dict kwargs)
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, leaf_id=Py_ssize_t,
-                   leaves=list)
+                   leaves=list, key1=tuple)
     cdef tuple _sign_simple(self, tuple args, dict kwargs)
+    @cython.locals(leaf_id=Py_ssize_t, key1=tuple)
+    cdef tuple _sign_one(self, object x)
     @cython.locals(static_kw=list, dyn_kw=dict)
     cdef tuple _split_static_kwargs(self, dict kwargs)
 
@@ -158,7 +164,6 @@ cdef bint _same_items(tuple a, tuple b, Py_ssize_t start) except -1
 
 cdef object DONATION_LOCK
 
-@cython.locals(arrays=list)
 cpdef object execute_donating(CacheEntry entry, object leaves)
 
 cdef tuple _remember(tuple seen, object sharding)

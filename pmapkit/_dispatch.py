@@ -76,6 +76,13 @@ class CacheEntry:
         self.failure = None
         self.event = threading.Event()
         self.executable = None
+        # ``executable.execute_sharded`` and ``out_treedef.unflatten``, bound
+        # once (the hit path skips two attribute lookups per call).
+        self.execute = None
+        self.unflatten = None
+        # The output is one bare leaf: the hit path returns it without
+        # unflattening.
+        self.single_out = False
         self.kept = None
         self.in_shardings = None
         self.host_specs = None
@@ -106,6 +113,11 @@ class CacheEntry:
         self.host_specs = tuple(fastpath.host_specs)
         self.out_handlers = list(fastpath.out_handlers)
         self.out_treedef = fastpath.out_treedef
+        self.execute = self.executable.execute_sharded
+        treedef = self.out_treedef
+        if treedef is not None:
+            self.unflatten = treedef.unflatten
+            self.single_out = treedef.num_leaves == 1 and treedef.num_nodes == 1
         self.shard_fallback = fastpath.shard_fallback
         # Moves misplaced device arrays, all of a call's in one go (None:
         # each goes to ``shard_fallback``).
@@ -143,7 +155,8 @@ class CacheEntry:
         return False
 
     def shard(self, leaves):
-        """The device arrays the executable takes, one per kept input.
+        """The device arrays the executable takes, one per kept input:
+        ``leaves`` itself when every leaf is kept and passed on as it is.
 
         An array whose sharding is the compiled one, or one remembered as
         equivalent to it, is passed as is (no copy); host arrays and scalars
@@ -160,7 +173,8 @@ class CacheEntry:
         kept = self.kept
         in_shardings = self.in_shardings
         n = len(in_shardings)
-        out = [None] * n
+        # Made on the first input not passed on as it is (None: none yet).
+        out = None if kept is None else [None] * n
         pending = None
         for j in range(n):
             i = j if kept is None else kept[j]
@@ -169,35 +183,42 @@ class CacheEntry:
             if t is leaf_types.array_type:
                 have = getattr(x, leaf_types.sharding_attr)
                 if have is in_shardings[j] or self._seen_equivalent(j, have):
+                    # Asked every call: the runtime does not refuse every
+                    # deleted input (a donated one can crash the process).
                     if x.is_deleted():
                         leaf_types.raise_deleted(x)  # donated earlier: JAX's error
-                    out[j] = x
+                    y = x
                 else:
-                    out[j] = self._first_sight(x, x, have, i, j)
-                    if out[j] is None:
-                        pending = _pend(pending, j)
+                    y = self._first_sight(x, x, have, i, j)
             elif t is leaf_types.ndarray_type:
-                out[j] = self.host_specs[j].put(x)
+                y = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
                   or isinstance(x, leaf_types.host_scalar_type)):
                 spec = self.host_specs[j]
-                out[j] = spec.put(leaf_types.asarray(x, spec.dtype))
+                y = spec.put(leaf_types.asarray(x, spec.dtype))
             elif t is leaf_types.key_type:
                 # in_shardings hold the physical sharding of key inputs.
                 base = x._base_array
                 have = getattr(base, leaf_types.sharding_attr)
                 if ((have is in_shardings[j] or self._seen_equivalent(j, have))
                         and not base.is_deleted()):
-                    out[j] = base
+                    y = base
                 else:
-                    out[j] = self._first_sight(x, base, have, i, j)
-                    if out[j] is None:
-                        pending = _pend(pending, j)
+                    y = self._first_sight(x, base, have, i, j)
             else:
                 self.resharded += 1
-                out[j] = self.shard_fallback(x, i)
+                y = self.shard_fallback(x, i)
+            if y is None:
+                pending = _pend(pending, j)  # moved below, with the others
+            if out is not None:
+                out[j] = y
+            elif y is not x:
+                out = list(leaves)
+                out[j] = y
         if pending is not None:
             self._move(leaves, out, pending)
+        if out is None:
+            return leaves
         return out
 
     def _move(self, leaves, out, pending):
@@ -311,8 +332,8 @@ class DispatchFunction:
       context_state: optional object whose ``.value`` selects a cache too
         (pjit: the concrete mesh of ``jax.set_mesh``, not in JAX's trace
         context); the cache key is then ``(trace context, value)``.
-      probe: ``(trace_state, eval_ref, axis_env_state, top_env)``; see
-        ``_jax_private.top_level_probe``.
+      probe: ``(trace_state, eval_ref, axis_env_state, top_env[,
+        axis_env_index])``; see ``_jax_private.top_level_probe``.
       lower: ``lower(*args, **kwargs)`` for ``.lower``.
       reduce_fn: returns ``(callable, args)`` for pickling.
       static_argnames: keyword names whose values are compile-time constants
@@ -367,6 +388,9 @@ class DispatchFunction:
         self._eval_ref = probe[1]
         self._axis_env_state = probe[2]
         self._top_env = probe[3]
+        # Where the trace context holds the axis env (read there, not asked
+        # again), or -1: ask ``axis_env_state``.
+        self._axis_env_index = probe[4] if len(probe) > 4 else -1
         self._lower = lower
         self._reduce_fn = reduce_fn
         self._describe = describe
@@ -381,13 +405,15 @@ class DispatchFunction:
         self._lock = shared.lock
         # Called by clear_cache: the Python side's caches of traced bodies.
         self._on_clear = None
+        # The key of the last one-leaf call signed (see ``_sign_one``).
+        self._last_key1 = None
 
     # -- the call -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         return self._dispatch(args, kwargs)
 
     def _dispatch(self, args, kwargs):
-        if self._always_fallback or not self._is_top_level():
+        if self._always_fallback or self._trace_state.value is not self._eval_ref:
             # Under a JAX trace the call must bind our primitive; never cache it.
             return self._python_call(args, kwargs)
         if _special_flags is not None and (_special_flags[0].value
@@ -395,14 +421,26 @@ class DispatchFunction:
             # jax_debug_nans/infs on: Python checks the outputs (and keeps
             # donation off); nothing is cached for such calls.
             return self._python_call(args, kwargs)
-        signed = self._sign(args, kwargs)
-        if signed is None:
-            return self._python_call(args, kwargs)
-        key = signed[0]
-        leaves = signed[1]
+        key = None
+        leaves = args
+        if len(args) == 1 and self._max_static < 0 and not kwargs:
+            key = self._sign_one(args[0])
+        if key is None:
+            signed = self._sign(args, kwargs)
+            if signed is None:
+                return self._python_call(args, kwargs)
+            key = signed[0]
+            leaves = signed[1]
         # The trace context (x64, default device, mesh ...) selects a cache;
         # it is compared, not hashed, per call: equal contexts share elements.
         ctx = self._trace_context()
+        if self._axis_env_index >= 0:
+            top = ctx[self._axis_env_index] is self._top_env
+        else:
+            top = self._axis_env_state.value is self._top_env
+        if not top:
+            # Inside a named axis (a pmap body run eagerly, ...): as traced.
+            return self._python_call(args, kwargs)
         extra = None if self._context_state is None else self._context_state.value
         current = self._current
         if (not _same_context(current[0], ctx)
@@ -433,10 +471,11 @@ class DispatchFunction:
                 return self._python_call(args, kwargs)
             results = execute_donating(entry, leaves)
         else:
-            arrays = entry.shard(leaves)
-            results = entry.executable.execute_sharded(arrays)
+            results = entry.execute(entry.shard(leaves))
         outs = results.consume_with_handlers(entry.out_handlers)
-        return entry.out_treedef.unflatten(outs)
+        if entry.single_out:
+            return outs[0]
+        return entry.unflatten(outs)
 
     def _python_call(self, args, kwargs):
         self._misses += 1
@@ -449,10 +488,6 @@ class DispatchFunction:
         self._current = current
         self._shared.current = current
         return current
-
-    def _is_top_level(self):
-        return (self._trace_state.value is self._eval_ref
-                and self._axis_env_state.value is self._top_env)
 
     def _compile_entry(self, entry, args, kwargs, cache, key, leaves):
         # Only the thread that inserted the entry gets here; others wait.
@@ -614,6 +649,10 @@ class DispatchFunction:
         name order (JAX's order for a dict), each as its name and leaf id, or
         as (name, type, value) when static."""
         nargs = len(args)
+        if nargs == 1 and self._max_static < 0 and not kwargs:
+            key1 = self._sign_one(args[0])
+            if key1 is not None:
+                return (key1, args)  # the args tuple is the leaves
         key = [nargs]
         leaves = []
         for i in range(nargs):
@@ -650,6 +689,23 @@ class DispatchFunction:
                 key.append(leaf_id)
                 leaves.append(x)
         return (tuple(key), leaves)
+
+    def _sign_one(self, x):
+        """The key of a call whose one argument ``x`` is a leaf (what
+        ``_sign_simple`` makes of it), or None (not such a leaf). The last
+        key made is reused: the very object the cache holds, so the lookup
+        finds it by identity and nothing is allocated."""
+        t = type(x)
+        if t is list or t is tuple:
+            return None
+        leaf_id = self._leaf_id(x)
+        if leaf_id < 0:
+            return None
+        key1 = self._last_key1
+        if key1 is None or key1[1] != leaf_id:
+            key1 = (1, leaf_id)
+            self._last_key1 = key1
+        return key1
 
     def _split_static_kwargs(self, kwargs):
         """``(sorted (name, type, value) of static keywords, dynamic ones)``."""
@@ -827,8 +883,7 @@ DONATION_LOCK = threading.Lock()
 def execute_donating(entry, leaves):
     """``entry``'s executable run on ``leaves``, under ``DONATION_LOCK``."""
     with DONATION_LOCK:
-        arrays = entry.shard(leaves)
-        return entry.executable.execute_sharded(arrays)
+        return entry.execute(entry.shard(leaves))
 
 
 def _same_context(cached, ctx):

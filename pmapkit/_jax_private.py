@@ -105,13 +105,35 @@ def make_trace_context_state(name, help):
 def top_level_probe():
     """The objects that tell, cheaply, whether no JAX trace is active.
 
-    Returns ``(trace_state, eval_trace_ref, axis_env_state, top_axis_env)``:
-    the state is top level when ``trace_state.value is eval_trace_ref`` and
-    ``axis_env_state.value is top_axis_env`` (what ``trace_state_clean()``
-    checks, minus two Python frames).
+    Returns ``(trace_state, eval_trace_ref, axis_env_state, top_axis_env,
+    axis_env_index)``: the state is top level when ``trace_state.value is
+    eval_trace_ref`` and ``axis_env_state.value is top_axis_env`` (what
+    ``trace_state_clean()`` checks, minus two Python frames).
+    ``axis_env_index`` is where ``trace_context()`` holds that same value
+    (so a caller that reads the context anyway need not ask again), or -1.
     """
     return (_core.trace_state, _core.eval_trace._weakref,
-            _core.axis_env_state, _core.top_axis_env)
+            _core.axis_env_state, _core.top_axis_env, _axis_env_index())
+
+
+_AXIS_ENV_INDEX = None
+
+
+def _axis_env_index():
+    # States join the trace context in the order they are made, and are
+    # never removed, so a position found once stays right.
+    global _AXIS_ENV_INDEX
+    if _AXIS_ENV_INDEX is None:
+        names = trace_context_names()
+        index = -1
+        if names is not None and names.count("axis_env_state") == 1:
+            index = names.index("axis_env_state")
+            context = trace_context()
+            if (len(context) != len(names)
+                    or context[index] is not _core.axis_env_state.value):
+                index = -1
+        _AXIS_ENV_INDEX = index
+    return _AXIS_ENV_INDEX
 
 
 # --- devices, sharding, execution ----------------------------------------------

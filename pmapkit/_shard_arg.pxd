@@ -6,4 +6,7 @@ cdef class HostSpec:
     cdef readonly list devices
     cdef readonly object sharding
     cdef readonly object device_put
+    cdef readonly bint whole
     cpdef object put(self, object x)
+
+cdef bint _is_everything(object index) except -1

@@ -21,9 +21,28 @@ class HostSpec:
         self.devices = list(devices)
         self.sharding = sharding
         self.device_put = device_put
+        # Every device takes the whole value (one device, or replicated):
+        # it is passed as it is, without a view per device.
+        self.whole = all([_is_everything(idx) for idx in self.indices])
 
     def put(self, x):
-        if x.dtype != self.dtype:
+        # Builtin numpy dtypes are singletons: the usual case is one compare.
+        if x.dtype is not self.dtype and x.dtype != self.dtype:
             x = x.astype(self.dtype)
-        slices = [x[idx] for idx in self.indices]
+        if self.whole:
+            slices = [x] * len(self.indices)
+        else:
+            slices = [x[idx] for idx in self.indices]
         return self.device_put(self.aval, self.sharding, slices, self.devices, True)
+
+
+def _is_everything(index):
+    """Whether a per-device index (a tuple of slices) selects every element
+    of any value: each of its slices is ``slice(None)``."""
+    if type(index) is not tuple:
+        return False
+    for s in index:
+        if (type(s) is not slice or s.start is not None or s.stop is not None
+                or s.step is not None):
+            return False
+    return True

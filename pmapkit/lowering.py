@@ -368,7 +368,7 @@ class CompiledProgram:
         if self.donated is not None:
             results = _dispatch_mod.execute_donating(entry, list(args))
         else:
-            results = data.executable.execute_sharded(entry.shard(list(args)))
+            results = entry.execute(entry.shard(list(args)))
         return results.consume_with_handlers(data.out_handlers)
 
     def hit_executable(self):
