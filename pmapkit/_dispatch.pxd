@@ -105,7 +105,6 @@ cdef class DispatchFunction:
     cdef object _describe
     cdef dict _caches
     cdef tuple _current
-    cdef public bint _always_fallback
     cdef readonly Py_ssize_t _cache_size_limit
     cdef unsigned long long _clock
     cdef readonly Py_ssize_t _misses

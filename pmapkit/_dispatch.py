@@ -397,7 +397,6 @@ class DispatchFunction:
         self._caches = shared.caches
         self._current = shared.current
         self._context_state = context_state
-        self._always_fallback = False
         self._cache_size_limit = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
         self._clock = shared.clock
         self._misses = 0
@@ -413,7 +412,7 @@ class DispatchFunction:
         return self._dispatch(args, kwargs)
 
     def _dispatch(self, args, kwargs):
-        if self._always_fallback or self._trace_state.value is not self._eval_ref:
+        if self._trace_state.value is not self._eval_ref:
             # Under a JAX trace the call must bind our primitive; never cache it.
             return self._python_call(args, kwargs)
         if _special_flags is not None and (_special_flags[0].value

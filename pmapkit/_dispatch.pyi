@@ -60,7 +60,6 @@ class DispatchFunction:
     _static_names: frozenset[str]
     _sign_shardings: bool
     _sign_global: bool
-    _always_fallback: bool
     _cache_size_limit: int
     _misses: int
     _evictions: int
