@@ -8,7 +8,11 @@ import re
 
 import pmapkit
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+import _install  # tests/_install.py: the checkout (PMAPKIT_CHECKOUT outside it)
+
+# The checkout's README and docs/: beside the tests, or where PMAPKIT_CHECKOUT
+# says when the tests run from a copy (as CI runs them against the wheel).
+ROOT = pathlib.Path(_install.REPO)
 PUBLIC = pmapkit._PUBLIC_MODULES
 _MODULE_PATH = re.compile(r"\bpmapkit(?:\.[A-Za-z_]\w*)+")
 
