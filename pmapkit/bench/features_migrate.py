@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,39 +27,24 @@ import numpy as np
 
 import pmapkit
 from pmapkit.bench.features import feature_case, interleaved_cpu_us
-from pmapkit.bench.features_wrappers import _SCRIPT
+from pmapkit.bench.features_wrappers import SCRIPT, run_script
 from pmapkit.legacy.migrate import helpers, migrate_source
-
-_TIMEOUT_S = 300
-_ITERATIONS = 20
-
-
-def _run(command):
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    proc = subprocess.run(command + [str(_ITERATIONS)], env=env, capture_output=True,
-                          text=True, timeout=_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
-    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
-    return (float(lines["per_iteration_us"]), float(lines["per_iteration_cpu_us"]),
-            lines["checksum"])
 
 
 @feature_case("migrate_inline_pmaps_script_8_devices", baseline="jax.pmap",
               higher_is_better=False)
 def inline_pmaps_script_migrated(settings):
-    with open(_SCRIPT) as f:
-        migrated_source, report = migrate_source(f.read(), _SCRIPT)
+    with open(SCRIPT) as f:
+        migrated_source, report = migrate_source(f.read(), SCRIPT)
     if report.left or report.kept:
         raise RuntimeError(f"the script did not migrate fully:\n{report.format()}")
     with tempfile.TemporaryDirectory(prefix="pmapkit-bench-migrate-") as folder:
         migrated = os.path.join(folder, "inline_pmaps_script_migrated.py")
         with open(migrated, "w") as f:
             f.write(migrated_source)
-        commands = {"jax.pmap": [sys.executable, _SCRIPT],
+        commands = {"jax.pmap": [sys.executable, SCRIPT],
                     "pmapkit run --route-pmap": [sys.executable, "-m", "pmapkit", "run",
-                                                 "--route-pmap", _SCRIPT],
+                                                 "--route-pmap", SCRIPT],
                     "pmapkit": [sys.executable, "-P", migrated]}
         rounds = max(3, settings["rounds"] // 2)
         wall = {impl: [] for impl in commands}
@@ -69,7 +53,7 @@ def inline_pmaps_script_migrated(settings):
         for k in range(rounds):
             order = list(commands.items())
             for impl, command in (order if k % 2 == 0 else order[::-1]):
-                us, cpu_us, checksum = _run(command)
+                us, cpu_us, checksum = run_script(command)
                 wall[impl].append(us)
                 cpu[impl].append(cpu_us)
                 checksums.add(checksum)

@@ -18,24 +18,31 @@ import sys
 
 from pmapkit.bench.features import feature_case
 
-_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                       "inline_pmaps_script.py")
+#: The classic script both this case and ``features_migrate`` run.
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inline_pmaps_script.py")
 _TIMEOUT_S = 300
 _ITERATIONS = 20
 
 
-def _per_iteration_us(route_pmap):
+def run_script(command):
+    """Run ``command`` (an interpreter and a copy of ``SCRIPT``, or
+    ``SCRIPT`` itself) on 8 CPU devices: (wall µs per iteration, process CPU
+    µs per iteration, the run's checksum)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    command = ([sys.executable, "-m", "pmapkit", "run", "--route-pmap"]
-               if route_pmap else [sys.executable])
-    proc = subprocess.run(command + [_SCRIPT, str(_ITERATIONS)], env=env,
-                          capture_output=True, text=True, timeout=_TIMEOUT_S)
+    proc = subprocess.run(command + [str(_ITERATIONS)], env=env, capture_output=True,
+                          text=True, timeout=_TIMEOUT_S)
     if proc.returncode != 0:
-        raise RuntimeError(f"inline_pmaps_script.py failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(command)} failed:\n{proc.stderr[-3000:]}")
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
     return (float(lines["per_iteration_us"]), float(lines["per_iteration_cpu_us"]),
             lines["checksum"])
+
+
+def _per_iteration_us(route_pmap):
+    command = ([sys.executable, "-m", "pmapkit", "run", "--route-pmap"]
+               if route_pmap else [sys.executable])
+    return run_script(command + [SCRIPT])
 
 
 @feature_case("inline_pmaps_script_route_pmap_8_devices", baseline="jax.pmap",
