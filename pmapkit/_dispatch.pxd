@@ -26,6 +26,7 @@ cdef class CacheEntry:
     cdef public list out_handlers
     cdef public object out_treedef
     cdef public object shard_fallback
+    cdef public object host_call
     cdef public object mover
     cdef public object is_equivalent
     cdef public list equivalents
@@ -36,9 +37,14 @@ cdef class CacheEntry:
     cdef public unsigned long long last_used
     cdef public Py_ssize_t n_inputs
 
+    cpdef object run(self, leaves)
+
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
-                   out=list, in_shardings=tuple, pending=list)
+                   out=list, in_shardings=tuple, pending=list, routable=bint)
     cpdef object shard(self, leaves)
+
+    @cython.locals(leaf_types=LeafTypes, in_shardings=tuple, j=Py_ssize_t)
+    cdef bint _host_routable(self, leaves) except -1
 
     @cython.locals(flat=list, moved=list, k=Py_ssize_t)
     cdef _move(self, leaves, list out, list pending)

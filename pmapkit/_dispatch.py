@@ -18,7 +18,7 @@ import types
 import weakref
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
-FASTPATH_VERSION = 4
+FASTPATH_VERSION = 5
 # Sharding objects remembered per input as equivalent to the compiled one,
 # and as not (each distinct producer of inputs brings one; more evict the
 # oldest).
@@ -89,6 +89,9 @@ class CacheEntry:
         self.out_handlers = None
         self.out_treedef = None
         self.shard_fallback = None
+        # JAX's C++ call of the program, for calls carrying host values
+        # (None: they are put by ``host_specs``); see ``run``.
+        self.host_call = None
         self.mover = None
         self.is_equivalent = None
         self.equivalents = None
@@ -119,6 +122,8 @@ class CacheEntry:
             self.unflatten = treedef.unflatten
             self.single_out = treedef.num_leaves == 1 and treedef.num_nodes == 1
         self.shard_fallback = fastpath.shard_fallback
+        # Its entries keep every input (``_host_routable`` relies on it).
+        self.host_call = fastpath.host_call if self.kept is None else None
         # Moves misplaced device arrays, all of a call's in one go (None:
         # each goes to ``shard_fallback``).
         self.mover = getattr(fastpath, "mover", None)
@@ -154,9 +159,20 @@ class CacheEntry:
                 return True
         return False
 
+    def run(self, leaves):
+        """The flat outputs of one call of ``leaves`` (not donating)."""
+        arrays = self.shard(leaves)
+        if arrays is None:
+            # Host values, every device array placed as compiled: JAX's C++
+            # call puts the host values and runs the same executable.
+            return self.host_call(*leaves)
+        return self.execute(arrays).consume_with_handlers(self.out_handlers)
+
     def shard(self, leaves):
         """The device arrays the executable takes, one per kept input:
-        ``leaves`` itself when every leaf is kept and passed on as it is.
+        ``leaves`` itself when every leaf is kept and passed on as it is;
+        None when the call carries host values and ``host_call`` can run it
+        (``_host_routable``).
 
         An array whose sharding is the compiled one, or one remembered as
         equivalent to it, is passed as is (no copy); host arrays and scalars
@@ -176,6 +192,8 @@ class CacheEntry:
         # Made on the first input not passed on as it is (None: none yet).
         out = None if kept is None else [None] * n
         pending = None
+        # Whether host_call may run the call: asked at its first host value.
+        routable = self.host_call is not None
         for j in range(n):
             i = j if kept is None else kept[j]
             x = leaves[i]
@@ -191,9 +209,17 @@ class CacheEntry:
                 else:
                     y = self._first_sight(x, x, have, i, j)
             elif t is leaf_types.ndarray_type:
+                if routable:
+                    if self._host_routable(leaves):
+                        return None
+                    routable = False
                 y = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
                   or isinstance(x, leaf_types.host_scalar_type)):
+                if routable:
+                    if self._host_routable(leaves):
+                        return None
+                    routable = False
                 spec = self.host_specs[j]
                 y = spec.put(leaf_types.asarray(x, spec.dtype))
             elif t is leaf_types.key_type:
@@ -220,6 +246,28 @@ class CacheEntry:
         if out is None:
             return leaves
         return out
+
+    def _host_routable(self, leaves):
+        """Whether ``host_call`` can run this call: each leaf a host value or
+        a live device array placed exactly as compiled (JAX's call refuses
+        other placements; the hit path re-views or moves those, and raises
+        JAX's error for a deleted one). Its entries keep every input."""
+        leaf_types = self.types
+        in_shardings = self.in_shardings
+        for j in range(len(in_shardings)):
+            x = leaves[j]
+            t = type(x)
+            if t is leaf_types.array_type:
+                have = getattr(x, leaf_types.sharding_attr)
+                if have is not in_shardings[j] and have != in_shardings[j]:
+                    return False
+                if x.is_deleted():
+                    return False
+            elif not (t is leaf_types.ndarray_type or t is float or t is int
+                      or t is bool or t is complex
+                      or isinstance(x, leaf_types.host_scalar_type)):
+                return False
+        return True
 
     def _move(self, leaves, out, pending):
         """Fill ``out[j]`` for the kept inputs ``pending`` with the moved
@@ -468,10 +516,10 @@ class DispatchFunction:
             if entry.aliases_donated(leaves):
                 # The miss path names both positions in its error, before running.
                 return self._python_call(args, kwargs)
-            results = execute_donating(entry, leaves)
+            outs = execute_donating(entry, leaves).consume_with_handlers(
+                entry.out_handlers)
         else:
-            results = entry.execute(entry.shard(leaves))
-        outs = results.consume_with_handlers(entry.out_handlers)
+            outs = entry.run(leaves)
         if entry.single_out:
             return outs[0]
         return entry.unflatten(outs)

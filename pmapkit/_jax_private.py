@@ -442,6 +442,17 @@ def effectful_runner(compiled):
     return compiled._executable.unsafe_call
 
 
+def compiled_cpp_call(compiled):
+    """JAX's C++ call of a ``jax.stages.Compiled`` (the jit fast path over
+    its executable): it puts host values (numpy arrays, scalars) on the
+    devices inside C++, without a Python array per input. A fresh one, not
+    the one ``Compiled.__call__`` keeps. None where JAX has none (effects,
+    host callbacks) or the program takes constants as arguments."""
+    if compiled._params.const_args:
+        return None
+    return compiled._executable.create_cpp_call(compiled._params)
+
+
 def shard_map_primitive():
     """The primitive of ``jax.shard_map`` regions (not exported publicly)."""
     from jax._src import shard_map as _shard_map_mod

@@ -222,7 +222,8 @@ class FastpathData:
 
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
                  "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
-                 "mover", "program", "donated", "signs_global", "n_inputs")
+                 "mover", "program", "donated", "signs_global", "n_inputs",
+                 "host_call")
 
     def __init__(self, program, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -243,6 +244,9 @@ class FastpathData:
         # Flat indices of donated leaves (None: the program donates nothing,
         # and the hit path checks nothing).
         self.donated = program.donated
+        # Runs calls carrying host values (see ``CompiledProgram.host_call``);
+        # None: their values are put by ``host_specs``.
+        self.host_call = None
 
 
 class CompiledProgram:
@@ -319,6 +323,44 @@ class CompiledProgram:
                 self.physical_in_shardings, self.in_avals, self.donated)
         return mover
 
+    def host_call(self):
+        """JAX's C++ call of this program (``jp.compiled_cpp_call``), to which
+        the hit path hands calls carrying host values: it puts numpy arrays
+        and scalars on the devices inside C++, where ``batched_device_put``
+        makes a Python array per input first (about twice jit's cost of a
+        numpy input). Made once per program.
+
+        None where its results could differ from the handlers' (shardings,
+        avals) or where the hit path must run the program itself: effects,
+        bounded collectives, donation, pruned inputs, keys and float0 values,
+        programs across processes."""
+        if "_host_call" not in self.__dict__:
+            self._host_call = self._make_host_call()
+        return self._host_call
+
+    def _make_host_call(self):
+        if (self.has_effects or self.cpu_collectives or self.spans_processes
+                or self.donated is not None or self.kept is not None
+                or any(is_extended(a) or is_float0(a)
+                       for a in tuple(self.in_avals) + tuple(self.out_avals))):
+            return None
+        compiled = self.jax_compiled
+        outs = jax.tree_util.tree_leaves(compiled.out_info)
+        out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+        in_shardings = compiled.input_shardings[0]
+        if (len(outs) != len(self.out_avals) or len(out_shardings) != len(outs)
+                or len(in_shardings) != len(self.in_shardings)):
+            return None
+        for have, want in zip(tuple(in_shardings) + tuple(out_shardings),
+                              tuple(self.in_shardings) + tuple(self.out_shardings)):
+            if have is not want and have != want:
+                return None
+        for o, a in zip(outs, self.out_avals):
+            if (tuple(o.shape) != a.shape or o.dtype != a.dtype
+                    or bool(getattr(o, "weak_type", False)) != a.weak_type):
+                return None
+        return jp.compiled_cpp_call(compiled)
+
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
         sharding = self.in_shardings[i]
@@ -357,6 +399,9 @@ class CompiledProgram:
             check_donated_aliases(args, self.donated, in_shardings=self.in_shardings)
         entry = _dispatch_mod.CacheEntry()
         data = self.fastpath(None)
+        # Not JAX's C++ call: under jax_debug_nans/infs (calls come here
+        # then) it would check the outputs itself, with JAX's error, not ours.
+        data.host_call = None
         entry.populate(data, LEAF_TYPES)
         if self.has_effects and not self.spans_processes:
             arrays = entry.shard(list(args))
@@ -367,9 +412,8 @@ class CompiledProgram:
             return _checked_run(outs) if self.checks_at_end else outs
         if self.donated is not None:
             results = _dispatch_mod.execute_donating(entry, list(args))
-        else:
-            results = entry.execute(entry.shard(list(args)))
-        return results.consume_with_handlers(data.out_handlers)
+            return results.consume_with_handlers(data.out_handlers)
+        return list(entry.run(list(args)))
 
     def hit_executable(self):
         """What the hit path executes: the program's executable, or with
@@ -389,6 +433,8 @@ class CompiledProgram:
             shardings = self.out_shardings if out_shardings is None else out_shardings
             data.out_handlers = [jp.global_aval_to_result_handler(a, s, committed)
                                  for a, s in zip(self.out_avals, shardings)]
+        if out_shardings is None and committed:
+            data.host_call = self.host_call()
         data.executable = self.hit_executable()
         if self.cpu_collectives:
             data.executable = inflight.BoundedExecutable(

@@ -29,6 +29,11 @@ impl fed the same thing:
     jax.jit is the equivalent jit (same shardings, same call form).
 ``pmap_aot_{1,8}_devices``, ``pmap_out_axes_none_dispatch_{1,8}_devices``
     a pmap's ``lower().compile()`` called; ``out_axes=None``.
+``pmap_scalar_arg_{1,8}_devices``
+    ``pmap(lambda a, n: a * n, in_axes=(0, None))`` fed a placed array and a
+    Python float each call (a learning rate): jax.jit is ``jax.jit`` of the
+    same function fed the same; raw puts the float by the program's host
+    spec, then runs it.
 ``pmap_train_loop_{1,8}_devices``
     a tiny MLP step (``value_and_grad``, ``pmean`` of the gradients) on state
     placed by ``device_put`` on a NamedSharding, each batch prefetched by
@@ -232,6 +237,28 @@ def _pmap_aot(case, impl, devices):
     return runner
 
 
+def _scalar_arg(case, impl, devices):
+    x = _origin_input("device_put_named", devices)
+    if impl == "jax.pmap":
+        fn = jax.pmap(scaled, axis_name="i", in_axes=(0, None), devices=devices)
+    elif impl == "jax.jit":
+        fn = jax.jit(scaled)  # the array keeps its sharding; the float is replicated
+    else:
+        fn = pmapkit.pmap(scaled, axis_name="i", in_axes=(0, None), devices=devices)
+    args = (x, 0.5)
+    if impl == "raw":
+        fp = _fastpath(fn, args)
+        raw, _ = _raw(fp, [])
+        spec = fp.host_specs[1]
+
+        def raw_scalar(a, n):
+            return raw([a, spec.put(np.asarray(n, spec.dtype))])
+        fn = raw_scalar
+    runner = bench.Runner(case, impl, fn, args)
+    bench.warm(runner)
+    return runner
+
+
 # -- pjit's call forms -----------------------------------------------------------
 def _pjit_setup(form, impl, devices):
     """``(fn, args, kwargs)`` for one call form; ``fn`` is the pjit'd (or
@@ -361,6 +388,10 @@ def _cases():
             f"pmap_out_axes_none_dispatch_{n}_devices", family="pmap_out_axes_none",
             mode="dispatch", ndev=n, fun=add_one, make_inputs=_host,
             impls=("jax.pmap", "pmapkit", "raw"), build=_out_axes_none))
+        cases.append(bench.Case(
+            f"pmap_scalar_arg_{n}_devices", family="pmap_scalar_arg",
+            mode="dispatch", ndev=n, fun=scaled, make_inputs=_host,
+            impls=bench.PMAP_IMPLS, build=_scalar_arg))
     for n in (1, 4):
         for form in PJIT_FORMS:
             cases.append(bench.Case(
