@@ -249,9 +249,11 @@ class CacheEntry:
 
     def _host_routable(self, leaves):
         """Whether ``host_call`` can run this call: each leaf a host value or
-        a live device array placed exactly as compiled (JAX's call refuses
-        other placements; the hit path re-views or moves those, and raises
-        JAX's error for a deleted one). Its entries keep every input."""
+        a live device array laid out as compiled (its sharding the compiled
+        one or one already found equivalent: on the program's one device,
+        JAX's call takes those as they are). Others are left to the hit path,
+        which moves them, and raises JAX's error for a deleted one. Its
+        entries keep every input."""
         leaf_types = self.types
         in_shardings = self.in_shardings
         for j in range(len(in_shardings)):
@@ -259,7 +261,7 @@ class CacheEntry:
             t = type(x)
             if t is leaf_types.array_type:
                 have = getattr(x, leaf_types.sharding_attr)
-                if have is not in_shardings[j] and have != in_shardings[j]:
+                if have is not in_shardings[j] and not self._seen_equivalent(j, have):
                     return False
                 if x.is_deleted():
                     return False
