@@ -442,6 +442,12 @@ def effectful_runner(compiled):
     return compiled._executable.unsafe_call
 
 
+def jit_disabled():
+    """Whether ``jax.disable_jit()`` (or the config) is on here: JAX's C++
+    call of a compiled program then refuses to run."""
+    return bool(_config.disable_jit.value)
+
+
 def compiled_cpp_call(compiled):
     """JAX's C++ call of a ``jax.stages.Compiled`` (the jit fast path over
     its executable): it puts host values (numpy arrays, scalars) on the

@@ -439,7 +439,9 @@ class CompiledProgram:
             shardings = self.out_shardings if out_shardings is None else out_shardings
             data.out_handlers = [jp.global_aval_to_result_handler(a, s, committed)
                                  for a, s in zip(self.out_avals, shardings)]
-        if out_shardings is None and committed:
+        # Made at a miss, in the trace context whose cache keeps the entry:
+        # under disable_jit (part of that context) JAX's call refuses to run.
+        if out_shardings is None and committed and not jp.jit_disabled():
             data.host_call = self.host_call()
         data.executable = self.hit_executable()
         if self.cpu_collectives:

@@ -207,3 +207,24 @@ def test_threads_get_their_own_values():
         assert not t.is_alive(), "a caller thread hung"
     assert not errors, errors[0]
     assert f._debug_dispatch_stats()["misses"] == 1
+
+
+def test_disable_jit_calls_keep_running():
+    # JAX's C++ call of a compiled program refuses to run under disable_jit;
+    # entries made there (disable_jit is part of the trace context) never
+    # take it.
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i", devices=jax.devices()[:1])
+    x = _host(1)
+    f(x)
+    f(x)
+    with jax.disable_jit():
+        for k in range(3):
+            np.testing.assert_array_equal(np.asarray(f(x + k)), x + k + 1)
+    np.testing.assert_array_equal(np.asarray(f(x)), x + 1)
+    assert _routed(f) is False  # the disable_jit context's entry has none
+    jax.config.update("jax_disable_jit", True)
+    try:
+        np.testing.assert_array_equal(np.asarray(f(x)), x + 1)
+        np.testing.assert_array_equal(np.asarray(f(x)), x + 1)
+    finally:
+        jax.config.update("jax_disable_jit", False)
