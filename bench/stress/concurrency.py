@@ -5,7 +5,9 @@ calls race the compile) and checks every result against numpy. Between
 them the probes cover one signature, many signatures, collectives in
 flight from every thread, pjit on two meshes (each thread its own ``with
 mesh:``), cache misses under eviction with ``clear_caches()`` from another
-thread, and AOT ``lower().compile()`` calls. Outcome: wrong if any result
+thread, AOT ``lower().compile()`` calls, and host values (numpy arrays and
+scalars, each thread its own) into a one-device pmap, the calls JAX's C++
+call of the program runs, beside device arrays and ``clear_caches()``. Outcome: wrong if any result
 differs, unclear if any call raised, hang if the threads do not finish in
 time.
 """
@@ -25,7 +27,8 @@ SHARES = (("pmap, one signature, 16 threads", 0.25),
           ("pmap with psum in flight, 12 threads", 0.15),
           ("pjit on two meshes, 12 threads", 0.20),
           ("pmap misses under eviction and clear_caches, 12 threads", 0.08),
-          ("pmap and pjit, calls and AOT compiled calls, 14 threads", 0.12))
+          ("pmap and pjit, calls and AOT compiled calls, 14 threads", 0.12),
+          ("one-device pmap, host values per thread (JAX's call), 12 threads", 0.10))
 
 
 class _Tally:
@@ -226,8 +229,34 @@ def _calls_and_aot(calls, limit):
     return _verdict(tally, elapsed, calls // n * n, "calls and compiled calls interleaved")
 
 
+def _host_values_one_device(calls, limit):
+    devices = jax.devices()[:1]
+    f = pmapkit.pmap(lambda v, s: v * s + 1, axis_name="i", in_axes=(0, None),
+                     devices=devices)
+    clears = []
+
+    def work(tally, i, n):
+        for k in range(n):
+            # Each thread's own values: a result of another thread's call
+            # would show as a wrong value.
+            x = np.full((1, 5), float(i * 1000 + k), np.float32)
+            scale = (2.0, np.float32(3.0), 4)[k % 3]
+            arg = jax.device_put(x, devices[0]) if k % 5 == 4 else x
+            _check(tally, f(arg, scale), x * np.float32(scale) + 1,
+                   f"thread {i} call {k}")
+
+    def clearer(stop):
+        while not stop.wait(0.05):
+            pmapkit.clear_caches()
+            clears.append(1)
+    n = 12
+    tally, elapsed = _run_threads(n, calls // n, work, limit, extra=clearer)
+    return _verdict(tally, elapsed, calls // n * n,
+                    f"host values per thread, {len(clears)} clear_caches() meanwhile")
+
+
 BODIES = (_one_signature, _many_signatures, _psum_in_flight, _pjit_two_meshes,
-          _misses_with_clears, _calls_and_aot)
+          _misses_with_clears, _calls_and_aot, _host_values_one_device)
 
 
 def register(reg):
