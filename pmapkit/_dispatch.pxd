@@ -118,6 +118,7 @@ cdef class DispatchFunction:
     cdef object _lock
     cdef public object _on_clear
     cdef tuple _last_key1
+    cdef tuple _last_host
     cdef readonly SharedCaches _shared
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
@@ -149,7 +150,7 @@ cdef class DispatchFunction:
     @cython.locals(static_kw=list, dyn_kw=dict)
     cdef tuple _split_static_kwargs(self, dict kwargs)
 
-    @cython.locals(leaf_id=object)
+    @cython.locals(leaf_id=object, last=tuple)
     cdef Py_ssize_t _leaf_id(self, object x) except -2
     @cython.locals(by_leaf=dict)
     cdef Py_ssize_t _placed_id(self, Py_ssize_t leaf_id, object sharding) except -2
@@ -161,7 +162,18 @@ cdef class DispatchFunction:
 cdef bint _COMPILED
 cdef tuple _special_flags
 
-@cython.locals(a=tuple, b=tuple, n=Py_ssize_t, i=Py_ssize_t)
+cdef extern from *:
+    """
+    /* Whether tuples a and b (n items each) hold the very same objects in
+       the same order: one memcmp of their item pointers. */
+    static int pmapkit_identical_items(PyObject *a, PyObject *b, Py_ssize_t n) {
+        return memcmp(((PyTupleObject *)a)->ob_item, ((PyTupleObject *)b)->ob_item,
+                      (size_t)n * sizeof(PyObject *)) == 0;
+    }
+    """
+    bint _identical_items "pmapkit_identical_items" (tuple a, tuple b, Py_ssize_t n)
+
+@cython.locals(a=tuple, b=tuple, n=Py_ssize_t)
 cdef bint _same_context(object cached, object ctx) except -1
 
 @cython.locals(i=Py_ssize_t)

@@ -456,6 +456,8 @@ class DispatchFunction:
         self._on_clear = None
         # The key of the last one-leaf call signed (see ``_sign_one``).
         self._last_key1 = None
+        # (dtype, shape, id) of the last numpy leaf signed (see ``_leaf_id``).
+        self._last_host = None
 
     # -- the call -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
@@ -786,10 +788,19 @@ class DispatchFunction:
             return leaf_id
         if t is self._ndarray_type:
             dt = x.dtype
+            shape = x.shape
+            # The last host array's signature, reused (a loop feeds batches
+            # of one dtype and shape): hashing a numpy dtype is not cheap.
+            last = self._last_host
+            if last is not None and last[0] is dt and last[1] == shape:
+                return last[2]
             if dt in self._canonical_dtypes:
                 # Signs like a device array of the same aval: shares entries.
-                return self._intern((dt, x.shape, False))
-            return self._intern((t, dt, x.shape))
+                leaf_id = self._intern((dt, shape, False))
+            else:
+                leaf_id = self._intern((t, dt, shape))
+            self._last_host = (dt, shape, leaf_id)
+            return leaf_id
         if (t is float or t is int or t is bool or t is complex
                 or isinstance(x, self._host_scalar_type)):
             return self._intern(t)  # the Python/numpy scalar type fixes the dtype
@@ -830,6 +841,7 @@ class DispatchFunction:
         self._sig_ids.clear()
         self._aval_ids.clear()
         self._placed_ids.clear()
+        self._last_host = None
 
     # -- introspection and control ---------------------------------------------
     @property
@@ -938,8 +950,9 @@ def execute_donating(entry, leaves):
 def _same_context(cached, ctx):
     """``cached == ctx`` for two trace contexts (tuples, possibly nested one
     level). Compiled, the usual case (nothing changed: the very same item
-    objects) is an identity scan in C, far cheaper than tuple equality;
-    plain Python keeps tuple equality."""
+    objects) is one ``memcmp`` of the two tuples' item pointers
+    (``_identical_items``, the C helper ``_dispatch.pxd`` declares; plain
+    Python never gets there and keeps tuple equality)."""
     if not _COMPILED or type(cached) is not tuple:
         return cached == ctx
     a = cached
@@ -947,10 +960,9 @@ def _same_context(cached, ctx):
     n = len(b)
     if len(a) != n:
         return False
-    for i in range(n):
-        if a[i] is not b[i]:
-            return _same_items(a, b, i)
-    return True
+    if _identical_items(a, b, n):
+        return True
+    return _same_items(a, b, 0)
 
 
 def _same_items(a, b, start):
