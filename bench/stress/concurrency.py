@@ -112,6 +112,16 @@ def _check(tally, out, ref, what):
                        f"{ref.ravel()[:4].tolist()}")
 
 
+def _clearing(every_s, clears):
+    """A side thread's body: ``clear_caches()`` every ``every_s`` seconds
+    until stopped, each counted in ``clears``."""
+    def clear(stop):
+        while not stop.wait(every_s):
+            pmapkit.clear_caches()
+            clears.append(1)
+    return clear
+
+
 # -- the probes ----------------------------------------------------------------------------
 def _one_signature(calls, limit):
     f = pmapkit.pmap(lambda v: v * 2 + 1)
@@ -190,12 +200,9 @@ def _misses_with_clears(calls, limit):
             x = inputs[(i * 7 + k) % len(inputs)]
             _check(tally, f(x), x + 5, f"f(float32{list(x.shape)})")
 
-    def clear(stop):
-        while not stop.wait(0.25):
-            pmapkit.clear_caches()
-            clears.append(1)
     n = 12
-    tally, elapsed = _run_threads(n, calls // n, work, limit, extra=clear)
+    tally, elapsed = _run_threads(n, calls // n, work, limit,
+                                  extra=_clearing(0.25, clears))
     size = f._cache_size
     if size > 4:
         raise Wrong(f"_cache_size {size} above the bound of 4")
@@ -245,12 +252,9 @@ def _host_values_one_device(calls, limit):
             _check(tally, f(arg, scale), x * np.float32(scale) + 1,
                    f"thread {i} call {k}")
 
-    def clearer(stop):
-        while not stop.wait(0.05):
-            pmapkit.clear_caches()
-            clears.append(1)
     n = 12
-    tally, elapsed = _run_threads(n, calls // n, work, limit, extra=clearer)
+    tally, elapsed = _run_threads(n, calls // n, work, limit,
+                                  extra=_clearing(0.05, clears))
     return _verdict(tally, elapsed, calls // n * n,
                     f"host values per thread, {len(clears)} clear_caches() meanwhile")
 
