@@ -35,18 +35,28 @@ def _assert_alive_and_unchanged(x, before):
     np.testing.assert_array_equal(np.asarray(x), before)
 
 
-@pytest.mark.parametrize("donate", [0, 1, (0, 1)], ids=["first", "second", "both"])
-def test_pmap_runs_a_moved_array_passed_twice_as_jax_pmap_does(donate):
-    body = lambda a, b: (a * 2 + b, a - b)  # noqa: E731
-    ours = pmapkit.pmap(body, donate_argnums=donate)
-    theirs = jax.pmap(body, donate_argnums=donate)
+def _both_called_twice_with_one_moved_array(ours, theirs):
+    """``(got, want)`` of each of CALLS calls ``f(x, x)`` of each side, x an
+    array on device 0 (moved by both), asserted alive and unchanged after
+    every call."""
     x = _on_device_0()
     before = np.asarray(x).copy()
+    pairs = []
     for _ in range(CALLS):
         want = theirs(x, x)
         _assert_alive_and_unchanged(x, before)
         got = ours(x, x)
         _assert_alive_and_unchanged(x, before)
+        pairs.append((got, want))
+    return pairs
+
+
+@pytest.mark.parametrize("donate", [0, 1, (0, 1)], ids=["first", "second", "both"])
+def test_pmap_runs_a_moved_array_passed_twice_as_jax_pmap_does(donate):
+    body = lambda a, b: (a * 2 + b, a - b)  # noqa: E731
+    ours = pmapkit.pmap(body, donate_argnums=donate)
+    theirs = jax.pmap(body, donate_argnums=donate)
+    for got, want in _both_called_twice_with_one_moved_array(ours, theirs):
         for g, w in zip(got, want):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
@@ -94,13 +104,7 @@ def test_pjit_runs_a_moved_array_passed_twice_as_jax_jit_does(mesh8, donate):
                         donate_argnums=donate)
     theirs = jax.jit(body, in_shardings=sharding, out_shardings=sharding,
                      donate_argnums=donate)
-    x = _on_device_0()
-    before = np.asarray(x).copy()
-    for _ in range(CALLS):
-        want = theirs(x, x)
-        _assert_alive_and_unchanged(x, before)
-        got = ours(x, x)
-        _assert_alive_and_unchanged(x, before)
+    for got, want in _both_called_twice_with_one_moved_array(ours, theirs):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert got.sharding.is_equivalent_to(want.sharding, got.ndim)
 

@@ -138,10 +138,16 @@ def test_no_import_circles_in_the_package():
     assert cycle is None, " -> ".join(cycle)
 
 
-def test_no_import_circles_in_the_repository():
+@pytest.fixture
+def checkout_graph():
+    """The import graph of the whole checkout (skipped where there is none)."""
     if not os.path.isdir(os.path.join(_install.REPO, "bench")):
         pytest.skip("no checkout beside the tests; set PMAPKIT_CHECKOUT")
-    graph = repository_graph()
+    return repository_graph()
+
+
+def test_no_import_circles_in_the_repository(checkout_graph):
+    graph = checkout_graph
     # The checker sees the stress pass, the bench scripts and the tests' helpers.
     for seen in ("bench:stress.runner", "bench:stress.probes", "bench:stress_pass",
                  "bench:dispatch_cost", "tests:_install", "tests:_doc_blocks",
@@ -153,10 +159,8 @@ def test_no_import_circles_in_the_repository():
     assert cycle is None, " -> ".join(cycle)
 
 
-def test_the_stress_pass_is_layered():
-    if not os.path.isdir(os.path.join(_install.REPO, "bench")):
-        pytest.skip("no checkout beside the tests; set PMAPKIT_CHECKOUT")
-    graph = repository_graph()
+def test_the_stress_pass_is_layered(checkout_graph):
+    graph = checkout_graph
     stress = {m for m in graph if m.startswith("bench:stress.")}
     # probes is the bottom; probe modules never reach the runner or the catalog.
     assert not graph["bench:stress.probes"] & stress

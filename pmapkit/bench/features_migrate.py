@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ import numpy as np
 
 import pmapkit
 from pmapkit.bench.features import feature_case, interleaved_cpu_us
-from pmapkit.bench.features_wrappers import SCRIPT, run_script
+from pmapkit.bench.features_wrappers import SCRIPT, alternating_rows
 from pmapkit.legacy.migrate import helpers, migrate_source
 
 
@@ -46,23 +45,8 @@ def inline_pmaps_script_migrated(settings):
                     "pmapkit run --route-pmap": [sys.executable, "-m", "pmapkit", "run",
                                                  "--route-pmap", SCRIPT],
                     "pmapkit": [sys.executable, "-P", migrated]}
-        rounds = max(3, settings["rounds"] // 2)
-        wall = {impl: [] for impl in commands}
-        cpu = {impl: [] for impl in commands}
-        checksums = set()
-        for k in range(rounds):
-            order = list(commands.items())
-            for impl, command in (order if k % 2 == 0 else order[::-1]):
-                us, cpu_us, checksum = run_script(command)
-                wall[impl].append(us)
-                cpu[impl].append(cpu_us)
-                checksums.add(checksum)
-    if len(checksums) != 1:
-        raise RuntimeError(f"the runs disagree: checksums {sorted(checksums)}")
-    what = {"pmapkit": "migrated file, plain jax"}
-    return [{"impl": impl, "value": statistics.median(v), "unit": "us/iteration (wall)",
-             "rounds": v, "cpu_us": statistics.median(cpu[impl]), "cpu_us_rounds": cpu[impl],
-             "what": what.get(impl, "original script")} for impl, v in wall.items()]
+        return alternating_rows(commands, settings, what={
+            "pmapkit": "migrated file, plain jax", None: "original script"})
 
 
 def _migrated_pmap():

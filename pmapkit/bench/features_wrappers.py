@@ -39,28 +39,41 @@ def run_script(command):
             lines["checksum"])
 
 
-def _per_iteration_us(route_pmap):
-    command = ([sys.executable, "-m", "pmapkit", "run", "--route-pmap"]
-               if route_pmap else [sys.executable])
-    return run_script(command + [SCRIPT])
+def alternating_rows(commands, settings, what=None):
+    """Run each of ``commands`` (impl -> command running ``SCRIPT`` or a copy
+    of it) in rounds of fresh processes, the order reversed every other
+    round; one result row per impl: the median wall µs per iteration, the
+    process CPU µs riding along, and, with ``what``, a "what" text per row
+(``what[impl]``, else ``what[None]``). Raises if
+    the runs' checksums disagree (they computed different things)."""
+    rounds = max(3, settings["rounds"] // 2)
+    wall = {impl: [] for impl in commands}
+    cpu = {impl: [] for impl in commands}
+    checksums = set()
+    for k in range(rounds):
+        order = list(commands.items())
+        for impl, command in (order if k % 2 == 0 else order[::-1]):
+            us, cpu_us, checksum = run_script(command)
+            wall[impl].append(us)
+            cpu[impl].append(cpu_us)
+            checksums.add(checksum)
+    if len(checksums) != 1:
+        raise RuntimeError(f"the runs disagree: checksums {sorted(checksums)}")
+    rows = []
+    for impl, v in wall.items():
+        row = {"impl": impl, "value": statistics.median(v), "unit": "us/iteration (wall)",
+               "rounds": v, "cpu_us": statistics.median(cpu[impl]),
+               "cpu_us_rounds": cpu[impl]}
+        if what is not None:
+            row["what"] = what.get(impl, what.get(None))
+        rows.append(row)
+    return rows
 
 
 @feature_case("inline_pmaps_script_route_pmap_8_devices", baseline="jax.pmap",
               higher_is_better=False)
 def inline_pmaps_script(settings):
-    rounds = max(3, settings["rounds"] // 2)
-    samples = {"jax.pmap": [], "pmapkit": []}
-    cpu = {"jax.pmap": [], "pmapkit": []}
-    checksums = set()
-    for k in range(rounds):
-        order = [("jax.pmap", False), ("pmapkit", True)]
-        for impl, route in (order if k % 2 == 0 else order[::-1]):
-            us, cpu_us, checksum = _per_iteration_us(route)
-            samples[impl].append(us)
-            cpu[impl].append(cpu_us)
-            checksums.add(checksum)
-    if len(checksums) != 1:
-        raise RuntimeError(f"the two runs disagree: checksums {sorted(checksums)}")
-    return [{"impl": impl, "value": statistics.median(v), "unit": "us/iteration (wall)",
-             "rounds": v, "cpu_us": statistics.median(cpu[impl]),
-             "cpu_us_rounds": cpu[impl]} for impl, v in samples.items()]
+    return alternating_rows(
+        {"jax.pmap": [sys.executable, SCRIPT],
+         "pmapkit": [sys.executable, "-m", "pmapkit", "run", "--route-pmap", SCRIPT]},
+        settings)

@@ -24,6 +24,14 @@ def _module(name, doc, **values):
     return module
 
 
+def _named(fn, name, module, doc):
+    """``fn`` made under another name, as the classic ``module.name`` reads."""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__module__ = module
+    fn.__doc__ = doc
+    return fn
+
+
 # -- x64 ------------------------------------------------------------------------
 
 def enable_x64():
@@ -187,10 +195,8 @@ def key_constructor(impl, name):
                     f'"{default}".')
             key = jax.random.key(seed, impl=impl)
             return key if custom else jax.random.key_data(key)
-        constructor.__name__ = constructor.__qualname__ = name
-        constructor.__module__ = "jax.random"
-        constructor.__doc__ = f"Classic ``jax.random.{name}``: a {impl} key from a seed."
-        return constructor
+        return _named(constructor, name, "jax.random",
+                      f"Classic ``jax.random.{name}``: a {impl} key from a seed.")
     return make
 
 
@@ -206,10 +212,8 @@ def triangle(which):
 
         def tri(m, k=0):
             return fn(m, k)
-        tri.__name__ = tri.__qualname__ = which
-        tri.__module__ = "jax.scipy.linalg"
-        tri.__doc__ = f"Classic ``jax.scipy.linalg.{which}``: ``jnp.{which}(m, k)``."
-        return tri
+        return _named(tri, which, "jax.scipy.linalg",
+                      f"Classic ``jax.scipy.linalg.{which}``: ``jnp.{which}(m, k)``.")
     return make
 
 
