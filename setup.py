@@ -10,7 +10,7 @@ from setuptools import Extension, setup
 COMPILED_MODULES = ["_dispatch", "_shard_arg"]
 
 extensions = [
-    Extension(f"pmapkit.{name}", [f"pmapkit/{name}.py"])
+    Extension(f"pmapkit.core.{name}", [f"pmapkit/core/{name}.py"])
     for name in COMPILED_MODULES
 ]
 

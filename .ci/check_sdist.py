@@ -22,10 +22,10 @@ def sdist_files(path):
 
 def expected_sources(checkout):
     """Every source file of pmapkit/, and every file of tests/, docs/ and
-    bench/ (the suite runs the pages' examples and reads bench/'s import
+    bench/ and stress/ (the suite runs the pages' examples and reads their import
     graph), in the checkout."""
     wanted = set()
-    for top in ("pmapkit", "tests", "docs", "bench"):
+    for top in ("pmapkit", "tests", "docs", "bench", "stress"):
         for root, dirs, files in os.walk(os.path.join(checkout, top)):
             dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
             for name in files:

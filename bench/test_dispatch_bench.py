@@ -1,4 +1,4 @@
-"""pytest-benchmark suite of the dispatch cases of ``pmapkit.bench``.
+"""pytest-benchmark suite of the dispatch cases of ``pmapkit.tools.bench``.
 
 Every case x impl is one test (ids like ``pmap_simple_8_devices-pmapkit``),
 grouped by case so the impls show side by side::
@@ -27,7 +27,7 @@ import statistics
 
 import pytest
 
-from pmapkit.bench import engine as _bench
+from pmapkit.tools.bench import engine as _bench
 
 
 def _params():

@@ -17,7 +17,7 @@ Public surface (explicit re-exports only; the public modules are listed in
                  them too)
   set_cpu_collectives_in_flight
                  the bound on executions of collective programs in flight on
-                 XLA:CPU (see pmapkit.inflight)
+                 XLA:CPU
   COMPILED       True when the Cython dispatch core is in use
 """
 import importlib as _importlib
@@ -30,37 +30,37 @@ from jax.sharding import NamedSharding, PartitionSpec
 # Each public name is loaded from its module on first use (module
 # ``__getattr__``), so a program pays at start-up only for the systems it
 # uses. The transformation rules of pmapkit's primitives are registered by
-# ``pmapkit.lowering``, which every module binding them imports.
+# ``pmapkit.core.lowering``, which every module binding them imports.
 _LAZY = {
-    "COMPILED": "pmapkit._compiled",
-    "clear_caches": "pmapkit.caches", "set_cache_size": "pmapkit.caches",
-    "set_cpu_collectives_in_flight": "pmapkit.inflight",
-    "Mesh": "pmapkit.mesh", "mesh": "pmapkit.mesh",
-    "maps": None,
-    "pjit": "pmapkit.pjit", "with_sharding_constraint": "pmapkit.pjit",
-    "device_put_replicated": "pmapkit.placement",
-    "device_put_sharded": "pmapkit.placement",
-    "pmap": "pmapkit.pmap",
-    "Chunked": "pmapkit.sharding_specs", "NoSharding": "pmapkit.sharding_specs",
-    "Replicated": "pmapkit.sharding_specs", "ShardedAxis": "pmapkit.sharding_specs",
-    "ShardingSpec": "pmapkit.sharding_specs", "Unstacked": "pmapkit.sharding_specs",
-    "parse_op_sharding": "pmapkit.sharding_specs",
+    "COMPILED": "pmapkit.core._compiled",
+    "clear_caches": "pmapkit.core.caches", "set_cache_size": "pmapkit.core.caches",
+    "set_cpu_collectives_in_flight": "pmapkit.core.inflight",
+    "Mesh": "pmapkit.core.mesh", "mesh": "pmapkit.core.mesh",
+    "maps": "pmapkit.pjit.maps",
+    "pjit": "pmapkit.pjit._pjit", "with_sharding_constraint": "pmapkit.pjit._pjit",
+    "device_put_replicated": "pmapkit.pmap.placement",
+    "device_put_sharded": "pmapkit.pmap.placement",
+    "pmap": "pmapkit.pmap._pmap",
+    "Chunked": "pmapkit.core.sharding_specs", "NoSharding": "pmapkit.core.sharding_specs",
+    "Replicated": "pmapkit.core.sharding_specs", "ShardedAxis": "pmapkit.core.sharding_specs",
+    "ShardingSpec": "pmapkit.core.sharding_specs", "Unstacked": "pmapkit.core.sharding_specs",
+    "parse_op_sharding": "pmapkit.core.sharding_specs",
 }
 
 
 def __getattr__(name):
     if name not in _LAZY:
         # ``import pmapkit`` once loaded the core's modules eagerly, so code
-        # reading ``pmapkit.inflight`` (or ``pmapkit.host_callback``) after a
-        # bare ``import pmapkit`` worked: a submodule still answers, loaded now.
+        # reading ``pmapkit.host_callback`` after a bare ``import pmapkit``
+        # worked: a submodule still answers, loaded now.
         if not name.startswith("__") and _importlib_util.find_spec(
                 f"{__name__}.{name}") is not None:
             return _importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = _LAZY[name]
-    if module is None:  # a submodule that is itself the public name
-        return _importlib.import_module(f"{__name__}.{name}")
-    value = getattr(_importlib.import_module(module), name)
+    module = _importlib.import_module(_LAZY[name])
+    # ``maps`` is a module that is itself the public name.
+    value = module if module.__name__.endswith(f".{name}") and name == "maps" \
+        else getattr(module, name)
     globals()[name] = value
     return value
 
@@ -70,14 +70,13 @@ def __dir__():
 
 
 class _Package(_types.ModuleType):
-    """``pmapkit.pjit``, ``pmapkit.pmap`` and ``pmapkit.mesh`` are the
-    functions, though modules of those names exist: importing the module
-    (which Python then sets as the package's attribute) keeps the function
-    there."""
+    """``pmapkit.pjit`` and ``pmapkit.pmap`` are the functions, though
+    packages of those names exist: importing the package (which Python then
+    sets as this package's attribute) leaves the function in place."""
 
     def __setattr__(self, name, value):
-        if (isinstance(value, _types.ModuleType) and _LAZY.get(name) == value.__name__
-                and hasattr(value, name)):
+        if (isinstance(value, _types.ModuleType) and name in ("pjit", "pmap")
+                and value.__name__ == f"{__name__}.{name}"):
             value = getattr(value, name)
         super().__setattr__(name, value)
 
@@ -95,11 +94,12 @@ __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
 # ARCHITECTURE.md, "Public surface"); tests/test_public_surface.py holds the
 # docs to this list.
 _PUBLIC_MODULES = (
-    "pmapkit", "pmapkit.maps", "pmapkit.host_callback", "pmapkit.export",
+    "pmapkit", "pmapkit.pmap", "pmapkit.pjit", "pmapkit.pjit.maps",
+    "pmapkit.host_callback", "pmapkit.export",
     "pmapkit.colocated_python", "pmapkit.distributed", "pmapkit.legacy",
-    "pmapkit.legacy.names",
+    "pmapkit.legacy.names", "pmapkit.tools.migrate",
     # where names of pmapkit's ``__all__`` are defined and documented
-    "pmapkit.pmap", "pmapkit.pjit", "pmapkit.mesh", "pmapkit.placement",
-    "pmapkit.caches", "pmapkit.inflight", "pmapkit.sharding_specs",
+    "pmapkit.core.mesh", "pmapkit.pmap.placement",
+    "pmapkit.core.caches", "pmapkit.core.inflight", "pmapkit.core.sharding_specs",
 )
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """``python -m pmapkit [demo | bench ...]``: the same as the ``pmapkit`` command."""
 import sys
 
-from pmapkit.cli import main
+from pmapkit.tools.cli import main
 
 sys.exit(main())

@@ -16,7 +16,7 @@ def pmapkit_checks():
     """The context for tracing pmapkit.pmap/pjit under an export: JAX's
     checks stay on (the suite's setting); pmapkit's typecheck rules must be
     registered for them to pass, which this asserts."""
-    assert importlib.util.find_spec("pmapkit.rules.typecheck") is not None
+    assert importlib.util.find_spec("pmapkit.core.rules.typecheck") is not None
     return contextlib.nullcontext()
 
 

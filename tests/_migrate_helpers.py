@@ -6,7 +6,7 @@ import sys
 
 import libcst as cst
 
-from pmapkit.legacy.migrate import helpers
+from pmapkit.tools.migrate import helpers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEGACY_SCRIPTS = os.path.join(HERE, "legacy_scripts")

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import pmapkit
-from pmapkit import _cache_keys, lowering
-from pmapkit._compiled import dispatch as _dispatch_mod
+from pmapkit.core import _cache_keys, lowering
+from pmapkit.core._compiled import dispatch as _dispatch_mod
 
 N = len(jax.devices())
 

@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 
 import pmapkit
-from pmapkit import lowering
+from pmapkit.core import lowering
 
 # ``pmapkit.pmap`` is the function (re-exported by the package), which shadows
 # the submodule of the same name; the module itself is here.
-pmap_module = importlib.import_module("pmapkit.pmap")
+pmap_module = importlib.import_module("pmapkit.pmap._pmap")
 
 N = len(jax.devices())  # 8, forced by conftest
 

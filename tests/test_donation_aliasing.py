@@ -20,7 +20,7 @@ import pytest
 
 import pmapkit
 from pmapkit import PartitionSpec as P
-from pmapkit import lowering
+from pmapkit.core import lowering
 
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       "_donation_aliasing_helpers.py")

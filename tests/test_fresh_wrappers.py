@@ -23,7 +23,7 @@ from jax import lax
 
 import pmapkit
 from pmapkit import PartitionSpec as P
-from pmapkit import wrapper_cache
+from pmapkit.core import wrapper_cache
 
 N = 8
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"

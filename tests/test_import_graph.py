@@ -2,8 +2,8 @@
 
 Every ``import`` counts, module-level or inside a function, read from the
 source (``ast``) of every module of the installed package, and of the
-checkout's ``bench/`` (the stress pass is imported as the top-level package
-``stress``, with ``bench/`` on ``sys.path``) and ``tests/`` (helpers such as
+checkout's ``bench/``, the stress pass (the top-level package ``stress``, run
+as ``python -m stress`` from the checkout) and ``tests/`` (helpers such as
 ``_install`` are imported by their bare names).
 """
 import ast
@@ -20,8 +20,10 @@ PACKAGE_DIR = os.path.dirname(pmapkit.__file__)
 ROOT = "pmapkit"
 #: Source roots of the checkout beside the package: each is a directory put
 #: on sys.path, so its modules are named relative to it ("." holds only the
-#: top-level scripts, setup.py; the others are read whole).
+#: top-level scripts, setup.py, and the packages below; the others are read
+#: whole).
 CHECKOUT_ROOTS = ("bench", "tests", "docs", ".ci", ".")
+TOP_LEVEL_PACKAGES = ("stress",)
 
 
 def _module_name(path, base):
@@ -81,7 +83,7 @@ def import_graph():
 
 def repository_graph():
     """The whole repository's graph: the package's modules by their names,
-    the checkout roots' as ``root:module`` (``bench:stress.runner``,
+    the checkout roots' as ``root:module`` (``.:stress.runner``,
     ``tests:_install``); a root's modules see their own root and pmapkit.
     A root the checkout lacks (an sdist has no .ci/) is left out."""
     package = _modules()
@@ -91,6 +93,10 @@ def repository_graph():
         if not os.path.isdir(folder):
             continue
         modules = _root_modules(folder, recursive=root != ".")
+        if root == ".":
+            for top in TOP_LEVEL_PACKAGES:
+                modules.update({_module_name(path, folder): path for path in
+                                _python_files(os.path.join(folder, top))})
         known = {**package, **modules}
         for name, path in modules.items():
             graph[f"{root}:{name}"] = {e if e in package else f"{root}:{e}"
@@ -141,7 +147,7 @@ def test_no_import_circles_in_the_package():
 @pytest.fixture
 def checkout_graph():
     """The import graph of the whole checkout (skipped where there is none)."""
-    if not os.path.isdir(os.path.join(_install.REPO, "bench")):
+    if not os.path.isdir(os.path.join(_install.REPO, "stress")):
         pytest.skip("no checkout beside the tests; set PMAPKIT_CHECKOUT")
     return repository_graph()
 
@@ -149,11 +155,11 @@ def checkout_graph():
 def test_no_import_circles_in_the_repository(checkout_graph):
     graph = checkout_graph
     # The checker sees the stress pass, the bench scripts and the tests' helpers.
-    for seen in ("bench:stress.runner", "bench:stress.probes", "bench:stress_pass",
+    for seen in (".:stress.runner", ".:stress.probes", ".:stress.__main__",
                  "bench:dispatch_cost", "tests:_install", "tests:_doc_blocks",
                  "tests:test_import_graph", ".:setup"):
         assert seen in graph, seen
-    assert "bench:stress.probes" in graph["bench:stress.common"]
+    assert ".:stress.probes" in graph[".:stress.common"]
     assert "tests:_install" in graph["tests:conftest"]
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
@@ -161,13 +167,13 @@ def test_no_import_circles_in_the_repository(checkout_graph):
 
 def test_the_stress_pass_is_layered(checkout_graph):
     graph = checkout_graph
-    stress = {m for m in graph if m.startswith("bench:stress.")}
+    stress = {m for m in graph if m.startswith(".:stress.")}
     # probes is the bottom; probe modules never reach the runner or the catalog.
-    assert not graph["bench:stress.probes"] & stress
-    above = {"bench:stress.runner", "bench:stress.catalog", "bench:stress.report"}
+    assert not graph[".:stress.probes"] & stress
+    above = {".:stress.runner", ".:stress.catalog", ".:stress.report", ".:stress.__main__"}
     for module in stress - above:
         assert not reachable(graph, module) & above, module
-    assert "bench:stress.bad_pmap" in graph["bench:stress.catalog"]
+    assert ".:stress.bad_pmap" in graph[".:stress.catalog"]
 
 
 def test_the_checker_sees_a_circle():
@@ -180,7 +186,7 @@ def test_the_dispatch_core_imports_nothing_of_jax():
     # trace context, describe); it imports no pmapkit module, so none that
     # reaches jax._src.
     graph = import_graph()
-    for core in ("pmapkit._dispatch", "pmapkit._shard_arg"):
+    for core in ("pmapkit.core._dispatch", "pmapkit.core._shard_arg"):
         assert graph[core] == set(), graph[core]
         with open(_modules()[core]) as f:
             tree = ast.parse(f.read())
@@ -203,22 +209,52 @@ def test_only_the_private_module_imports_jax_src():
 
 def test_the_rooms_are_in_order():
     graph = import_graph()
-    assert "pmapkit.lowering" not in graph["pmapkit.primitives"]
-    below_lowering = reachable(graph, "pmapkit.lowering")
+    assert "pmapkit.core.lowering" not in graph["pmapkit.core.primitives"]
+    below_lowering = reachable(graph, "pmapkit.core.lowering")
     assert not {m for m in below_lowering if "process_local" in m or "distributed" in m}
-    # Nothing outside pmapkit.bench imports it.
+    # Nothing outside pmapkit.tools.bench imports it.
     for name, edges in graph.items():
-        if not name.startswith("pmapkit.bench"):
-            bench = {e for e in edges if e.startswith("pmapkit.bench")}
-            allowed = {"pmapkit.cli"}  # the `pmapkit bench` command
+        if not name.startswith("pmapkit.tools.bench"):
+            bench = {e for e in edges if e.startswith("pmapkit.tools.bench")}
+            allowed = {"pmapkit.tools.cli"}  # the `pmapkit bench` command
             assert not bench or name in allowed, (name, bench)
     # The classic surface (pmapkit.legacy) sits above the core and the
-    # systems: only the command that installs it reaches into it.
+    # systems: only the tools (the command that installs it, migrate's
+    # rules taken from its census, the bench) reach into it.
     assert "pmapkit.legacy.names" in graph
     for name, edges in graph.items():
-        if not name.startswith(("pmapkit.legacy", "pmapkit.bench")):
+        if not name.startswith(("pmapkit.legacy", "pmapkit.tools")):
             legacy = {e for e in edges if e.startswith("pmapkit.legacy")}
-            assert not legacy or name == "pmapkit.cli", (name, legacy)
+            assert not legacy, (name, legacy)
+
+
+SYSTEMS = ("pmapkit.pmap", "pmapkit.pjit", "pmapkit.host_callback", "pmapkit.export",
+           "pmapkit.colocated_python")
+
+
+def _in(name, packages):
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_the_layout_shows_the_systems_on_the_core():
+    graph = import_graph()
+    # The five systems are packages side by side; the core is a folder of
+    # its own; the tools and the classic surface are above them all.
+    for system in SYSTEMS + ("pmapkit.core", "pmapkit.tools", "pmapkit.legacy"):
+        assert system in graph, system
+    for name, edges in graph.items():
+        # No arrow up from the core: it imports only itself and the JAX boundary.
+        if _in(name, ("pmapkit.core",)):
+            assert all(_in(e, ("pmapkit.core", "pmapkit._jax_private")) for e in edges), \
+                (name, edges)
+        # A system reaches neither the tools nor the classic surface.
+        if _in(name, SYSTEMS + ("pmapkit.distributed",)):
+            assert not {e for e in edges if _in(e, ("pmapkit.tools", "pmapkit.legacy"))}, \
+                (name, edges)
+    # Nothing but a tool imports a tool (the package's ``__main__`` runs the CLI).
+    for name, edges in graph.items():
+        if not _in(name, ("pmapkit.tools",)) and name != "pmapkit.__main__":
+            assert not {e for e in edges if _in(e, ("pmapkit.tools",))}, (name, edges)
 
 
 def test_exported_is_the_bottom_of_export():
@@ -234,7 +270,7 @@ def test_exported_is_the_bottom_of_export():
 
 def test_import_pmapkit_loads_no_benchmark_module(tmp_path):
     code = ("import sys, pmapkit; "
-            "print(sorted(m for m in sys.modules if m.startswith('pmapkit.bench')))")
+            "print(sorted(m for m in sys.modules if m.startswith('pmapkit.tools.bench')))")
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

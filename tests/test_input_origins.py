@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
-from pmapkit import lowering
+from pmapkit.core import lowering
 
 N = len(jax.devices())  # 8, forced by conftest
 FLAX_AXIS = "_device_put_sharded"

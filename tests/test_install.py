@@ -51,7 +51,7 @@ def test_every_module_of_the_checkout_is_installed():
 
 
 def test_imports_from_another_directory(tmp_path):
-    code = ("import pmapkit, pmapkit.rules, pmapkit.cli; "
+    code = ("import pmapkit, pmapkit.core.rules, pmapkit.tools.cli; "
             "print(pmapkit.__file__); print(pmapkit.COMPILED)")
     proc = _run_elsewhere([sys.executable, "-c", code], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -135,7 +135,7 @@ def test_output_is_prefixed_with_the_rank(tmp_path):
 
 
 def test_a_rank_runs_its_script_as_python_would(tmp_path):
-    """Each rank runs through pmapkit/_as_main.py: __main__, sys.argv,
+    """Each rank runs through pmapkit/tools/run.py: __main__, sys.argv,
     __file__ and the script's directory first on sys.path (a module beside
     it imports; none of pmapkit's own modules shadows a top-level name)."""
     app = tmp_path / "app"
@@ -162,7 +162,7 @@ def test_pmapkit_run_under_the_launcher(tmp_path):
     proc = _launch(["-n", "2", "--devices-per-process", "1", "-m", "pmapkit", "run", script],
                    tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[1] rank 1 pmapkit.mesh" in proc.stdout.splitlines()
+    assert "[1] rank 1 pmapkit.core.mesh" in proc.stdout.splitlines()
 
 
 def test_jax_sees_the_requested_devices_and_joins_the_run(tmp_path):

@@ -156,7 +156,7 @@ def test_module_mode_runs_like_python_m(tmp_path):
     assert proc.stdout.splitlines() == [
         f"name __main__ argv ['5', '--lr', '0.1'] path0 {tmp_path}",
         "argv0 is the module file True",
-        "maps pmapkit.mesh pjit pmapkit.pjit",
+        "maps pmapkit.core.mesh pjit pmapkit.pjit",
     ]
     assert len(_legacy_lines(proc.stderr)) == 1
 
@@ -245,14 +245,14 @@ def test_install_twice_says_it_once_and_route_later(tmp_path):
         print("second", list(pmapkit.legacy.install()))
         print("route", list(pmapkit.legacy.install(route_pmap=True)))
         print("recorded", pmapkit.legacy.installed() == first + ("jax.pmap",))
-        import jax.experimental.maps as maps, pmapkit.maps
+        import jax.experimental.maps as maps, pmapkit
         print("maps", maps is pmapkit.maps, maps.__spec__.name, maps.__name__)
         from jax.experimental import PartitionSpec
         print("PartitionSpec", PartitionSpec is jax.sharding.PartitionSpec)
     """)
     proc = _run([sys.executable, probe], tmp_path)
     assert _ok(proc) == ["second []", "route ['jax.pmap']", "recorded True",
-                         "maps True pmapkit.maps pmapkit.maps", "PartitionSpec True"]
+                         "maps True pmapkit.pjit.maps pmapkit.pjit.maps", "PartitionSpec True"]
     said = _legacy_lines(proc.stderr)
     assert len(said) == 2
     assert said[0].count("served ") == 1 and "jax.pmap" not in said[0]

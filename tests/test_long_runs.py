@@ -15,7 +15,7 @@ import pytest
 import jax
 
 import pmapkit
-from pmapkit import caches, inflight, lowering
+from pmapkit.core import caches, inflight, lowering
 
 N = len(jax.devices())
 
@@ -117,7 +117,7 @@ def test_resident_memory_flat_under_shape_churn():
             if k in (120, 320):
                 gc.collect()
                 marks[k] = rss_mib()
-        from pmapkit import lowering
+        from pmapkit.core import lowering
         print(f._cache_size, len(lowering._compile_cache), marks[120], marks[320])
     """, timeout=300)
     size, programs, at_120, at_320 = out.split()
@@ -143,7 +143,7 @@ def test_ten_thousand_unblocked_psums_complete():
         g = pmapkit.pmap(lambda x: jax.lax.psum(x, "i") * 2, axis_name="i")
         for _ in range(300):
             z = g(x * 1.0)   # numpy input: still the hit path (host put)
-        print(float(y[0, 0]), float(z[3, 1]), pmapkit.inflight.cpu_collectives_in_flight())
+        print(float(y[0, 0]), float(z[3, 1]), pmapkit.core.inflight.cpu_collectives_in_flight())
     """, timeout=400)
     total, doubled, limit = out.split()
     assert float(total) == 8.0 and float(doubled) == 16.0
@@ -186,7 +186,7 @@ def test_in_flight_bound_is_configurable():
             inflight.set_cpu_collectives_in_flight(bad)
     run_script("""
         import pmapkit
-        assert pmapkit.inflight.cpu_collectives_in_flight() == 2
+        assert pmapkit.core.inflight.cpu_collectives_in_flight() == 2
     """, timeout=120, env={"PMAPKIT_CPU_COLLECTIVES_IN_FLIGHT": "2"})
 
 

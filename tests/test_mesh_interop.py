@@ -15,8 +15,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import pmapkit
-from pmapkit import maps
-from pmapkit.mesh import current_mesh
+from pmapkit.pjit import maps
+from pmapkit.core.mesh import current_mesh
 
 AXES = ("x", "y")
 DEVICES = np.array(jax.devices()).reshape(2, 4)

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from pmapkit.legacy.migrate import check, migrate_source
+from pmapkit.tools.migrate import check, migrate_source
 
 from _migrate_helpers import migrate
 

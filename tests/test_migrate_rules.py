@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from pmapkit.legacy import names as census
-from pmapkit.legacy.migrate import migrate_source
-from pmapkit.legacy.migrate import helpers, rules_trees_ops
+from pmapkit.tools.migrate import migrate_source
+from pmapkit.tools.migrate import helpers, rules_trees_ops
 
 from _migrate_helpers import SAMPLES, migrate, verdicts, without_helpers
 
@@ -498,7 +498,7 @@ def test_a_migrated_pmap_inside_a_migrated_pmap_says_what_to_write():
     import numpy as np
     import pytest
 
-    from pmapkit.legacy.migrate import helpers
+    from pmapkit.tools.migrate import helpers
     namespace = {"jax": jax, "numpy": np, "functools": functools}
     exec(compile(helpers.PMAP.source, "<_pmap>", "exec"), namespace)
     pmap = namespace["_pmap"]

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pmapkit.legacy.migrate import migrate_source
+from pmapkit.tools.migrate import migrate_source
 
 from _migrate_helpers import LEGACY_SCRIPTS, SAMPLES, migrate, verdicts
 

@@ -43,7 +43,7 @@ import numpy as np
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 import pmapkit, pmapkit.distributed
-from pmapkit import lowering
+from pmapkit.core import lowering
 
 pmapkit.distributed.initialize()
 me, n = jax.process_index(), jax.process_count()

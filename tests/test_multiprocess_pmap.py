@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pmapkit
-from pmapkit import demo
+from pmapkit.tools import demo
 
 import _multiprocess_cases as mpc
 
@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent("""
     block = mpc.global_input(total)[me * local:(me + 1) * local]
     results, facts = {}, {"local": local, "total": total, "compiled": pmapkit.COMPILED}
 
-    pmap_module = importlib.import_module("pmapkit.pmap")
+    pmap_module = importlib.import_module("pmapkit.pmap._pmap")
     misses = [0]
     real_miss = pmap_module._cache_miss
     def counting_miss(*args, **kwargs):
@@ -109,7 +109,7 @@ SCRIPT = textwrap.dedent("""
             return str(err)
         return None
     from jax.sharding import Mesh
-    from pmapkit.distributed import process_local
+    from pmapkit.core import process_local
     devs = jax.devices()
     facts["errors"] = {
         "nested_with_devices": error_of(lambda: pmapkit.pmap(

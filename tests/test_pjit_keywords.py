@@ -15,8 +15,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 import pmapkit
 
-pjit_module = importlib.import_module("pmapkit.pjit")
-calls_module = importlib.import_module("pmapkit.calls")
+pjit_module = importlib.import_module("pmapkit.pjit._pjit")
+calls_module = importlib.import_module("pmapkit.core.calls")
 
 AXES = ("x", "y")
 DEVICES = np.array(jax.devices()).reshape(2, 4)

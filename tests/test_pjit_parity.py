@@ -28,9 +28,9 @@ from jax.sharding import NamedSharding
 import pmapkit
 from pmapkit import PartitionSpec as P
 
-# ``pmapkit.mesh`` is the context-manager function (re-exported by the
+# ``pmapkit.core.mesh`` is the context-manager function (re-exported by the
 # package), which shadows the submodule of the same name.
-mesh_module = importlib.import_module("pmapkit.mesh")
+mesh_module = importlib.import_module("pmapkit.core.mesh")
 
 AXES = ("x", "y")
 MESH_SHAPES = [(1, 8), (2, 4), (4, 2)]
@@ -312,7 +312,7 @@ def _spy_on_copies(monkeypatch):
     (how pmapkit's per-leaf fallback reshards) and the fallback itself,
     ``CompiledProgram.shard_fallback`` (seen only by entries created after
     the spy is installed: a cache entry keeps the bound method)."""
-    from pmapkit import lowering
+    from pmapkit.core import lowering
     seen = []
     real_fallback = lowering.CompiledProgram.shard_fallback
     real_put = jax.device_put
@@ -466,7 +466,7 @@ def test_nested_meshes_restore_the_outer_one(api):
     inner = make_mesh((8, 1))
     with api.mesh as outer:
         assert mesh_module.current_mesh() is outer
-        with pmapkit.mesh(np.array(jax.devices()).reshape(8, 1), AXES):
+        with pmapkit.core.mesh(np.array(jax.devices()).reshape(8, 1), AXES):
             o_in = f(x)
             assert mesh_module.current_mesh().jax_mesh == inner.jax_mesh
         assert mesh_module.current_mesh() is outer

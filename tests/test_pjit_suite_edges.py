@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import pmapkit
 from pmapkit import _jax_private as jp
-from pmapkit.pjit import MeshChangedError
+from pmapkit.pjit._pjit import MeshChangedError
 
 
 def unused_five(x, y, z, a, b, c):  # noqa: ARG001 - five unused on purpose

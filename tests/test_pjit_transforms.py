@@ -24,7 +24,7 @@ import pmapkit
 
 from _checks import sub_jaxprs
 from pmapkit import PartitionSpec as P
-from pmapkit import lowering
+from pmapkit.core import lowering
 
 PRIM = "pmapkit_pjit"
 AXES = ("x", "y")
@@ -32,7 +32,7 @@ TOL = 1e-5
 
 # ``pmapkit.pjit`` is the function (re-exported by the package), which shadows
 # the submodule of the same name; the module itself is here.
-pjit_module = importlib.import_module("pmapkit.pjit")
+pjit_module = importlib.import_module("pmapkit.pjit._pjit")
 
 MESH = pmapkit.Mesh(np.array(jax.devices()).reshape(2, 4), AXES)
 MESH_1x8 = pmapkit.Mesh(np.array(jax.devices()).reshape(1, 8), AXES)

@@ -1,7 +1,7 @@
 """Every error of classic pmap: exception type plus the part of the message
 that tells the user what to fix (argument names, sizes, device counts).
 
-Messages come from ``pmapkit/pmap.py`` and ``pmapkit/specs.py``. Each error
+Messages come from ``pmapkit/pmap/_pmap.py`` and ``pmapkit/core/specs.py``. Each error
 must be raised before anything runs: the ``no_compile`` fixture fails a test
 that reaches ``lowering.compile_pmap``, and errors that can be found without
 tracing also must not trace the user function. A second identical call must
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 import pmapkit
-from pmapkit import lowering
+from pmapkit.core import lowering
 
 N = len(jax.devices())  # 8, forced by conftest
 

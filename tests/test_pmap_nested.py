@@ -27,7 +27,7 @@ import pmapkit
 from _checks import check, data
 
 INTERNAL = "_internal_pmap_axis_name"
-pmap_module = importlib.import_module("pmapkit.pmap")  # the module (the package's pmap is the function)
+pmap_module = importlib.import_module("pmapkit.pmap._pmap")  # the module (the package's pmap is the function)
 
 
 def same_sharding_and_values(ours, theirs):

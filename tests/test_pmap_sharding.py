@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
-from pmapkit import sharding_specs as ss
+from pmapkit.core import sharding_specs as ss
 from pmapkit.legacy.pmap_sharding import PmapSharding, is_pmap_layout, pmap_devices
 
 N = len(jax.devices())

@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding
 
 import pmapkit
 from pmapkit import PartitionSpec as P
-from pmapkit import lowering
+from pmapkit.core import lowering
 
 N = 8
 FLOAT0 = jax.dtypes.float0

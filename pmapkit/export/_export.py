@@ -33,9 +33,9 @@ import re
 import jax
 from jax import export as jax_export
 
-from pmapkit import calls, lowering
-from pmapkit.distributed import process_local
-from pmapkit._compiled import dispatch as _dispatch_mod
+from pmapkit.core import calls, lowering
+from pmapkit.core import process_local
+from pmapkit.core._compiled import dispatch as _dispatch_mod
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import RELAXED_CHECKS, checks_to_disable
 

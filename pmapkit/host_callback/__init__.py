@@ -61,7 +61,7 @@ from pmapkit.host_callback import (  # noqa: F401
     _failures, _printing, _region_checks, _runtime, _whole_mesh, _while_fix)
 from pmapkit.host_callback._primitive import call_is_ordered, outside_call_p
 from pmapkit.host_callback._runtime import CallbackException
-from pmapkit.rules import host_callback as _rules  # noqa: F401  (registers the rules)
+from pmapkit.host_callback import _rules  # noqa: F401  (registers the rules)
 
 __all__ = ["CallbackException", "CallbackFlavor", "TapFunctionException",
            "barrier_wait", "call", "id_print", "id_tap", "stop_outfeed_receiver"]

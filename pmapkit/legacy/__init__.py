@@ -7,7 +7,7 @@
 ``jax.experimental.pjit``              ``pjit`` of the classic signature
                                        (``in_axis_resources``/``out_axis_resources``),
                                        ``with_sharding_constraint``, ``PartitionSpec``
-``jax.experimental.maps``              ``pmapkit.maps`` (``Mesh``, ``mesh``,
+``jax.experimental.maps``              ``pmapkit.pjit.maps`` (``Mesh``, ``mesh``,
                                        ``thread_resources``)
 ``jax.experimental.PartitionSpec``     ``jax.sharding.PartitionSpec``
 ``jax.experimental.host_callback``     ``pmapkit.host_callback``
@@ -50,7 +50,7 @@ install gets it when the program imports it.
 
 ``install`` says on stderr, in one short line, how many names it served
 and refused (``pmapkit run --report`` lists them).
-``pmapkit run [--route-pmap] script.py`` (``pmapkit.cli``) installs and runs
+``pmapkit run [--route-pmap] script.py`` (``pmapkit.tools.cli``) installs and runs
 the script as ``__main__``.
 
 The package holds everything about classic names, apart from the core:

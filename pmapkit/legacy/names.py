@@ -482,7 +482,7 @@ SYSTEMS = (
             "jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P('x')))",
             "pmapkit.with_sharding_constraint"),
     Removed("jax.experimental.maps", "0.4.31", "jax.sharding.Mesh + jax.set_mesh",
-            "with jax.set_mesh(jax.sharding.Mesh(devs, ('x',))): ...", "pmapkit.maps"),
+            "with jax.set_mesh(jax.sharding.Mesh(devs, ('x',))): ...", "pmapkit.pjit.maps"),
     Removed("jax.experimental.host_callback", "0.8.0", "jax.debug.callback / "
             "jax.experimental.io_callback", "jax.debug.callback(print, x)",
             "pmapkit.host_callback"),

@@ -23,9 +23,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pmapkit import lowering, specs
-from pmapkit import sharding_specs as ss
-from pmapkit.primitives import pmap_p
+from pmapkit.core import lowering, specs
+from pmapkit.core import sharding_specs as ss
+from pmapkit.core.primitives import pmap_p
 
 __all__ = ["PmapSharding", "is_pmap_layout", "mapped_dims", "pmap_devices"]
 
@@ -80,7 +80,7 @@ def pmap_devices(sharding) -> np.ndarray:
 def _named(devices, spec: ss.ShardingSpec) -> NamedSharding:
     if not isinstance(spec, ss.ShardingSpec):
         raise TypeError("PmapSharding: sharding_spec must be a ShardingSpec "
-                        f"(pmapkit.sharding_specs / jax.interpreters.pxla), got {spec!r}")
+                        f"(pmapkit.core.sharding_specs / jax.interpreters.pxla), got {spec!r}")
     devices = np.array(list(np.asarray(devices, dtype=object).flat), dtype=object)
     if len(spec.mesh_mapping) != 1:
         raise ValueError(

@@ -1,0 +1,131 @@
+"""Feature benchmark cases: host_callback, export, colocated_python, multi-process.
+
+The dispatch cases (``pmapkit.tools.bench.engine``) time one call under four impls. A
+feature case measures something else (taps per second, serialize+load+first
+call, ...) for pmapkit and its JAX equivalent, side by side in one run. Each
+feature keeps its cases in a module of its own (``features_<feature>.py``) and
+registers them with ``@feature_case``; the module is listed in
+``FEATURE_MODULES`` so ``python -m pmapkit bench`` imports it.
+
+A case function takes the settings dict of the run (``"quick"`` or
+``"full"``: ``settings["rounds"]``, ``settings["target_s"]``) and returns rows,
+one per impl: ``{"impl": str, "value": float, "unit": str}`` plus any extra
+keys worth keeping in the JSON. The report prints every row and the ratio
+``pmapkit / baseline`` of each case (``baseline`` names the JAX impl).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import statistics
+import time
+from collections.abc import Callable
+
+#: Modules holding feature cases; one that fails to import is reported, not fatal.
+FEATURE_MODULES: tuple[str, ...] = (
+    "pmapkit.tools.bench.features_fidelity",
+    "pmapkit.tools.bench.features_nested",
+    "pmapkit.tools.bench.features_host_callback",
+    "pmapkit.tools.bench.features_export",
+    "pmapkit.tools.bench.features_startup",
+    "pmapkit.tools.bench.features_colocated",
+    "pmapkit.tools.bench.features_debugging",
+    "pmapkit.tools.bench.features_multiprocess",
+    "pmapkit.tools.bench.features_wrappers",
+    "pmapkit.tools.bench.features_edges",
+    "pmapkit.tools.bench.features_migrate",
+    "pmapkit.tools.bench.features_legacy",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureCase:
+    name: str                     # e.g. "host_callback_id_tap_taps_per_s"
+    run: Callable                 # settings -> list of row dicts
+    baseline: str                 # the impl ratios divide by (JAX's equivalent)
+    higher_is_better: bool        # taps/s: True; µs per call: False
+    multiprocess: bool = False    # only with ``bench --multiprocess``
+
+
+_REGISTRY: dict[str, FeatureCase] = {}
+
+
+def feature_case(name, *, baseline, higher_is_better, multiprocess=False):
+    """Register the decorated ``run(settings) -> rows`` as case ``name``."""
+    def register(run):
+        if name in _REGISTRY:
+            raise ValueError(f"feature benchmark case {name!r} registered twice")
+        _REGISTRY[name] = FeatureCase(name, run, baseline, higher_is_better,
+                                      multiprocess)
+        return run
+    return register
+
+
+def load_cases():
+    """(cases in registration order, {module: import error text})."""
+    errors = {}
+    for module in FEATURE_MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # a broken feature must not hide the others
+            errors[module] = f"{type(exc).__name__}: {exc}"
+    return list(_REGISTRY.values()), errors
+
+
+def select(cases, substring=None, multiprocess=False):
+    """The cases to run: the ``multiprocess`` ones only when asked for."""
+    return [c for c in cases
+            if (multiprocess or not c.multiprocess)
+            and (substring is None or substring in c.name)]
+
+
+def ratio(case, rows):
+    """pmapkit's value over the baseline's, or None if either is missing."""
+    by_impl = {r["impl"]: r["value"] for r in rows}
+    ours, theirs = by_impl.get("pmapkit"), by_impl.get(case.baseline)
+    if ours is None or not theirs:
+        return None
+    return ours / theirs
+
+
+def format_table(results):
+    """``results``: list of (case, rows). One line per row, ratio per case."""
+    if not results:
+        return ""
+    w0 = max(len("feature case"), *(len(c.name) for c, _ in results))
+    head = f"{'feature case':<{w0}}  {'impl':<22}{'value':>14}  {'unit':<14}{'pmapkit/base':>13}"
+    lines = [head, "-" * len(head)]
+    for case, rows in results:
+        r = ratio(case, rows)
+        for k, row in enumerate(rows):
+            shown = f"{r:>13.2f}" if (k == 0 and r is not None) else f"{'':>13}"
+            lines.append(f"{case.name if k == 0 else '':<{w0}}  {row['impl']:<22}"
+                         f"{row['value']:>14.3f}  {row['unit']:<14}{shown}")
+        better = "higher" if case.higher_is_better else "lower"
+        lines.append(f"{'':<{w0}}  ({better} is better; baseline {case.baseline})")
+    return "\n".join(lines)
+
+
+def interleaved_cpu_us(impls, cpu_us, settings, baseline, warmup, max_calls):
+    """Rows of the median caller-CPU µs per call of each impl.
+
+    ``cpu_us(fn, calls)`` times ``calls`` calls of one impl. Each impl is
+    warmed up with ``warmup`` calls; calls per round are calibrated on
+    ``baseline`` to ``settings["target_s"]`` (at most ``max_calls``); rounds
+    run every impl, alternating their order, so drift hits all alike."""
+    for fn in impls.values():
+        cpu_us(fn, warmup)  # first call (discovery, compile) and warm-up
+    probe = time.perf_counter()
+    cpu_us(impls[baseline], warmup)
+    per_call = max((time.perf_counter() - probe) / warmup, 1e-7)
+    calls = int(min(max_calls, max(warmup, settings["target_s"] / per_call)))
+    samples = {name: [] for name in impls}
+    for k in range(settings["rounds"]):
+        order = list(impls.items())
+        if k % 2:
+            order.reverse()
+        for name, fn in order:
+            samples[name].append(cpu_us(fn, calls))
+    return [{"impl": name, "value": statistics.median(values), "unit": "us/call cpu",
+             "calls": calls, "rounds": settings["rounds"]}
+            for name, values in samples.items()]

@@ -1,0 +1,77 @@
+"""Feature cases of ``pmapkit migrate``: how fast the migrated code runs.
+
+``migrate_inline_pmaps_script_8_devices``: wall µs per iteration of
+``inline_pmaps_script.py`` three ways, side by side in alternating rounds of
+fresh processes: the original on JAX's own ``jax.pmap`` (baseline), the
+original under ``pmapkit run --route-pmap``, and the file ``pmapkit
+migrate`` writes (impl ``pmapkit``: plain jax, no pmapkit imported; its
+pmaps are ``jax.jit`` of ``jax.shard_map``). The process CPU µs per
+iteration (every thread) rides along in ``cpu_us``.
+
+``migrate_pmap_per_call_8_devices``: caller-thread CPU µs per cached call of
+one pmapped function (8 devices, blocking each call) for ``jax.pmap``,
+``pmapkit.pmap`` and the migrated ``_pmap`` helper (impl ``migrated``),
+interleaved in one process.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import pmapkit
+from pmapkit.tools.bench.features import feature_case, interleaved_cpu_us
+from pmapkit.tools.bench.features_wrappers import SCRIPT, alternating_rows
+from pmapkit.tools.migrate import helpers, migrate_source
+
+
+@feature_case("migrate_inline_pmaps_script_8_devices", baseline="jax.pmap",
+              higher_is_better=False)
+def inline_pmaps_script_migrated(settings):
+    with open(SCRIPT) as f:
+        migrated_source, report = migrate_source(f.read(), SCRIPT)
+    if report.left or report.kept:
+        raise RuntimeError(f"the script did not migrate fully:\n{report.format()}")
+    with tempfile.TemporaryDirectory(prefix="pmapkit-bench-migrate-") as folder:
+        migrated = os.path.join(folder, "inline_pmaps_script_migrated.py")
+        with open(migrated, "w") as f:
+            f.write(migrated_source)
+        commands = {"jax.pmap": [sys.executable, SCRIPT],
+                    "pmapkit run --route-pmap": [sys.executable, "-m", "pmapkit", "run",
+                                                 "--route-pmap", SCRIPT],
+                    "pmapkit": [sys.executable, "-P", migrated]}
+        return alternating_rows(commands, settings, what={
+            "pmapkit": "migrated file, plain jax", None: "original script"})
+
+
+def _migrated_pmap():
+    """The ``_pmap`` helper exactly as ``pmapkit migrate`` writes it."""
+    namespace = {"jax": jax, "numpy": np, "functools": functools}
+    exec(compile(helpers.PMAP.source, "<pmapkit migrate _pmap>", "exec"), namespace)
+    return namespace["_pmap"]
+
+
+def _add_one(x):
+    return x + 1
+
+
+@feature_case("migrate_pmap_per_call_8_devices", baseline="jax.pmap", higher_is_better=False)
+def pmap_per_call_migrated(settings):
+    x = np.zeros((8, 128), np.float32)
+    impls = {"jax.pmap": jax.pmap(_add_one), "pmapkit": pmapkit.pmap(_add_one),
+             "migrated": _migrated_pmap()(_add_one)}
+    args = {name: fn(x) for name, fn in impls.items()}   # inputs placed as each wants
+
+    def cpu_us(fn, calls):
+        arg = next(args[name] for name, f in impls.items() if f is fn)
+        start = time.thread_time()
+        for _ in range(calls):
+            jax.block_until_ready(fn(arg))
+        return (time.thread_time() - start) / calls * 1e6
+
+    return interleaved_cpu_us(impls, cpu_us, settings, "jax.pmap", warmup=20, max_calls=2000)

@@ -1,0 +1,23 @@
+"""``pmapkit migrate``: rewrite classic JAX code to plain jax 0.10 public API.
+
+A way out of ``pmapkit run``: the output never imports pmapkit. Built on
+libcst, so comments and formatting outside rewritten expressions stay as
+written. Modules:
+
+- ``rules_trees_ops``, ``rules_placement``, ``rules_pjit``,
+  ``rules_host_callback``, ``rules_export``, ``rules_pmap``: the rules by
+  family (``base.Family``), keyed by qualified classic names;
+- ``helpers``: the small functions written into a migrated file where one
+  expression cannot say what the classic API did;
+- ``transformer``: the libcst pass that applies them (``migrate_module``);
+- ``report``: what was rewritten, left and kept; ``check``: ``--check``;
+- ``command``: the command line.
+"""
+from pmapkit.tools.migrate.transformer import migrate_module
+
+__all__ = ["migrate_module", "migrate_source"]
+
+
+def migrate_source(source, path="<string>"):
+    """(migrated source, ``report.FileReport``) for Python source text."""
+    return migrate_module(source, path)

@@ -1,0 +1,119 @@
+"""pjit: ``maps.Mesh`` / ``jax.experimental.PartitionSpec`` → ``jax.sharding``,
+``with mesh:`` → ``with jax.set_mesh(mesh):`` (the transformer's ``With``
+rule, using ``MESH_MAKERS``), ``pjit`` → ``jax.jit`` (through ``_pjit``
+where specs are given: a ``None`` spec is replicated and arguments are put
+where the specs say first, as classic pjit moved committed inputs),
+``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``."""
+from __future__ import annotations
+
+import libcst as cst
+
+from pmapkit.tools.migrate import helpers
+from pmapkit.tools.migrate import syntax as sx
+from pmapkit.tools.migrate.base import Family, LeaveAsIs
+
+PJIT_NAMES = ("jax.experimental.pjit.pjit",)
+WSC_NAMES = ("jax.experimental.pjit.with_sharding_constraint",)
+# Calls whose value, entered with ``with``, is a mesh context.
+MESH_MAKERS = ("jax.experimental.maps.Mesh", "jax.sharding.Mesh", "jax.make_mesh",
+               "jax.experimental.maps.mesh", "jax.experimental.mesh_utils.Mesh")
+
+_PJIT_PARAMS = ("fun", "in_axis_resources", "out_axis_resources", "static_argnums",
+                "donate_argnums", "*", "in_shardings", "out_shardings", "static_argnames",
+                "donate_argnames", "keep_unused", "device", "backend", "inline",
+                "abstracted_axes", "name", "resource_env")
+
+
+_RENAMES = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
+
+
+def _either(bound, classic, modern):
+    arg = bound.get(classic)
+    return bound.get(modern) if arg is None else arg
+
+
+def _pjit(ctx, original, updated):
+    return _pjit_text(ctx, updated, updated)
+
+
+def partial_pjit(ctx, original, updated):
+    """``functools.partial(pjit, ...)``: None unless it is one."""
+    if not updated.args or updated.args[0].keyword or updated.args[0].star:
+        return None
+    if ctx.qualname(original.args[0].value) not in PJIT_NAMES:
+        return None
+    as_call = updated.with_changes(args=[cst.Arg(cst.Name("f"))] + list(updated.args[1:]))
+    head = _pjit_text(ctx, as_call, None)
+    args = [updated.args[0].with_changes(value=sx.expr(head))]
+    for arg in updated.args[1:]:
+        if arg.keyword is not None and arg.keyword.value in _RENAMES:
+            arg = arg.with_changes(keyword=cst.Name(_RENAMES[arg.keyword.value]))
+        args.append(arg)
+    return sx.code(updated.with_changes(args=args))
+
+
+def _pjit_text(ctx, updated, call):
+    """The text for the pjit call ``updated`` (``call`` None: only the callee's
+    text, "jax.jit" or "_pjit", after the checks)."""
+    try:
+        bound = sx.bind(updated, _PJIT_PARAMS)
+    except sx.Unbindable as exc:
+        raise LeaveAsIs(f"{exc}; use jax.jit(f, in_shardings=..., out_shardings=...)") from None
+    for name in ("device", "backend", "abstracted_axes", "resource_env", "name"):
+        if name in bound:
+            raise LeaveAsIs(f"pjit's {name}= has no jax.jit equivalent here; use "
+                            "jax.jit(f, in_shardings=..., out_shardings=...)")
+    if "fun" not in bound:
+        raise LeaveAsIs("pjit without a function: use jax.jit")
+    specs_in = _either(bound, "in_axis_resources", "in_shardings")
+    specs_out = _either(bound, "out_axis_resources", "out_shardings")
+    ctx.need_import("jax")
+    if specs_in is None and specs_out is None:
+        return "jax.jit" if call is None else sx.rewrite_call(call, "jax.jit")
+    ctx.need_helper(helpers.PJIT)
+    return "_pjit" if call is None else sx.rewrite_call(call, "_pjit", _RENAMES)
+
+
+def _with_sharding_constraint(ctx, original, updated):
+    try:
+        bound = sx.bind(updated, ("x", "axis_resources", "*", "shardings"))
+    except sx.Unbindable as exc:
+        raise LeaveAsIs(f"{exc}; use jax.lax.with_sharding_constraint") from None
+    specs = _either(bound, "axis_resources", "shardings")
+    if "x" not in bound or specs is None:
+        raise LeaveAsIs("needs x and its shardings: use jax.lax.with_sharding_constraint")
+    renames = {"axis_resources": "shardings"}
+    if ctx.in_try_catching("ValueError") or ctx.in_try_catching("NotImplementedError"):
+        # The code catches classic pjit's error for a spec with no mesh (the
+        # 0.2/0.3 ValueError or the 0.4 NotImplementedError).
+        ctx.need_helper(helpers.WITH_SHARDING_CONSTRAINT)
+        return sx.rewrite_call(updated, "_with_sharding_constraint", renames)
+    ctx.need_import("jax")
+    return sx.rewrite_call(updated, "jax.lax.with_sharding_constraint", renames)
+
+
+def family():
+    partition_spec = "jax.sharding.PartitionSpec"
+    return Family(
+        "pjit",
+        moves={"jax.experimental.maps.Mesh": "jax.sharding.Mesh",
+               "jax.experimental.maps.mesh": "jax.sharding.Mesh",
+               "jax.experimental.PartitionSpec": partition_spec,
+               "jax.experimental.pjit.PartitionSpec": partition_spec,
+               "jax.experimental.maps.PartitionSpec": partition_spec,
+               "jax.interpreters.pxla.PartitionSpec": partition_spec,
+               "jax.experimental.pjit.NamedSharding": "jax.sharding.NamedSharding"},
+        # Classic code probed the mesh in context eagerly and inside pjit
+        # traces (EasyLM gates its constraints on it): get_abstract_mesh()
+        # answers in both (get_mesh() refuses inside jit); it has the
+        # probes' .empty, .shape, .axis_names, .size, not .devices.
+        names={f"{owner}.thread_resources.env.physical_mesh": "jax.sharding.get_abstract_mesh()"
+               for owner in ("jax.experimental.maps", "jax.interpreters.pxla")},
+        calls={**{n: _pjit for n in PJIT_NAMES},
+               **{n: _with_sharding_constraint for n in WSC_NAMES}},
+        classic=("jax.experimental.maps", "jax.experimental.pjit"),
+        reasons={"jax.experimental.maps": "jax.experimental.maps is gone; use "
+                 "jax.sharding.Mesh and jax.set_mesh(mesh) (jax.sharding.get_abstract_mesh() "
+                 "for the mesh in context)",
+                 "jax.experimental.pjit": "use jax.jit(f, in_shardings=..., "
+                 "out_shardings=...) and jax.lax.with_sharding_constraint"})

@@ -1,0 +1,497 @@
+"""The driver: one libcst pass over a module applies every family's rules by
+the qualified name of what the code refers to (through its imports), then
+imports are added and classic ones that became unused are dropped.
+
+Nothing outside a rewritten expression or import is touched, so comments and
+formatting elsewhere stay as they were.
+"""
+from __future__ import annotations
+
+import functools
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.metadata import PositionProvider, QualifiedNameProvider
+
+from pmapkit.tools.migrate import (helpers, rules_export, rules_host_callback, rules_pjit,
+                                    rules_placement, rules_pmap, rules_trees_ops)
+from pmapkit.tools.migrate import syntax as sx
+from pmapkit.tools.migrate.base import KeepPmap, LeaveAsIs
+from pmapkit.tools.migrate.report import FileReport, Left, Rewrite
+
+COMMENT = "# pmapkit migrate:"
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
+
+
+@functools.cache
+def tables():
+    """Every family's rules merged: (moves, names, calls, attributes, reasons),
+    each value paired with its family's name."""
+    moves, names, calls, attributes, reasons = {}, {}, {}, {}, {}
+    for make in (rules_trees_ops.family, rules_placement.family, rules_pjit.family,
+                 rules_host_callback.family, rules_export.family, rules_pmap.family):
+        fam = make()
+        moves.update({k: (fam.name, v) for k, v in fam.moves.items()})
+        names.update({k: (fam.name, v) for k, v in fam.names.items()})
+        calls.update({k: (fam.name, v) for k, v in fam.calls.items()})
+        attributes.update({k: (fam.name, v) for k, v in fam.attributes.items()})
+        for name in fam.classic:
+            reasons[name] = fam.reasons.get(name, "removed from JAX; rewrite it by hand")
+    return moves, names, calls, attributes, reasons
+
+
+# Classic modules that were another name for a JAX namespace: classic
+# ``jax/__init__`` imported ``jax.api`` (jax's own API under another module
+# name), so ``jax.api.X`` is ``jax.X`` and the rules of ``jax.X`` apply.
+_ALIASES = {"jax.api": "jax"}
+
+
+def _canonical(q):
+    key, rest = _longest_prefix(_ALIASES, q)
+    if key is None:
+        return q
+    return _ALIASES[key] + ("." + rest if rest else "")
+
+
+def _longest_prefix(table, q):
+    """(key, rest) for the longest key of ``table`` that is ``q`` or a dotted prefix of it."""
+    parts = q.split(".")
+    for cut in range(len(parts), 0, -1):
+        key = ".".join(parts[:cut])
+        if key in table:
+            return key, ".".join(parts[cut:])
+    return None, None
+
+
+class Migrator(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+
+    def __init__(self, report):
+        super().__init__()
+        self.moves, self.names, self.calls, self.attributes, self.reasons = tables()
+        self.report = report
+        self.imports = set()          # top-level modules the new code needs
+        self.helpers = {}             # name -> Helper
+        self.frames = []              # per statement: {start: (name, why)}
+        self.rewritten = set()        # starts of rewritten expressions
+        self.touched = set()          # qualified names rewritten (their imports may go)
+        self.try_catches = []         # per enclosing try: handler type texts
+        self.import_depth = 0
+        self.mesh_names = set()
+        self.ops_index = {}           # id(numpy.s_[...] node) -> (slice text, start, old)
+        self.targets = set()          # ids of nodes assigned to or deleted: left alone
+
+    # -- the context rules see ------------------------------------------------
+    def qualname(self, node):
+        """The jax (or functools) name a Name/Attribute refers to, or None;
+        a classic alias module's member by its canonical name
+        (``jax.api.jit`` is ``jax.jit``)."""
+        raw = self.raw_qualname(node)
+        return None if raw is None else _canonical(raw)
+
+    def raw_qualname(self, node):
+        """The name as the code spells it through its imports, aliases kept."""
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return None
+        names = self.get_metadata(QualifiedNameProvider, node, set())
+        found = sorted(n.name for n in names
+                       if n.name == "jax" or n.name.startswith(("jax.", "functools.")))
+        return found[0] if found else None
+
+    def need_import(self, module):
+        self.imports.add(module)
+
+    def need_helper(self, helper):
+        self.helpers[helper.name] = helper
+        self.imports.update(helper.imports)
+
+    def in_try_catching(self, exception):
+        return any(exception in texts or "Exception" in texts for texts in self.try_catches)
+
+    def ops_index_slice(self, node):
+        entry = self.ops_index.pop(id(node), None)
+        return None if entry is None else entry[0]
+
+    # -- bookkeeping ----------------------------------------------------------
+    def _start(self, node):
+        pos = self.get_metadata(PositionProvider, node, None)
+        return (0, 0) if pos is None else (pos.start.line, pos.start.column)
+
+    def _rewrote(self, original, family, new_text, q=None):
+        start = self._start(original)
+        self.rewritten.add(start)
+        if self.frames:
+            self.frames[-1].pop(start, None)
+        if q:
+            self.touched.add(q)
+        self.report.rewrites.append(Rewrite(start[0], family, sx.one_line(sx.code(original)),
+                                            sx.one_line(new_text)))
+
+    def _leave(self, original, name, why):
+        start = self._start(original)
+        if self.frames and start not in self.rewritten:
+            self.frames[-1][start] = (name, why)
+
+    def _moved(self, q):
+        key, rest = _longest_prefix(self.moves, q)
+        if key is None:
+            return None, None
+        family, target = self.moves[key]
+        return family, target + ("." + rest if rest else "")
+
+    # -- traversal ------------------------------------------------------------
+    def on_visit(self, node):
+        if isinstance(node, _STATEMENTS):
+            self.frames.append({})
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            self.import_depth += 1
+        return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, (cst.Import, cst.ImportFrom)):
+            self.import_depth -= 1
+        if isinstance(original_node, _STATEMENTS):
+            frame = self.frames.pop()
+            if frame and isinstance(result, _STATEMENTS):
+                result = self._comment(result, frame)
+        return result
+
+    def _comment(self, statement, frame):
+        lines = list(statement.leading_lines)
+        present = {line.comment.value for line in lines if line.comment}
+        for (line, _column), (name, why) in sorted(frame.items()):
+            self.report.left.append(Left(line, name, why))
+            text = f"{COMMENT} {name} left as written: {why}"
+            if text not in present:
+                present.add(text)
+                lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
+        return statement.with_changes(leading_lines=lines)
+
+    def visit_Module(self, node):
+        for assign in _walk(node, cst.Assign):
+            if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+                    and isinstance(assign.value, cst.Call)
+                    and self.qualname(assign.value.func) in rules_pjit.MESH_MAKERS):
+                self.mesh_names.add(assign.targets[0].target.value)
+
+    def visit_AssignTarget(self, node):
+        self.targets.add(id(node.target))
+
+    def visit_AugAssign(self, node):
+        self.targets.add(id(node.target))
+
+    def visit_AnnAssign(self, node):
+        self.targets.add(id(node.target))
+
+    def visit_Del(self, node):
+        self.targets.add(id(node.target))
+
+    def visit_Try(self, node):
+        self.try_catches.append(" ".join(sx.code(h.type) for h in node.handlers if h.type))
+
+    def leave_Try(self, original_node, updated_node):
+        self.try_catches.pop()
+        return updated_node
+
+    # -- references -----------------------------------------------------------
+    def leave_Name(self, original_node, updated_node):
+        return self._reference(original_node, updated_node)
+
+    def leave_Attribute(self, original_node, updated_node):
+        attr = original_node.attr.value
+        if id(original_node) in self.targets:
+            return updated_node
+        if attr in self.attributes and self.qualname(original_node) is None \
+                and not self.import_depth:
+            family, rule = self.attributes[attr]
+            text = rule(self, original_node, updated_node)
+            self._rewrote(original_node, family, text)
+            return sx.expr(text)
+        return self._reference(original_node, updated_node)
+
+    def _reference(self, original, updated):
+        if self.import_depth:
+            return updated
+        q = self.qualname(original)
+        if q is None or self._start(original) in self.rewritten:
+            return updated
+        raw = self.raw_qualname(original)
+        if raw in _ALIASES and not isinstance(original, cst.Name):
+            # ``jax.api`` read as an attribute: its canonical module (what
+            # follows it, a call of a classic name, is then rewritten too).
+            self.need_import(q.split(".")[0])
+            self._rewrote(original, "imports", q, raw)
+            return sx.expr(q)
+        if q in self.names:
+            family, text = self.names[q]
+            self.need_import(text.split(".")[0])
+            self._rewrote(original, family, text, q)
+            return sx.expr(text)
+        family, target = self._moved(q)
+        if target is not None:
+            if isinstance(original, cst.Name):
+                return updated          # bound by an import, which is rewritten
+            root = sx.root_name(original)
+            if root is not None and self._moved(self.qualname(root) or "")[1] is not None:
+                return updated          # through a moved import
+            self.need_import(target.split(".")[0])
+            self._rewrote(original, family, target, q)
+            return sx.expr(target)
+        key, _ = _longest_prefix(self.reasons, q)
+        if key is not None:
+            self._leave(original, q, self.reasons[key])
+        return updated
+
+    def leave_Subscript(self, original_node, updated_node):
+        if self.import_depth or self.qualname(original_node.value) != "jax.ops.index":
+            return updated_node
+        inner = ", ".join(sx.code(e.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+                          for e in updated_node.slice)
+        new = sx.expr(f"numpy.s_[{inner}]")
+        start = self._start(original_node)
+        self.rewritten.add(start)
+        if self.frames:
+            self.frames[-1].pop(start, None)
+        self.touched.add("jax.ops.index")
+        self.ops_index[id(new)] = (inner, start, sx.one_line(sx.code(original_node)))
+        return new
+
+    # -- calls ----------------------------------------------------------------
+    def leave_Call(self, original_node, updated_node):
+        q = self.qualname(original_node.func)
+        if q is None:
+            return updated_node
+        try:
+            if q in rules_pmap.PARTIAL:
+                text = rules_pmap.partial_pmap(self, original_node, updated_node)
+                family, q = "pmap", rules_pmap.PMAP
+                if text is None:
+                    text = rules_pjit.partial_pjit(self, original_node, updated_node)
+                    family, q = "pjit", rules_pjit.PJIT_NAMES[0]
+                if text is None:
+                    return updated_node
+                self.frames[-1].pop(self._start(original_node.args[0].value), None)
+            elif q in self.calls:
+                family, rule = self.calls[q]
+                text = rule(self, original_node, updated_node)
+            else:
+                return updated_node
+        except LeaveAsIs as exc:
+            self._leave(original_node, q, exc.why)
+            return updated_node
+        except KeepPmap as exc:
+            self.report.kept.append(Left(self._start(original_node)[0], q, exc.why))
+            return updated_node
+        self._rewrote(original_node, family, text, q)
+        new = sx.expr(text)
+        if updated_node.lpar:
+            new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return new
+
+    def leave_Decorator(self, original_node, updated_node):
+        """A bare ``@jax.pmap`` / ``@pjit``."""
+        q = self.qualname(original_node.decorator)
+        if q == rules_pmap.PMAP:
+            self.need_helper(helpers.PMAP)
+            family, text = "pmap", "_pmap"
+        elif q in rules_pjit.PJIT_NAMES:
+            self.need_import("jax")
+            family, text = "pjit", "jax.jit"
+        else:
+            return updated_node
+        self._rewrote(original_node.decorator, family, text, q)
+        return updated_node.with_changes(decorator=sx.expr(text))
+
+    # -- with mesh: -------------------------------------------------------------
+    def leave_With(self, original_node, updated_node):
+        items = list(updated_node.items)
+        for k, item in enumerate(original_node.items):
+            e = item.item
+            is_mesh = ((isinstance(e, cst.Call)
+                        and self.qualname(e.func) in rules_pjit.MESH_MAKERS)
+                       or (isinstance(e, cst.Name) and e.value in self.mesh_names))
+            if not is_mesh:
+                continue
+            inner = sx.code(items[k].item)
+            if items[k].asname is not None:
+                inner = f"{sx.code(items[k].asname.name)} := {inner}"
+            text = f"jax.set_mesh({inner})"
+            self.need_import("jax")
+            self._rewrote(e, "pjit", text, "with mesh")
+            items[k] = items[k].with_changes(item=sx.expr(text), asname=None)
+        return updated_node.with_changes(items=items)
+
+    # -- imports ----------------------------------------------------------------
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if len(original_node.body) != 1 or not isinstance(original_node.body[0], cst.ImportFrom):
+            return updated_node
+        return self._import_from(original_node, updated_node)
+
+    def _import_from(self, original_line, line):
+        imp = line.body[0]
+        if imp.relative or isinstance(imp.names, cst.ImportStar) or imp.module is None:
+            return line
+        module = sx.code(imp.module)
+        groups = {}      # new module -> [ImportAlias]
+        kept = []
+        for alias in imp.names:
+            name = sx.code(alias.name)
+            local = sx.code(alias.asname.name) if alias.asname else name
+            _family, target = self._moved(f"{module}.{name}")
+            if target is None or "." not in target:
+                kept.append(alias)
+                continue
+            new_module, _, new_name = target.rpartition(".")
+            groups.setdefault(new_module, []).append(cst.ImportAlias(
+                name=cst.Name(new_name),
+                asname=None if new_name == local else cst.AsName(name=cst.Name(local))))
+        if not groups:
+            return line
+        statements = []
+        if kept:
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            statements.append(line.with_changes(body=[imp.with_changes(
+                names=kept, lpar=None, rpar=None) if len(kept) > 0 else imp]))
+        for new_module, aliases in groups.items():
+            statement = cst.ImportFrom(module=sx.expr(new_module), names=aliases)
+            if statements:
+                statements.append(cst.SimpleStatementLine(body=[statement]))
+            else:
+                statements.append(line.with_changes(body=[statement]))
+        text = "; ".join(sx.code(s.body[0]) for s in statements[1 if kept else 0:])
+        self._rewrote(original_line.body[0], "imports", text)
+        if len(statements) == 1:
+            return statements[0]
+        return cst.FlattenSentinel(statements)
+
+    # -- the module -------------------------------------------------------------
+    def leave_Module(self, original_node, updated_node):
+        for _inner, start, old in self.ops_index.values():
+            self.imports.add("numpy")
+            self.report.rewrites.append(Rewrite(start[0], "trees/ops", old, "numpy.s_[...]"))
+        defined = {s.name.value for s in updated_node.body if isinstance(s, cst.FunctionDef)}
+        new = [h for name, h in self.helpers.items() if name not in defined]
+        if not new:
+            return updated_node
+        self.report.helpers.extend(h.name for h in new)
+        body = list(updated_node.body)
+        at = _after_imports(body)
+        added = []
+        for helper in new:
+            statements = list(cst.parse_module(helper.source.lstrip("\n")).body)
+            statements[0] = statements[0].with_changes(
+                leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+            added.extend(statements)
+        if at < len(body):
+            body[at] = body[at].with_changes(
+                leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
+                + [line for line in body[at].leading_lines if line.comment])
+        return updated_node.with_changes(body=body[:at] + added + body[at:])
+
+
+def _walk(node, kind):
+    found = []
+
+    class _Finder(cst.CSTVisitor):
+        def on_visit(self, n):
+            if isinstance(n, kind):
+                found.append(n)
+            return True
+
+    node.visit(_Finder())
+    return found
+
+
+def _is_import_line(statement):
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
+
+
+def _is_docstring(statement):
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr)
+            and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def _after_imports(body):
+    """Index after the module's leading docstring and import block."""
+    at = 0
+    if body and _is_docstring(body[0]):
+        at = 1
+    last = at
+    for k in range(at, len(body)):
+        if _is_import_line(body[k]):
+            last = k + 1
+        else:
+            break
+    return last
+
+
+def _import_aliases(module):
+    """(module, obj, asname, qualified) for each import alias of ``module``."""
+    out = []
+    for statement in _walk(module, (cst.Import, cst.ImportFrom)):
+        if isinstance(statement, cst.Import):
+            for alias in statement.names:
+                name = sx.code(alias.name)
+                asname = sx.code(alias.asname.name) if alias.asname else None
+                out.append((name, None, asname, name))
+        elif not statement.relative and statement.module is not None and not isinstance(
+                statement.names, cst.ImportStar):
+            base = sx.code(statement.module)
+            for alias in statement.names:
+                name = sx.code(alias.name)
+                asname = sx.code(alias.asname.name) if alias.asname else None
+                out.append((base, name, asname, f"{base}.{name}"))
+    return out
+
+
+class _DropDottedImports(cst.CSTTransformer):
+    """Removes ``import a.b.c`` (no ``as``) of the given dotted modules."""
+
+    def __init__(self, modules):
+        super().__init__()
+        self.modules = modules
+
+    def leave_Import(self, original_node, updated_node):
+        names = [a for a in updated_node.names
+                 if a.asname is not None or sx.code(a.name) not in self.modules]
+        if not names:
+            return cst.RemoveFromParent()
+        if len(names) == len(updated_node.names):
+            return updated_node
+        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated_node.with_changes(names=names)
+
+
+def migrate_module(source, path="<string>"):
+    """(new source, FileReport) for the Python source text ``source``.
+    Raises ``libcst.ParserSyntaxError`` when it does not parse."""
+    report = FileReport(path)
+    tree = cst.parse_module(source)
+    migrator = Migrator(report)
+    new = cst.MetadataWrapper(tree).visit(migrator)
+    if not report.rewrites and not report.helpers:
+        return new.code, report     # at most comments above what is left
+    context = CodemodContext()
+    classic = tuple(migrator.reasons) + tuple(migrator.calls) + ("jax.ops",)
+    for module, obj, asname, q in _import_aliases(new):
+        related = any(t == q or t.startswith(q + ".") for t in migrator.touched)
+        if q != "jax" and (related or _longest_prefix(dict.fromkeys(classic), q)[0]):
+            RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
+    new = RemoveImportsVisitor(context).transform_module(new)
+    # ``import jax.experimental.maps`` binds ``jax``, so libcst keeps it while
+    # ``jax`` is used: drop such classic imports that nothing left refers to.
+    still = [k.name for k in report.left]
+    drop = {q for module, obj, asname, q in _import_aliases(new)
+            if obj is None and asname is None and "." in q
+            and _longest_prefix(dict.fromkeys(classic), q)[0]
+            and not any(n == q or n.startswith(q + ".") for n in still)}
+    if drop:
+        new = new.visit(_DropDottedImports(drop))
+    for module in sorted(migrator.imports):
+        AddImportsVisitor.add_needed_import(context, module)
+    new = AddImportsVisitor(context).transform_module(new)
+    return new.code, report
