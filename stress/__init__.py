@@ -1,4 +1,4 @@
-"""pmapkit's stress pass: the probes and the machinery of ``stress/__main__.py``.
+"""pmapkit's stress pass: the probes and the machinery of ``python -m stress``.
 
 Bottom to top (no module imports one above it):
 

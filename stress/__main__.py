@@ -1,6 +1,6 @@
 """pmapkit's stress pass: try pmapkit as a demanding user would.
 
-    python stress/__main__.py [--quick] [--json PATH] [--sections S,...] [--only TEXT]
+    python -m stress [--quick] [--json PATH] [--sections S,...] [--only TEXT]
 
 Five sections (``stress/`` holds the probes):
 
@@ -38,7 +38,7 @@ BATCH_SIZES = {"fuzz": 700}
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="python stress/__main__.py",
+    parser = argparse.ArgumentParser(prog="python -m stress",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="fewer fuzzed artifacts, calls and steps (~2 min on 2 cores)")
@@ -122,7 +122,7 @@ def main(argv):
                 "cpus": os.cpu_count(), "started": time.strftime(
                     "%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                 "seconds": total_s, "section_seconds": seconds,
-                "command": " ".join(["python", "stress/__main__.py", *argv])}
+                "command": " ".join(["python", "-m", "stress", *argv])}
         with open(opts.json, "w") as f:
             json.dump(report.to_json(meta, by_section), f, indent=1)
         print(f"wrote {opts.json}")

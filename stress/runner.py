@@ -15,7 +15,7 @@ outcome is one of:
   hang     the probe did not finish within its timeout
   leak     (memory section) resident memory kept growing
 
-Probes run in worker subprocesses (``python stress/__main__.py --worker``)
+Probes run in worker subprocesses (``python -m stress --worker``)
 that write one JSON line when a probe starts and one when it ends. The
 parent watches the lines: a worker that dies mid-probe is a crash of that
 probe, one that stays in a probe past its timeout is killed and the probe is
@@ -112,6 +112,9 @@ def worker_environment():
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("JAX_NUM_CPU_DEVICES", None)
     env["PYTHONFAULTHANDLER"] = "1"   # a segfault leaves a Python traceback in the log
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (checkout, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -214,7 +217,9 @@ class Runner:
         log_path = os.path.join(self.workdir, f"{tag}.log")
         with open(batch_path, "w") as f:
             json.dump([p.name for p in probes], f)
-        command = [sys.executable, self.script, "--worker", self.reg.mode,
+        # ``python -m stress`` from the folder holding the package, whatever
+        # the worker's own working directory.
+        command = [sys.executable, "-m", "stress", "--worker", self.reg.mode,
                    batch_path, results_path]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,

@@ -1,6 +1,6 @@
 """The harness checking itself: probes with a known outcome, batched so that
 a crash and a hang happen in the middle of a worker's batch
-(``python stress/__main__.py --sections selftest``: every probe's
+(``python -m stress --sections selftest``: every probe's
 outcome must be the one its name announces; ``check`` says which is not)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad inputs the stress pass (stress/__main__.py) found answered with an
+"""Bad inputs the stress pass (`python -m stress`) found answered with an
 internal error: each is now a TypeError/ValueError naming the argument and
 what was expected, raised before anything runs."""
 import numpy as np
