@@ -114,3 +114,34 @@ def test_the_site_shows_its_version_and_links_to_jax(site):
         pmap_page = f.read()
     # Inline `jax.jit` in a page links into JAX's own reference (intersphinx).
     assert "https://docs.jax.dev/en/latest/_autosummary/jax.jit.html#jax.jit" in pmap_page
+
+
+def _inventory_entries(path):
+    """name -> (role, uri) of a Sphinx inventory (version 2) file."""
+    import zlib
+    with open(path, "rb") as f:
+        data = f.read()
+    body = data.split(b"\n", 4)[4]
+    entries = {}
+    for line in zlib.decompress(body).decode().splitlines():
+        name, role, _prio, uri, _display = line.split(" ", 4)
+        entries[name] = (role, uri.replace("$", name) if uri.endswith("$") else uri)
+    return entries
+
+
+def test_the_jax_inventory_is_the_installed_jax_s():
+    # docs/_inventories/jax.inv links the pages' `jax.jit` into JAX's docs;
+    # made from the installed jax, it is remade when the jax pin moves.
+    script = os.path.join(DOCS, "_tools", "jax_inventory.py")
+    if not os.path.isfile(script):
+        pytest.skip("no docs/ beside the tests; set PMAPKIT_CHECKOUT")
+    out = subprocess.run([sys.executable, "-P", script, "--check"], capture_output=True,
+                         text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert out.returncode == 0, (
+        f"{out.stdout}{out.stderr[-2000:]}\nrun: python docs/_tools/jax_inventory.py")
+    entries = _inventory_entries(os.path.join(DOCS, "_inventories", "jax.inv"))
+    assert entries["jax.jit"] == ("py:function", "_autosummary/jax.jit.html#jax.jit")
+    assert entries["jax.shard_map"][1] == "_autosummary/jax.shard_map.html#jax.shard_map"
+    assert entries["jax.sharding.NamedSharding"] == (
+        "py:class", "jax.sharding.html#jax.sharding.NamedSharding")
+    assert entries["jax.sharding"] == ("py:module", "jax.sharding.html#module-jax.sharding")
