@@ -47,6 +47,8 @@ default_role = "py:obj"
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "show-inheritance": False}
 autodoc_typehints = "none"
+# Defaults as written in the source (a sentinel shows as its name, not <object object>).
+autodoc_preserve_defaults = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 add_module_names = False
