@@ -7,8 +7,8 @@ import os
 import sys
 import tarfile
 
-REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "mkdocs.yml",
-                "ARCHITECTURE.md")
+REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md",
+                "ARCHITECTURE.md", "docs/conf.py")
 SHIPPED_SOURCE = (".py", ".pxd", ".pyi")
 FORBIDDEN = (".so", ".c", ".pyc", ".html")
 

@@ -2,23 +2,22 @@
 
 Public surface (explicit re-exports only; the public modules are listed in
 ``_PUBLIC_MODULES``, every other module is internal):
-  pmap           the classic jax.pmap with a compiled per-call fast path
-  pjit           the classic pjit (in/out_axis_resources, mesh at the call site)
-  Mesh, mesh     a jax.sharding.Mesh that is also pjit's ``with mesh:`` context
-  maps           ``Mesh``, ``mesh``, ``thread_resources`` of jax.experimental.maps
-  with_sharding_constraint, PartitionSpec (jax's own class), NamedSharding
-  ShardingSpec, NoSharding, Chunked, Unstacked, ShardedAxis, Replicated,
-  parse_op_sharding   the classic sharding-spec types and conversions
-  device_put_replicated, device_put_sharded
-                 the classic placement helpers (stacked per-device values,
-                 placed as a pmap takes them)
-  clear_caches, set_cache_size
-                 empty / bound pmapkit's caches (jax.clear_caches() empties
-                 them too)
-  set_cpu_collectives_in_flight
-                 the bound on executions of collective programs in flight on
-                 XLA:CPU
-  COMPILED       True when the Cython dispatch core is in use
+
+- ``pmap``: the classic jax.pmap with a compiled per-call fast path
+- ``pjit``: the classic pjit (in/out_axis_resources, mesh at the call site)
+- ``Mesh``, ``mesh``: a jax.sharding.Mesh that is also pjit's ``with mesh:`` context
+- ``maps``: ``Mesh``, ``mesh``, ``thread_resources`` of jax.experimental.maps
+- ``with_sharding_constraint``, ``PartitionSpec`` (jax's own class), ``NamedSharding``
+- ``ShardingSpec``, ``NoSharding``, ``Chunked``, ``Unstacked``, ``ShardedAxis``,
+  ``Replicated``, ``parse_op_sharding``: the classic sharding-spec types and
+  conversions
+- ``device_put_replicated``, ``device_put_sharded``: the classic placement
+  helpers (stacked per-device values, placed as a pmap takes them)
+- ``clear_caches``, ``set_cache_size``: empty / bound pmapkit's caches
+  (jax.clear_caches() empties them too)
+- ``set_cpu_collectives_in_flight``: the bound on executions of collective
+  programs in flight on XLA:CPU
+- ``COMPILED``: True when the Cython dispatch core is in use
 """
 import importlib as _importlib
 import importlib.util as _importlib_util
@@ -89,8 +88,8 @@ __all__ = ["COMPILED", "Chunked", "Mesh", "NamedSharding", "NoSharding",
            "mesh", "parse_op_sharding", "pjit", "pmap", "set_cache_size",
            "set_cpu_collectives_in_flight", "with_sharding_constraint"]
 # The modules whose names are public: the package's ``__all__``, the
-# systems, and the modules the API reference (docs/reference/api.md) reads
-# names from. Every other module is internal, whatever its name (see
+# systems, and the modules the API reference (docs/reference/, a page per
+# module) reads names from. Every other module is internal, whatever its name (see
 # ARCHITECTURE.md, "Public surface"); tests/test_public_surface.py holds the
 # docs to this list.
 _PUBLIC_MODULES = (

@@ -1,15 +1,24 @@
 """The runnable examples of README.md and docs/*.md.
 
-A page's ```python blocks are its examples: they run in order, in one fresh
-process, as a reader pasting them into one session would. A block whose fence
-info string says ``notest`` (```python notest) is shown, not run.
+A page's ```python and ```bash blocks are its examples: they run in order,
+in one fresh process, as a reader pasting them into one session and one
+shell would: the Python blocks in one namespace, each bash block with
+``bash -e`` in the current directory. A block whose fence info string says
+``notest`` (```python notest, ```bash notest) is shown, not run: installs,
+the whole suite, the site's build, a cluster launch.
 
-Run as a script (``python _doc_blocks.py PAGE``) it executes PAGE's blocks;
-each block is compiled under the page's path with its own line numbers, so a
-traceback points at the Markdown line that failed.
+Run as a script (``python _doc_blocks.py PAGE [--no-bash]``) it executes
+PAGE's blocks (``--no-bash``: its Python blocks only);
+each Python block is compiled under the page's path with its own line
+numbers, so a traceback points at the Markdown line that failed; a failing
+bash block is reported with its page line and its output.
 """
 import re
+import subprocess
 import sys
+
+#: The languages whose blocks run.
+RUN_LANGUAGES = ("python", "bash")
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`\n]*)$")
 
@@ -25,7 +34,7 @@ class Block:
 
     @property
     def runs(self):
-        return self.language == "python" and "notest" not in self.words
+        return self.language in RUN_LANGUAGES and "notest" not in self.words
 
 
 def blocks(text):
@@ -60,15 +69,36 @@ def runnable(text):
     return [b for b in blocks(text) if b.runs]
 
 
-def run_page(path):
-    """Execute the page's runnable blocks in order in one namespace."""
+class BashBlockFailed(Exception):
+    """A bash block of a page exited non-zero."""
+
+
+def _run_bash(path, block):
+    out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.source],
+                         capture_output=True, text=True, timeout=600)
+    sys.stdout.write(out.stdout)
+    if out.returncode != 0:
+        raise BashBlockFailed(
+            f'File "{path}", line {block.line}: bash block exited {out.returncode}\n'
+            f"{block.source}--- stdout:\n{out.stdout[-3000:]}--- stderr:\n{out.stderr[-3000:]}")
+
+
+def run_page(path, bash=True):
+    """Execute the page's runnable blocks in order: Python in one namespace,
+    bash (unless ``bash`` is false) in a shell of its own each, in the
+    current directory."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     namespace = {"__name__": "__main__"}
     for block in runnable(text):
+        if block.language == "bash":
+            if bash:
+                _run_bash(path, block)
+            continue
         code = compile("\n" * (block.line - 1) + block.source, path, "exec")
         exec(code, namespace)  # noqa: S102 — the page's own example
 
 
 if __name__ == "__main__":
-    run_page(sys.argv[1])
+    # python _doc_blocks.py PAGE [--no-bash]
+    run_page(sys.argv[1], bash="--no-bash" not in sys.argv[2:])

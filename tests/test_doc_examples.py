@@ -1,9 +1,17 @@
-"""Every ```python block of README.md and docs/ runs, against the installed build.
+"""Every ```python and ```bash block of README.md and docs/ runs, against the
+installed build, on one device and on eight.
 
-Each page runs in a fresh process (8 CPU devices, set before jax starts), its
-blocks in order in one namespace, from an empty working directory; a failure
-shows the page's own line numbers. ```python notest marks a block that cannot
-run here (a multi-host launch, say).
+Each page runs twice, in a fresh process each: once as on a laptop (one CPU
+device) and once with 8 CPU devices set before jax starts. Its blocks run in
+order, Python in one namespace, bash in a shell each (the ``pmapkit`` command
+of this install first on PATH), from an empty working directory in which
+``tests`` is the checkout's (so ``pmapkit run tests/legacy_scripts/...`` runs
+as from a checkout, and files a command writes stay out of it). A shell
+command is typed into a fresh shell whose devices are what the command
+itself sets, so the bash blocks run once, in the one-device run, where a
+command that needs 8 devices and does not ask for them fails; the 8-device
+run is the Python blocks'. A failure shows the page's own line numbers. ```python notest / ```bash notest marks a
+block that cannot run here (an install, a multi-host launch, say).
 """
 import glob
 import os
@@ -18,6 +26,7 @@ import _install
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(_install.REPO, "README.md")
 DOCS = os.path.join(_install.REPO, "docs")
+DEVICE_COUNTS = (1, 8)
 
 
 def _pages():
@@ -38,24 +47,44 @@ def _read(path):
         return f.read()
 
 
-def _environment():
+def _environment(devices):
+    """A reader's environment: ``devices`` CPU devices, nothing else set."""
     env = dict(os.environ)
     flags = [f for f in env.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count")]
-    env["XLA_FLAGS"] = " ".join(flags + ["--xla_force_host_platform_device_count=8"])
+    if devices > 1:
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+    env["XLA_FLAGS"] = " ".join(flags)
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("JAX_NUM_CPU_DEVICES", None)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"   # `pmapkit run -m` in tests/ leaves no cache there
     return env
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if _doc_blocks.runnable(_read(p))],
-                         ids=_page_id)
-def test_page_examples_run(page, tmp_path):
+def _runs(page, devices):
+    """(page, devices) pairs with something to run: every block on one
+    device, the Python blocks on eight."""
+    return [b for b in _doc_blocks.runnable(_read(page))
+            if devices == 1 or b.language == "python"]
+
+
+RUNS = [(page, devices) for page in PAGES for devices in DEVICE_COUNTS if _runs(page, devices)]
+
+
+@pytest.mark.parametrize("page, devices", RUNS,
+                         ids=[f"{_page_id(p)}-{n}dev" for p, n in RUNS])
+def test_page_examples_run(page, devices, tmp_path):
+    tests = os.path.join(_install.REPO, "tests")
+    if os.path.isdir(tests):
+        os.symlink(tests, tmp_path / "tests")
+    only_python = [] if devices == 1 else ["--no-bash"]
     out = subprocess.run(
-        [sys.executable, "-P", os.path.join(HERE, "_doc_blocks.py"), page],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_environment())
+        [sys.executable, "-P", os.path.join(HERE, "_doc_blocks.py"), page, *only_python],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        env=_environment(devices))
     assert out.returncode == 0, (
-        f"{_page_id(page)}: an example failed\n{out.stderr[-4000:]}")
+        f"{_page_id(page)} on {devices} device(s): an example failed\n{out.stderr[-4000:]}")
 
 
 def test_the_pages_are_found():
@@ -76,6 +105,19 @@ def test_notest_blocks_are_rare():
     assert sum(marked.values()) <= 6, marked
 
 
+def test_the_commands_shown_run():
+    # Every `pmapkit run` / `pmapkit migrate` shown in a bash block runs (on
+    # files of the repository); notest is for installs, the suite, clusters.
+    skipped = [f"{_page_id(p)}:{b.line}" for p in PAGES for b in _doc_blocks.blocks(_read(p))
+               if b.language == "bash" and not b.runs
+               and any(line.lstrip().startswith(("pmapkit run", "pmapkit migrate"))
+                       for line in b.source.splitlines())]
+    assert not skipped, f"pmapkit run/migrate examples marked notest: {skipped}"
+    shown = sum(b.runs and b.language == "bash" for p in PAGES
+                for b in _doc_blocks.blocks(_read(p)))
+    assert shown >= 4, shown
+
+
 def test_the_block_reader():
     text = ("intro\n"
             "```python\nx = 1\n```\n"
@@ -85,7 +127,8 @@ def test_the_block_reader():
     found = _doc_blocks.blocks(text)
     assert [(b.language, b.words, b.line) for b in found] == [
         ("python", [], 3), ("bash", [], 6), ("python", ["notest"], 9), ("python", [], 12)]
-    assert [b.source for b in _doc_blocks.runnable(text)] == ["x = 1\n", "```\ny = x + 1\n"]
+    assert [b.source for b in _doc_blocks.runnable(text)] == ["x = 1\n", "ls\n",
+                                                              "```\ny = x + 1\n"]
     assert found[2].source == "launch()\n"
     with pytest.raises(ValueError, match="line 1"):
         _doc_blocks.blocks("```python\nnever closed\n")
@@ -99,3 +142,13 @@ def test_a_failing_block_names_its_page_line(tmp_path):
     assert out.returncode != 0
     assert f'File "{page}", line 10' in out.stderr, out.stderr
     assert "ZeroDivisionError" in out.stderr
+
+
+def test_a_failing_bash_block_names_its_page_line(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# t\n\n```bash\ntrue\n```\n\n```bash\necho said; false\n```\n")
+    out = subprocess.run([sys.executable, "-P", os.path.join(HERE, "_doc_blocks.py"), str(page)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode != 0
+    assert f'File "{page}", line 8: bash block exited 1' in out.stderr, out.stderr
+    assert "said" in out.stderr

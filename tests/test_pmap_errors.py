@@ -181,7 +181,10 @@ def test_more_instances_than_devices(no_compile):
                               f"devices, but only {N} XLA devices are available "
                               f"(num_replicas={N + 1})",
                               f"requires {N + 1} replicas, but only {N} XLA devices "
-                              "are available", "pmapped function f"],
+                              "are available", "pmapped function f",
+                              # how to get more CPU devices, where they are CPUs
+                              f"--xla_force_host_platform_device_count={N + 1}",
+                              f"jax.config.update('jax_num_cpu_devices', {N + 1})"],
                  lambda: g(np.ones(N + 1, np.float32)), no_compile)
     with pytest.raises(ValueError, match=r"compiling computation that requires \d+ "
                        r"logical devices, but only \d+ XLA devices are available .*"):

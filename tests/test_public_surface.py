@@ -50,16 +50,34 @@ def test_every_public_module_imports():
         assert _is_module(name), name
 
 
+_AUTODOC = re.compile(r"^\.\. auto(?:module|class|function|data|exception):: (\S+)", re.M)
+
+
+def _reference_targets():
+    """(page, name) for every autodoc directive of docs/reference/."""
+    return [(page, target) for page in sorted((ROOT / "docs" / "reference").glob("*.md"))
+            for target in _AUTODOC.findall(page.read_text())]
+
+
 def test_the_reference_reads_only_public_modules():
-    targets = []
-    for page in (ROOT / "docs" / "reference").glob("*.md"):
-        targets += re.findall(r"^::: (\S+)", page.read_text(), re.M)
+    targets = [target for _, target in _reference_targets()]
     assert targets
     for target in targets:
         home = _public_prefix(target)
         assert home is not None, f"{target}: not in pmapkit._PUBLIC_MODULES"
         # A member (pmapkit.pjit.pjit), never a module below a public one.
         assert target == home or not _is_module(target), target
+
+
+def test_the_reference_has_one_page_per_public_module():
+    pages = {page.stem: target for page, target in _reference_targets()}
+    assert sorted(pages) == sorted(PUBLIC), "docs/reference/<module>.md per public module"
+    for stem, target in pages.items():
+        assert target == stem, f"docs/reference/{stem}.md documents {target}"
+    # The package's page names every name of its __all__.
+    package_page = (ROOT / "docs" / "reference" / "pmapkit.md").read_text()
+    for name in pmapkit.__all__:
+        assert f"`{name}`" in package_page, name
 
 
 def test_user_docs_name_no_internal_module():

@@ -2,10 +2,10 @@
 devices that hold their jax.Array arguments (the API of
 ``jax.experimental.colocated_python``).
 
-  colocated_python(fun)        a callable with ``specialize(in_specs=,
-                               out_specs_fn=, devices=)``
-  colocated_python_class(cls)  a class whose objects live next to the devices
-  colocated_cpu_devices(devs)  the CPU devices on the same hosts as ``devs``
+- ``colocated_python(fun)``: a callable with
+  ``specialize(in_specs=, out_specs_fn=, devices=)``
+- ``colocated_python_class(cls)``: a class whose objects live next to the devices
+- ``colocated_cpu_devices(devs)``: the CPU devices on the same hosts as ``devs``
 
 Where the backend compiles colocated Python programs (jaxlib's IFRT program
 API) the function runs there; on PjRt backends (CPU, GPU) it runs in-process,

@@ -1,5 +1,5 @@
 """Multi-process runs: joining one (``pmapkit.distributed.initialize()``,
-here) and what runs in them.
+here) and what runs in them::
 
     launch          ``pmapkit launch``: N local processes of one script
     process_local   a process's local view of a program spanning processes
@@ -9,7 +9,7 @@ here) and what runs in them.
 ``initialize``:
 
 Under ``pmapkit launch`` the launcher's environment variables give the
-coordinator, the process count and this process's rank:
+coordinator, the process count and this process's rank::
 
     PMAPKIT_COORDINATOR_ADDRESS  -> coordinator_address  (127.0.0.1:PORT)
     PMAPKIT_NUM_PROCESSES        -> num_processes

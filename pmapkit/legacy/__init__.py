@@ -3,20 +3,20 @@
 ``install(route_pmap=False)`` puts pmapkit where an older JAX had what JAX
 0.10 removed, and only where the running JAX lacks it:
 
-=====================================  =============================================
-``jax.experimental.pjit``              ``pjit`` of the classic signature
-                                       (``in_axis_resources``/``out_axis_resources``),
-                                       ``with_sharding_constraint``, ``PartitionSpec``
-``jax.experimental.maps``              ``pmapkit.pjit.maps`` (``Mesh``, ``mesh``,
-                                       ``thread_resources``)
-``jax.experimental.PartitionSpec``     ``jax.sharding.PartitionSpec``
-``jax.experimental.host_callback``     ``pmapkit.host_callback``
-``jax.experimental.jax2tf.jax_export``  ``pmapkit.export`` (the 2023 API)
-``jax.experimental.export``            ``pmapkit.export`` (the 0.4.2x API)
-``jax.device_put_replicated``,         pmapkit's, where this pmapkit has them
+========================================  =============================================
+``jax.experimental.pjit``                 ``pjit`` of the classic signature
+                                          (``in_axis_resources``/``out_axis_resources``),
+                                          ``with_sharding_constraint``, ``PartitionSpec``
+``jax.experimental.maps``                 ``pmapkit.pjit.maps`` (``Mesh``, ``mesh``,
+                                          ``thread_resources``)
+``jax.experimental.PartitionSpec``        ``jax.sharding.PartitionSpec``
+``jax.experimental.host_callback``        ``pmapkit.host_callback``
+``jax.experimental.jax2tf.jax_export``    ``pmapkit.export`` (the 2023 API)
+``jax.experimental.export``               ``pmapkit.export`` (the 0.4.2x API)
+``jax.device_put_replicated``,            pmapkit's, where this pmapkit has them
 ``jax.device_put_sharded``
-``jax.pmap`` (``route_pmap=True``)     ``pmapkit.pmap``
-=====================================  =============================================
+``jax.pmap`` (``route_pmap=True``)        ``pmapkit.pmap``
+========================================  =============================================
 
 A module is provided by a finder at the front of ``sys.meta_path`` when it
 does not exist (``import jax.experimental.maps``, ``from jax.experimental

@@ -62,7 +62,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
       static_argnums: positional arguments that are compile-time constants.
       donate_argnums: positional arguments whose buffers may be reused.
       in_shardings: the modern spelling of ``in_axis_resources``. Leaves of
-        either spelling may also be ``Sharding``s (NamedSharding,
+        either spelling may also be ``Sharding`` objects (NamedSharding,
         SingleDeviceSharding), which need no mesh context.
       out_shardings: the modern spelling of ``out_axis_resources``.
       static_argnames: parameter names that are compile-time constants (by

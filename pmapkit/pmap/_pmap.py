@@ -367,8 +367,18 @@ def _resolve_devices(spec, size, inner=()):
             f"but only {len(available)} XLA devices are available "
             f"(num_replicas={needed}): pmapped function {spec.name} maps "
             f"{what}, so it requires {needed} replicas, but only "
-            f"{len(available)} XLA devices are available (platform {platform!r}).")
+            f"{len(available)} XLA devices are available (platform {platform!r})."
+            + (_cpu_devices_hint(needed) if platform == "cpu" else ""))
     return tuple(available[:needed])
+
+
+def _cpu_devices_hint(needed):
+    # A one-device machine meets this first with examples written for 8:
+    # say how to get more CPU devices (only before JAX starts its backend).
+    return (f" To simulate {needed} CPU devices, set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={needed} in the "
+            "environment, or call jax.config.update('jax_num_cpu_devices', "
+            f"{needed}) before JAX first uses a device.")
 
 
 def _across_processes(spec, flat):

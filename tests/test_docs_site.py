@@ -1,0 +1,147 @@
+"""The built documentation site: its search finds every classic name of
+docs/classic-names.md, and it says its version.
+
+The site is the one at ``PMAPKIT_SITE`` (``.ci/run`` builds it, then runs
+this file on it); otherwise it is built here, strictly, when Sphinx is
+installed (``pip install ".[docs]"``), and these tests are skipped when not.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import _install
+
+DOCS = os.path.join(_install.REPO, "docs")
+CLASSIC_PAGE = os.path.join(DOCS, "classic-names.md")
+# The tables of classic names: the first cell of each row names one.
+_NAME_TABLES = ("### Served names", "### With a replacement")
+_FAMILY_TABLE = "### JAX internals (no public replacement)"
+_ALSO_SERVED = "Also served, older than every census release:"
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _display(code):
+    """``{classic}`title <target>``` and ```name``` alike: the text shown."""
+    return code.split(" <")[0]
+
+
+def classic_names(text):
+    """Every classic name the page's tables (and its "also served" list)
+    show, as a full dotted name: a family row's names under its module."""
+    names, section = [], None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            section = line.strip()
+        elif line.startswith("| ") and not line.startswith("| ---"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            first = _CODE.findall(cells[0])
+            if section in _NAME_TABLES and first:
+                names.append(_display(first[0]))
+            elif section == _FAMILY_TABLE and first:
+                module = _display(first[0])
+                names.append(module)
+                names += [f"{module}.{_display(n)}" for n in _CODE.findall(cells[1])]
+        elif line.startswith(_ALSO_SERVED):
+            names += [_display(n) for n in _CODE.findall(line[len(_ALSO_SERVED):])]
+    return names
+
+
+def _built_site(tmp_path_factory):
+    given = os.environ.get("PMAPKIT_SITE")
+    if given:
+        return given
+    if not os.path.isfile(os.path.join(DOCS, "conf.py")):
+        pytest.skip("no docs/ beside the tests; set PMAPKIT_CHECKOUT")
+    try:
+        import sphinx  # noqa: F401
+    except ImportError:
+        pytest.skip('Sphinx not installed (pip install ".[docs]"), PMAPKIT_SITE unset')
+    site = str(tmp_path_factory.mktemp("site"))
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-P", "-m", "sphinx", "-W", "--keep-going", "-q",
+                          "-b", "html", DOCS, site],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, f"the site does not build strictly:\n{out.stderr[-4000:]}"
+    return site
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    return _built_site(tmp_path_factory)
+
+
+def _search_index(site):
+    with open(os.path.join(site, "searchindex.js"), encoding="utf-8") as f:
+        text = f.read()
+    return json.loads(text[text.index("(") + 1:text.rindex(")")])
+
+
+def _searchable_objects(index):
+    return {f"{prefix}.{entry[4]}" if prefix else entry[4]
+            for prefix, entries in index["objects"].items() for entry in entries}
+
+
+def test_the_tables_are_read():
+    with open(CLASSIC_PAGE, encoding="utf-8") as f:
+        names = classic_names(f.read())
+    # Served (~97), refused with a replacement (~41), the internals' families
+    # and their names shown, the older served ones.
+    assert len(names) > 250, len(names)
+    for expected in ("jax.tree_multimap", "jax.tree_map", "jax.sharding.GSPMDSharding",
+                     "jax.interpreters.pxla", "jax.core.ConcreteArray"):
+        assert expected in names
+
+
+def test_every_classic_name_is_found_by_the_search(site):
+    with open(CLASSIC_PAGE, encoding="utf-8") as f:
+        names = set(classic_names(f.read()))
+    found = _searchable_objects(_search_index(site))
+    missing = sorted(names - found)
+    assert not missing, f"not in the site's search index: {missing}"
+
+
+def test_the_site_shows_its_version_and_links_to_jax(site):
+    import pmapkit
+    with open(os.path.join(site, "index.html"), encoding="utf-8") as f:
+        page = f.read()
+    assert f"pmapkit {pmapkit.__version__}" in page
+    assert "https://docs.jax.dev/en/latest/" in page
+    with open(os.path.join(site, "pmap.html"), encoding="utf-8") as f:
+        pmap_page = f.read()
+    # Inline `jax.jit` in a page links into JAX's own reference (intersphinx).
+    assert "https://docs.jax.dev/en/latest/_autosummary/jax.jit.html#jax.jit" in pmap_page
+
+
+def _inventory_entries(path):
+    """name -> (role, uri) of a Sphinx inventory (version 2) file."""
+    import zlib
+    with open(path, "rb") as f:
+        data = f.read()
+    body = data.split(b"\n", 4)[4]
+    entries = {}
+    for line in zlib.decompress(body).decode().splitlines():
+        name, role, _prio, uri, _display = line.split(" ", 4)
+        entries[name] = (role, uri.replace("$", name) if uri.endswith("$") else uri)
+    return entries
+
+
+def test_the_jax_inventory_is_the_installed_jax_s():
+    # docs/_inventories/jax.inv links the pages' `jax.jit` into JAX's docs;
+    # made from the installed jax, it is remade when the jax pin moves.
+    script = os.path.join(DOCS, "_tools", "jax_inventory.py")
+    if not os.path.isfile(script):
+        pytest.skip("no docs/ beside the tests; set PMAPKIT_CHECKOUT")
+    out = subprocess.run([sys.executable, "-P", script, "--check"], capture_output=True,
+                         text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert out.returncode == 0, (
+        f"{out.stdout}{out.stderr[-2000:]}\nrun: python docs/_tools/jax_inventory.py")
+    entries = _inventory_entries(os.path.join(DOCS, "_inventories", "jax.inv"))
+    assert entries["jax.jit"] == ("py:function", "_autosummary/jax.jit.html#jax.jit")
+    assert entries["jax.shard_map"][1] == "_autosummary/jax.shard_map.html#jax.shard_map"
+    assert entries["jax.sharding.NamedSharding"] == (
+        "py:class", "jax.sharding.html#jax.sharding.NamedSharding")
+    assert entries["jax.sharding"] == ("py:module", "jax.sharding.html#module-jax.sharding")
