@@ -7,7 +7,7 @@ import os
 import sys
 import tarfile
 
-REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "mkdocs.yml",
+REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "mkdocs.yml",
                 "ARCHITECTURE.md")
 SHIPPED_SOURCE = (".py", ".pxd", ".pyi")
 FORBIDDEN = (".so", ".c", ".pyc", ".html")
