@@ -92,6 +92,8 @@ def test_feature_rows_name_what_ran_and_fit():
     assert migrated.startswith("  migrated file on plain jax")
     assert migrated.endswith("0.01x jax.pmap")
     assert "0.01x" not in next(line for line in text.splitlines() if "7756.700" in line)
+    assert "µs/iteration (wall)" in migrated   # one spelling of the unit: µs, CPU
+    assert features.shown_unit("us/call cpu") == features.shown_unit("µs/call CPU")
     assert "migrated file on plain jax (no pmapkit at all, jit of shard_map)" in \
         features.format_table(results, wide=True)
 

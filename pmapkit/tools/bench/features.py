@@ -126,8 +126,18 @@ def format_table(results, wide=False):
             shown = f"{r:.2f}x {case.baseline}" if (r is not None and row["impl"] == subject) \
                 else ""
             lines.append(f"  {_shorten(row['impl'], impl_w):<{impl_w}}"
-                         f"{row['value']:>13.3f} {row['unit']:<20}{shown}".rstrip())
+                         f"{row['value']:>13.3f} {shown_unit(row['unit']):<20}{shown}"
+                         .rstrip())
     return "\n".join(lines)
+
+
+def shown_unit(unit):
+    """A row's unit as the tables spell it (``us/call cpu`` and ``µs/call
+    CPU`` are one unit): µs, CPU."""
+    words = unit.split(" ")
+    if words[0].startswith("us/") or words[0] == "us":
+        words[0] = "µs" + words[0][2:]
+    return " ".join("CPU" if w == "cpu" else w for w in words)
 
 
 def _shorten(text, width):
