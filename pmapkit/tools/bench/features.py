@@ -11,7 +11,8 @@ A case function takes the settings dict of the run (``"quick"`` or
 ``"full"``: ``settings["rounds"]``, ``settings["target_s"]``) and returns rows,
 one per impl: ``{"impl": str, "value": float, "unit": str}`` plus any extra
 keys worth keeping in the JSON. The report prints every row and the ratio
-``pmapkit / baseline`` of each case (``baseline`` names the JAX impl).
+``subject / baseline`` of each case (``baseline`` names the JAX impl,
+``subject`` what is set against it: pmapkit unless the case says otherwise).
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def format_table(results, wide=False):
     impl_w = max(len(r["impl"]) for _, rows in results for r in rows)
     if not wide:
         impl_w = min(impl_w, 34)
-    lines = [f"feature cases: each case's rows, the subject's ratio to the baseline"]
+    lines = ["feature cases: each case's rows, the subject's ratio to the baseline"]
     for case, rows in results:
         better = "higher" if case.higher_is_better else "lower"
         lines.append(f"{case.name}  ({better} is better)")
