@@ -7,8 +7,8 @@ import os
 import sys
 import tarfile
 
-REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "CHANGELOG.md",
-                "ARCHITECTURE.md", "docs/conf.py")
+REQUIRED_TOP = ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in",
+                "CHANGELOG.md", "ARCHITECTURE.md", "docs/conf.py")
 SHIPPED_SOURCE = (".py", ".pxd", ".pyi")
 FORBIDDEN = (".so", ".c", ".pyc", ".html")
 

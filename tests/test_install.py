@@ -1,5 +1,6 @@
 """The suite tests what users get: the installed build, from any directory."""
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -70,7 +71,8 @@ def _console_script():
 def test_console_script_help(tmp_path):
     proc = _run_elsewhere([_console_script(), "--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "pmapkit demo" in proc.stdout and "pmapkit bench" in proc.stdout
+    assert proc.stdout.startswith("usage: pmapkit ")
+    assert "\n  demo " in proc.stdout and "'pmapkit bench --help'" in proc.stdout
 
 
 def test_console_script_rejects_unknown_command(tmp_path):
@@ -83,9 +85,66 @@ def test_demo_runs_from_another_directory(tmp_path):
     proc = _run_elsewhere([_console_script(), "demo"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "pmapkit.pmap and jax.pmap agree" in proc.stdout
+    # Then the speed at a glance: one step's cost three ways, in 100 columns.
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    costs = lines[lines.index("") + 1:]
+    assert costs[0].startswith("per training step, caller-thread CPU µs"), costs
+    assert [line.split()[0] for line in costs[1:]] == [
+        "pmapkit.pmap", "jax.pmap", "jax.jit(shard_map)"], costs
+    for line in costs[1:]:
+        assert float(line.split()[1]) > 0 and line.split()[2] == "µs", line
+    assert all(re.search(r"pmapkit\.pmap is \d+\.\d\dx (faster|slower)$", line)
+               for line in costs[2:]), costs
 
 
 def test_python_dash_m_from_another_directory(tmp_path):
     proc = _run_elsewhere([sys.executable, "-m", "pmapkit", "--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "pmapkit bench" in proc.stdout
+    assert proc.stdout.startswith(f"usage: {os.path.basename(sys.executable)} -m pmapkit ")
+    assert "\n  bench " in proc.stdout
+
+
+def _distribution():
+    from importlib import metadata
+    try:
+        return metadata.distribution("pmapkit")
+    except metadata.PackageNotFoundError:
+        pytest.skip("pmapkit is not installed as a distribution")
+
+
+def test_the_install_carries_the_licence_and_says_which():
+    """The wheel (and an editable install's metadata) ships LICENSE, the
+    Apache-2.0 text the metadata declares."""
+    dist = _distribution()
+    licences = [f for f in dist.files or () if f.name == "LICENSE"]
+    assert licences, sorted(str(f) for f in dist.files or ())[:50]
+    text = licences[0].read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    meta = dist.metadata
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert "LICENSE" in (meta.get_all("License-File") or [])
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls), urls
+    assert all(u.startswith("https://") for u in urls.values()), urls
+    classifiers = meta.get_all("Classifier") or []
+    assert "Programming Language :: Python :: 3.11" in classifiers, classifiers
+
+
+def test_the_readme_links_work_on_a_package_index_page():
+    """README.md is the index page's text: relative links would be dead
+    there, so every link is absolute, and one into the repository names a
+    file the checkout has."""
+    readme = os.path.join(_install.REPO, "README.md")
+    if not os.path.isfile(readme):
+        pytest.skip("no README.md beside the tests; set PMAPKIT_CHECKOUT")
+    with open(readme) as f:
+        links = re.findall(r"\]\(([^)\s]+)\)", f.read())
+    assert links
+    home = "https://github.com/pmapkit/pmapkit/blob/main/"
+    for link in links:
+        assert link.startswith("https://"), link
+        if link.startswith(home):
+            path = link[len(home):].partition("#")[0]
+            assert os.path.exists(os.path.join(_install.REPO, path)), link

@@ -366,6 +366,26 @@ def test_refused_names_raise_a_clear_error_where_touched(tmp_path):
             assert f"no faithful equivalent on JAX {v}" in message
 
 
+_REPORT_LABELS = ("uses", "first use", "served by", "modern JAX", "example")
+
+
+def _report_blocks(lines):
+    """``{name line: [uses, first use, served by, modern, example]}`` from the
+    default report: a name's line, then one labelled line per field, a long
+    value folded onto lines indented under it."""
+    blocks, name, label = {}, None, None
+    for line in lines:
+        if not line.startswith(" "):
+            name = line
+            blocks[name] = {}
+        elif line[4:16].strip() in _REPORT_LABELS:
+            label = line[4:16].strip()
+            blocks[name][label] = line[16:].strip()
+        else:
+            blocks[name][label] += " " + line.strip()
+    return {n: [b[k] for k in _REPORT_LABELS] for n, b in blocks.items()}
+
+
 def test_report_lists_what_the_script_used(tmp_path):
     script = tmp_path / "old.py"
     script.write_text(textwrap.dedent("""
@@ -381,13 +401,20 @@ def test_report_lists_what_the_script_used(tmp_path):
         except ImportError:
             print("no xmap")
     """))
-    for options, extra in (([], {"PMAPKIT_REPORT": "1"}), (["--report"], {})):
+    for options, extra in (([], {"PMAPKIT_REPORT": "1"}), (["--report"], {}),
+                           (["--report=wide"], {}), ([], {"PMAPKIT_REPORT": "wide"})):
         proc = _run(RUN + ["--route-pmap", *options, str(script)], tmp_path, **extra)
         assert proc.stdout.splitlines() == ["[1.0, 2.0] True 8", "no xmap"]
         report = proc.stderr[proc.stderr.index("pmapkit.legacy report:"):].splitlines()
-        assert report[0] == "pmapkit.legacy report: 8 classic name(s) used", report
-        rows = {r.split("|")[0].strip(): [c.strip() for c in r.split("|")[1:]]
-                for r in report[3:]}
+        assert report[0].startswith("pmapkit.legacy report: 8 classic name(s) used"), report
+        wide = "wide" in options[0] if options else extra["PMAPKIT_REPORT"] == "wide"
+        if wide:   # one line per name, however wide
+            rows = {r.split("|")[0].strip(): [c.strip() for c in r.split("|")[1:]]
+                    for r in report[3:]}
+        else:      # within 100 columns: a few lines per name
+            assert max(len(line) for line in report) <= 100, report
+            rows = _report_blocks(report[1:])
+        assert len(rows) == 8, report
         # uses | first use (file:line in the script) | served by | modern | example
         first = {name: row.pop(1) for name, row in rows.items()}
         assert first["jax.tree_map (removed in 0.6.0)"] == f"{script}:8"

@@ -302,7 +302,7 @@ def test_device_put_replicated_and_sharded_come_from_pmapkit(tmp_path):
     (["--bogus", "x.py"], 2, "pmapkit run: error: unknown option '--bogus'"),
     (["-m"], 2, "pmapkit run: error: -m needs a module name"),
     (["--report=xml", "x.py"], 2,
-     "pmapkit run: error: --report= takes json or a path ending in .json"),
+     "pmapkit run: error: --report= takes wide, json or a path ending in .json"),
     (["-m", "no_such_module_here"], 1, ": No module named no_such_module_here"),
 ])
 def test_bad_usage(tmp_path, args, status, message):
@@ -314,8 +314,10 @@ def test_bad_usage(tmp_path, args, status, message):
 def test_help(tmp_path):
     proc = _run(RUN + ["--help"], tmp_path)
     assert proc.returncode == 0
+    # The program as typed: RUN is `python -m pmapkit run`.
     assert proc.stdout.startswith(
-        "usage: pmapkit run [--route-pmap] [--report] script.py [args ...]")
+        f"usage: {os.path.basename(sys.executable)} -m pmapkit run [--route-pmap] "
+        "[--report[=FORM]] script.py [args ...]")
     assert "--route-pmap  also make jax.pmap pmapkit's pmap" in proc.stdout
     assert "--report      at exit, list on stderr the classic names" in proc.stdout
 

@@ -101,7 +101,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, args, message):
     proc = migrate(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
-    assert "usage: pmapkit migrate PATH..." in proc.stderr
+    assert "-m pmapkit migrate PATH..." in proc.stderr   # as typed: python -m
     assert not (tmp_path / "out").exists()
     assert (tmp_path / "good.py").read_text() == CLASSIC
 

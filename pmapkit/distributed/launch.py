@@ -62,11 +62,11 @@ def process_environment(base, *, rank, num_processes, coordinator, devices_per_p
     return env
 
 
-def _parse(argv):
+def _parse(argv, prog="pmapkit launch"):
     import argparse  # only the command line needs it (not ``import pmapkit``)
 
     parser = argparse.ArgumentParser(
-        prog="pmapkit launch",
+        prog=prog,
         description="Run SCRIPT in N local processes joined by jax.distributed "
                     "over 127.0.0.1.")
     parser.add_argument("-n", "--num-processes", type=int, required=True,
@@ -245,8 +245,9 @@ def _supervise(procs, timeout, signals):
         time.sleep(0.05)
 
 
-def main(argv):
-    opts = _parse(argv)
+def main(argv, prog="pmapkit launch"):
+    """``pmapkit launch``; ``prog``: the command as typed, for messages."""
+    opts = _parse(argv, prog)
     try:
         return launch(opts.num_processes, opts.script, opts.args, module=opts.module,
                       devices_per_process=opts.devices_per_process, timeout=opts.timeout)

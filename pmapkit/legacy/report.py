@@ -3,9 +3,12 @@ program used, printed on stderr at exit as a migration map: per name the
 uses, the file:line of the first use in the program (outside pmapkit and
 JAX), what served it and the modern replacement.
 
-``--report=json`` / ``PMAPKIT_REPORT=json`` prints the same as one JSON
-object on stderr (one line starting ``{"pmapkit_legacy_report"``);
-``--report=PATH.json`` / ``PMAPKIT_REPORT=PATH.json`` writes it to that file.
+The report fits 100 columns (``WIDTH``): a few lines per name, long values
+folded. ``--report=wide`` / ``PMAPKIT_REPORT=wide`` prints it as one table
+line per name, however wide. ``--report=json`` / ``PMAPKIT_REPORT=json``
+prints the same as one JSON object on stderr (one line starting
+``{"pmapkit_legacy_report"``); ``--report=PATH.json`` /
+``PMAPKIT_REPORT=PATH.json`` writes it to that file.
 
 Counting happens only when the report is on: ``pmapkit.legacy`` then installs
 counting stand-ins (a function that counts its calls, a class that counts its
@@ -21,12 +24,13 @@ import functools
 import json
 import os
 import sys
+import textwrap
 import threading
 
 from pmapkit.legacy import names as legacy_names
 
 __all__ = ["enable", "enabled", "note", "seen", "counted", "counting_module_getattr",
-           "counting_module", "counts", "entries", "table", "as_json",
+           "counting_module", "counts", "entries", "table", "format_entries", "as_json",
            "env_requests_report"]
 
 _lock = threading.Lock()
@@ -34,30 +38,36 @@ _counts: dict[str, int] = {}
 _how: dict[str, str] = {}
 _first: dict[str, str] = {}
 _enabled = False
-_form = "table"      # "table", "json" (stderr) or a path to write the JSON to
+_form = "table"      # "table", "wide", "json" (stderr) or a path to write the JSON to
+FORMS = ("wide", "json")   # the named forms besides the default table and a path
+#: The columns the default table fits.
+WIDTH = 100
 _OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
          os.path.dirname(os.path.dirname(os.path.abspath(json.__file__))) + os.sep)
 
 
 def env_requests_report():
     """The report ``PMAPKIT_REPORT`` asks for: False, True (the table),
-    "json" or a path ending in .json."""
+    "wide", "json" or a path ending in .json."""
     value = os.environ.get("PMAPKIT_REPORT", "").strip()
     if value.lower() in ("", "0", "false", "no"):
         return False
-    if value.lower() == "json" or value.endswith(".json"):
+    if value.lower() in FORMS:
+        return value.lower()
+    if value.endswith(".json"):
         return value
     return True
 
 
 def enable(form=True):
     """Turns counting on and writes the report at interpreter exit (once):
-    ``form`` True for the table, "json" for JSON on stderr, or a path."""
+    ``form`` True for the table (within ``WIDTH`` columns), "wide" for one
+    line per name, "json" for JSON on stderr, or a path ending in .json."""
     global _enabled, _form
     if isinstance(form, str):
-        if form != "json" and not form.endswith(".json"):
-            raise ValueError(f"report must be True, 'json' or a path ending in .json; "
-                             f"got {form!r}")
+        if form not in FORMS and not form.endswith(".json"):
+            raise ValueError(f"report must be True, 'wide', 'json' or a path ending "
+                             f"in .json; got {form!r}")
         _form = form
     if not _enabled:
         _enabled = True
@@ -188,12 +198,42 @@ def entries():
     return out
 
 
-def table():
-    """The migration map of the names counted so far, one line each."""
-    rows = entries()
+def table(wide=False):
+    """The migration map of the names counted so far (``format_entries``)."""
+    return format_entries(entries(), wide)
+
+
+def format_entries(rows, wide=False):
+    """The migration map of ``rows`` (``entries()``): per name its uses and
+    first use, what served it, the modern replacement and an example, within
+    ``WIDTH`` columns; ``wide``: one table line per name."""
     if not rows:
         return ("pmapkit.legacy report: this program used none of the classic "
                 "names pmapkit stands in for.")
+    if wide:
+        return _wide_table(rows)
+    lines = [f"pmapkit.legacy report: {len(rows)} classic name(s) used "
+             f"(--report=wide: one line each)"]
+    for e in rows:
+        lines.append(_folded(f"{e['name']} (removed in {e['removed_in']})", ""))
+        for label, value in (("uses", f"{e['uses']} {e['how']}"),
+                             ("first use", e["first_use"]),
+                             ("served by", e["served_by"]),
+                             ("modern JAX", e["modern"]),
+                             ("example", e["example"])):
+            lines.append(_folded(value, f"    {label:<12}"))
+    return "\n".join(lines)
+
+
+def _folded(text, lead):
+    """``lead`` + ``text`` folded to ``WIDTH`` columns, continuation lines
+    under the text (a word longer than a line, a path, is cut)."""
+    return textwrap.fill(text, WIDTH, initial_indent=lead,
+                         subsequent_indent=" " * max(len(lead), 4),
+                         break_on_hyphens=False)
+
+
+def _wide_table(rows):
     cells = [("classic name", "uses", "first use", "served by", "modern JAX", "example")]
     for e in rows:
         cells.append((f"{e['name']} (removed in {e['removed_in']})",
@@ -220,8 +260,8 @@ def _print_at_exit():
         sys.stdout.flush()
     except Exception:   # a closed stdout must not hide the report
         pass
-    if _form == "table":
-        print(table(), file=sys.stderr, flush=True)
+    if _form in ("table", "wide"):
+        print(table(wide=_form == "wide"), file=sys.stderr, flush=True)
     elif _form == "json":
         print(as_json(), file=sys.stderr, flush=True)
     else:

@@ -1,29 +1,45 @@
-"""The ``pmapkit`` command (also ``python -m pmapkit``).
+"""The ``pmapkit`` command (also ``python -m pmapkit``): picks the subcommand
+and hands it the rest of the command line.
 
-    pmapkit demo                  data-parallel training demo (the default)
-    pmapkit bench [options]       dispatch and feature benchmarks vs JAX
-                                  (``pmapkit bench --help``)
-    pmapkit launch -n N [--devices-per-process K] [--timeout S] script.py [args]
-                                  N local processes joined by jax.distributed
-                                  (``pmapkit launch --help``)
-    pmapkit run [--route-pmap] [--report[=json|PATH.json]] script.py [args]
-    pmapkit run [--route-pmap] [--report[=json|PATH.json]] -m module [args]
-                                  an old script, unedited: pmapkit stands in for
-                                  what this JAX removed (``pmapkit run --help``)
-    pmapkit migrate PATH... [-o OUT | --in-place] [--diff] [--strict] [--check]
-                                  rewrite classic code to plain modern JAX
-                                  (``pmapkit migrate --help``)
+Habits every subcommand keeps: ``-h``/``--help`` prints and does nothing
+else; messages name the program as it was typed (``pmapkit bench`` from the
+console script, ``python -m pmapkit bench`` from ``-m``); a reader that closes
+the pipe early (``pmapkit --help | head -1``) ends the command quietly.
 """
 import os
 import sys
 
 COMMANDS = ("demo", "bench", "launch", "run", "migrate")
+#: The name of the console script (pyproject.toml's ``[project.scripts]``).
+SCRIPT_NAME = "pmapkit"
+
+HELP = """\
+usage: {prog} [-h] [--version] [COMMAND] [options]
+
+JAX's classic parallel layer (pmap, pjit, host_callback, export,
+colocated_python) on jax 0.10, and the tools around it.
+
+commands:
+  demo      data-parallel training on 8 simulated CPU devices, checked against
+            jax.pmap, and the cost of one step beside jax.pmap and jax.jit
+            (the default)
+  bench     per-call dispatch and feature benchmarks, side by side with JAX
+  launch    run a script in N local processes joined by jax.distributed
+  run       run an old JAX script unedited: pmapkit stands in for what this
+            JAX removed (--report lists the classic names it used)
+  migrate   rewrite classic JAX code to plain modern JAX
+
+options:
+  -h, --help  show this message and exit
+  --version   show the versions of pmapkit, jax and jaxlib and exit
+
+'{prog} COMMAND --help' shows a command's options, e.g. '{prog} bench --help'."""
 
 RUN_USAGE = """\
-usage: pmapkit run [--route-pmap] [--report] script.py [args ...]
-       pmapkit run [--route-pmap] [--report] -m module [args ...]
+usage: {prog} [--route-pmap] [--report[=FORM]] script.py [args ...]
+       {prog} [--route-pmap] [--report[=FORM]] -m module [args ...]
 
-Runs an old JAX script unedited, as `python script.py` / `python -m module`
+Runs an old JAX script unedited, as 'python script.py' / 'python -m module'
 would (sys.argv, __main__, exit status), after pmapkit.legacy.install():
 pmapkit's classic APIs stand in for the modules and names this JAX lacks
 (jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
@@ -38,47 +54,103 @@ options:
   --route-pmap  also make jax.pmap pmapkit's pmap
   --report      at exit, list on stderr the classic names the script used
                 (uses, file:line of the first use), what served them and
-                their modern replacements (also: PMAPKIT_REPORT=1)
+                their modern replacements, within 100 columns
+                (also: PMAPKIT_REPORT=1)
+  --report=wide the same as one line per name, however wide
   --report=json the same as one JSON object on stderr; --report=PATH.json
-                writes it to PATH.json (also: PMAPKIT_REPORT=json|PATH.json)
+                writes it to PATH.json (also: PMAPKIT_REPORT=wide|json|PATH.json)
   -m module     run a module (like python -m) instead of a script
-  -h, --help    show this message"""
+  -h, --help    show this message and exit"""
 
 
-def main(argv=None):
+def program_name():
+    """The program as the user typed it: ``pmapkit`` for the console script,
+    ``python -m pmapkit`` (with the interpreter's own name) under ``-m``."""
+    if os.path.basename(sys.argv[0]) == "__main__.py":
+        return f"{os.path.basename(sys.executable) or 'python'} -m pmapkit"
+    return SCRIPT_NAME
+
+
+def main(argv=None, prog=None):
+    """Runs one command; returns its exit status. A closed standard output
+    ends it quietly with status 1 (Python's own status for a failed flush)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    prog = program_name() if prog is None else prog
+    try:
+        try:
+            status = _dispatch(argv, prog)
+        except SystemExit as exc:   # argparse's exits: flushed below, like the rest
+            status = exc.code
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_went_away()
+    return status
+
+
+def _reader_went_away():
+    # The reader closed the pipe (`pmapkit --help | head -1`): what is still
+    # buffered can never be written, and the interpreter's last flush would
+    # fail again with a traceback. Point stdout at /dev/null instead.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):   # stdout is no file (captured in-process)
+        pass
+    return 1
+
+
+def _dispatch(argv, prog):
     command = argv[0] if argv else "demo"
     if command in ("-h", "--help", "help"):
-        print(__doc__)
+        print(HELP.format(prog=prog))
+        return 0
+    if command in ("-V", "--version"):
+        print(version_line())
         return 0
     if command not in COMMANDS:
-        print(f"pmapkit: unknown command {command!r}; expected one of "
-              f"{', '.join(COMMANDS)} (pmapkit --help)", file=sys.stderr)
+        print(f"{prog}: unknown command {command!r}; expected one of "
+              f"{', '.join(COMMANDS)} ({prog} --help)", file=sys.stderr)
         return 2
+    sub = f"{prog} {command}"
     if command == "launch":   # the children set up their own devices
         from pmapkit.distributed import launch
-        return launch.main(argv[1:])
+        return launch.main(argv[1:], prog=sub)
     if command == "run":      # the script sets up its own devices
-        return run(argv[1:])
+        return run(argv[1:], sub)
     if command == "migrate":  # source to source; --check runs scripts in children
         from pmapkit.tools.migrate import command as migrate_command
-        return migrate_command.main(argv[1:])
+        return migrate_command.main(argv[1:], prog=sub)
     from pmapkit.tools import demo
-    demo.configure_devices()
     if command == "bench":
         from pmapkit.tools.bench import cli as bench_cli
-        return bench_cli.main(argv[1:])
-    return demo.demo()
+        return bench_cli.main(argv[1:], prog=sub, before_jax=demo.configure_devices)
+    return demo.main(argv[1:], prog=sub)
 
 
-def run(argv):
+def version_line():
+    """``pmapkit X (jax Y, jaxlib Z, Python W)``, read from the installed
+    distributions: nothing is imported."""
+    from importlib import metadata
+    import platform
+
+    def installed(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    return (f"pmapkit {installed('pmapkit')} (jax {installed('jax')}, "
+            f"jaxlib {installed('jaxlib')}, Python {platform.python_version()})")
+
+
+def run(argv, prog="pmapkit run"):
     """``pmapkit run``: options end at the script or ``-m module``; everything
     after it is the script's, as with ``python``."""
     route_pmap, report, module, rest = False, None, None, list(argv)
     while rest and rest[0].startswith("-") and module is None:
         option = rest.pop(0)
         if option in ("-h", "--help"):
-            print(RUN_USAGE)
+            print(RUN_USAGE.format(prog=prog))
             return 0
         if option == "--route-pmap":
             route_pmap = True
@@ -86,22 +158,23 @@ def run(argv):
             report = True
         elif option.startswith("--report="):
             report = option.partition("=")[2]
-            if report != "json" and not report.endswith(".json"):
-                return _usage_error("--report= takes json or a path ending in .json")
+            if report not in ("json", "wide") and not report.endswith(".json"):
+                return _usage_error(prog, "--report= takes wide, json or a path "
+                                          "ending in .json")
         elif option == "-m":
             if not rest:
-                return _usage_error("-m needs a module name")
+                return _usage_error(prog, "-m needs a module name")
             module = rest.pop(0)
         elif option == "--":
             break
         else:
-            return _usage_error(f"unknown option {option!r}")
+            return _usage_error(prog, f"unknown option {option!r}")
     if module is None:
         if not rest:
-            return _usage_error("a script to run is required (or -m module)")
+            return _usage_error(prog, "a script to run is required (or -m module)")
         script = rest.pop(0)
         if not os.path.isfile(script):
-            return _usage_error(f"no such script: {script!r}")
+            return _usage_error(prog, f"no such script: {script!r}")
     from pmapkit.tools import run as run_as_main
     from pmapkit import legacy
     legacy.install(route_pmap=route_pmap, report=report)
@@ -112,6 +185,7 @@ def run(argv):
     return 0
 
 
-def _usage_error(message):
-    print(f"{RUN_USAGE.splitlines()[0]}\npmapkit run: error: {message}", file=sys.stderr)
+def _usage_error(prog, message):
+    usage = RUN_USAGE.format(prog=prog).splitlines()[0]
+    print(f"{usage}\n{prog}: error: {message}", file=sys.stderr)
     return 2

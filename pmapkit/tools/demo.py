@@ -7,12 +7,20 @@ gradient, ``lax.pmean`` averages them over the device axis, every device
 applies the same update. The same step runs under ``pmapkit.pmap`` and
 ``jax.pmap`` and the demo checks that both agree at every step.
 
+Then the cost of one step, three ways (``step_costs``): ``pmapkit.pmap``,
+``jax.pmap`` and ``jax.jit`` of ``jax.shard_map`` over the same step (what
+``jax.pmap`` is built from in jax 0.10, and what ``pmapkit migrate`` writes):
+caller-thread CPU per call, the work of dispatching it (the devices' work
+runs on XLA's threads and is left out). ``pmapkit bench`` measures more.
+
 Under ``pmapkit launch -n N`` it joins the run first, and each process feeds
 its block of the same global batch (one shard per device of the run): the
 losses are those of one process driving all the devices.
 
 """
 import os
+import statistics
+import time
 
 NUM_DEVICES = 8
 
@@ -29,20 +37,20 @@ def configure_devices():
     jax.config.update("jax_num_cpu_devices", NUM_DEVICES)
 
 
-def train(pmap_impl, steps=20, lr=0.1):
+#: The step timing: rounds of steps per impl, the order reversed every other
+#: round; steps are timed in chunks, each chunk's results waited for untimed.
+TIMING_ROUNDS = 5
+TIMING_STEPS = 100
+# XLA:CPU aborts when ~100 calls of a program with a collective are queued
+# without waiting (JAX_NOTES); 10 keeps far from it.
+TIMING_CHUNK = 10
+
+
+def make_step(lr=0.1):
+    """One training step of the demo's linear regression, for a pmap: the
+    per-device batch in, the gradients averaged over axis ``batch``."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
-
-    n = jax.local_device_count()
-    total = jax.device_count()   # all processes' devices: one shard each
-    rng = np.random.default_rng(0)
-    true_w = np.array([2.0, -3.0, 0.5, 1.0], np.float32)
-    x = rng.normal(size=(total, 32, 4)).astype(np.float32)
-    y = x @ true_w + 0.7 + 0.01 * rng.normal(size=(total, 32)).astype(np.float32)
-    # This process's block (all of it on one process).
-    mine = slice(jax.process_index() * n, (jax.process_index() + 1) * n)
-    x, y = x[mine], y[mine]
 
     def loss_fn(params, xb, yb):
         w, b = params
@@ -54,15 +62,131 @@ def train(pmap_impl, steps=20, lr=0.1):
         loss = jax.lax.pmean(loss, "batch")
         params = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
         return params, loss
+    return step
 
-    p_step = pmap_impl(step, axis_name="batch")
-    # Replicate the parameters: one copy per device along the mapped axis.
-    params = (np.zeros((n, 4), np.float32), np.zeros((n,), np.float32))
+
+def make_batch():
+    """(x, y, n): this process's block of the global batch, one row per local
+    device (all of it on one process), and the local device count."""
+    import jax
+    import numpy as np
+
+    n = jax.local_device_count()
+    total = jax.device_count()   # all processes' devices: one shard each
+    rng = np.random.default_rng(0)
+    true_w = np.array([2.0, -3.0, 0.5, 1.0], np.float32)
+    x = rng.normal(size=(total, 32, 4)).astype(np.float32)
+    y = x @ true_w + 0.7 + 0.01 * rng.normal(size=(total, 32)).astype(np.float32)
+    mine = slice(jax.process_index() * n, (jax.process_index() + 1) * n)
+    return x[mine], y[mine], n
+
+
+def initial_params(n):
+    """The parameters replicated: one copy per device along the mapped axis."""
+    import numpy as np
+    return (np.zeros((n, 4), np.float32), np.zeros((n,), np.float32))
+
+
+def train(pmap_impl, steps=20, lr=0.1):
+    x, y, n = make_batch()
+    p_step = pmap_impl(make_step(lr), axis_name="batch")
+    params = initial_params(n)
     losses = []
     for _ in range(steps):
         params, loss = p_step(params, x, y)
         losses.append(float(loss[0]))
     return losses, params, p_step
+
+
+def jit_of_shard_map(step, mesh):
+    """``step`` as ``jax.jit`` of ``jax.shard_map`` over ``mesh``'s axis
+    ``batch``: each device sees its block with the leading axis of size 1,
+    which the pmap form does not have."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    def per_block(params, xb, yb):
+        params, loss = step(jax.tree_util.tree_map(lambda a: a[0], params), xb[0], yb[0])
+        return jax.tree_util.tree_map(lambda a: a[None], (params, loss))
+    return jax.jit(jax.shard_map(per_block, mesh=mesh, in_specs=P("batch"),
+                                 out_specs=P("batch")))
+
+
+def step_costs(rounds=TIMING_ROUNDS, steps=TIMING_STEPS):
+    """Median caller-thread CPU µs per call of one training step (one process):
+    ``{"pmapkit.pmap": us, "jax.pmap": us, "jax.jit": us}``.
+
+    Every impl is fed the same batch, already on the devices, and its own
+    parameters of the step before (a training loop); the devices' work runs on
+    XLA's threads, outside the caller's CPU time."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import pmapkit
+
+    x, y, n = make_batch()
+    mesh = Mesh(np.array(jax.local_devices()), ("batch",))
+    x, y = jax.device_put((x, y), NamedSharding(mesh, P("batch")))
+    step = make_step()
+    impls = {"pmapkit.pmap": pmapkit.pmap(step, axis_name="batch"),
+             "jax.pmap": jax.pmap(step, axis_name="batch"),
+             "jax.jit": jit_of_shard_map(step, mesh)}
+    params = {}
+    for name, fn in impls.items():   # compile, then warm up
+        p = initial_params(n)
+        for _ in range(TIMING_CHUNK):
+            p, _ = fn(p, x, y)
+        params[name] = jax.block_until_ready(p)
+
+    def cpu_us(name):
+        fn, p, spent = impls[name], params[name], 0.0
+        for _ in range(steps // TIMING_CHUNK):
+            start = time.thread_time()
+            for _ in range(TIMING_CHUNK):
+                p, loss = fn(p, x, y)
+            spent += time.thread_time() - start
+            jax.block_until_ready((p, loss))
+        params[name] = p
+        return spent / (steps // TIMING_CHUNK * TIMING_CHUNK) * 1e6
+
+    samples = {name: [] for name in impls}
+    for k in range(rounds):
+        for name in (list(impls) if k % 2 == 0 else list(impls)[::-1]):
+            samples[name].append(cpu_us(name))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def format_costs(costs, rounds=TIMING_ROUNDS, steps=TIMING_STEPS):
+    """The three-line comparison, under a line saying what was measured."""
+    ours = costs["pmapkit.pmap"]
+    lines = [f"per training step, caller-thread CPU µs (median of {rounds} rounds of "
+             f"{steps}; device work excluded):"]
+    for name, label in (("pmapkit.pmap", "pmapkit.pmap"), ("jax.pmap", "jax.pmap"),
+                        ("jax.jit", "jax.jit(shard_map)")):
+        line = f"  {label:<19}{costs[name]:>8.1f} µs"
+        if name != "pmapkit.pmap":
+            ratio = costs[name] / ours
+            line += (f"   pmapkit.pmap is {ratio:.2f}x faster" if ratio >= 1 else
+                     f"   pmapkit.pmap is {1 / ratio:.2f}x slower")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv=(), prog="pmapkit demo"):
+    """``pmapkit demo``: its options (only ``-h``), then the demo."""
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="A data-parallel training loop (linear regression, one "
+                    "batch shard per device, gradients averaged with pmean) on "
+                    f"{NUM_DEVICES} simulated CPU devices, run under pmapkit.pmap "
+                    "and jax.pmap and checked to agree at every step; then the "
+                    "caller-thread CPU of one step under pmapkit.pmap, jax.pmap "
+                    "and jax.jit of shard_map. Takes a few seconds. "
+                    f"'{prog.rpartition(' ')[0]} bench' measures more.")
+    parser.parse_args(list(argv))
+    return demo()
 
 
 def demo():
@@ -93,5 +217,7 @@ def demo():
           f"{p_step._cache_size}")
     print("pmapkit.pmap and jax.pmap agree" if agree else
           "MISMATCH: pmapkit.pmap and jax.pmap disagree")
+    if jax.process_count() == 1:   # several processes: each would time only its part
+        print()
+        print(format_costs(step_costs()))
     return 0 if agree else 1
-

@@ -1,24 +1,29 @@
-"""``python -m pmapkit bench``: the dispatch benchmark report.
+"""``pmapkit bench``: the dispatch benchmark report.
 
-    python -m pmapkit bench [--quick | --full] [--json PATH] [--plot PATH]
-                            [--cases SUBSTRING]
+    pmapkit bench [--quick | --full] [--wide] [--json PATH] [--plot PATH]
+                  [--cases SUBSTRING] [--multiprocess]
 
 Runs the cases of ``pmapkit.tools.bench`` under every impl (jax.pmap, jax.jit,
 pmapkit, raw) and prints one table: microseconds per call of caller-thread CPU
 time (``time.thread_time``; device execution on XLA's threads is left out),
-the median of interleaved rounds, with the ratios pmapkit/jax.pmap,
-pmapkit/jax.jit and pmapkit/raw (raw: the bare execute + result handlers on
-pmapkit's own compiled program, the floor). The first-call row is wall time
-(trace + lower + compile + run of a fresh function). The footer reports
-resident-memory growth over many cached pmapkit calls.
+the median of interleaved rounds, with the ratios pmapkit/jax.pmap and
+pmapkit/jax.jit (``--wide``: also pmapkit/raw, raw being the bare execute +
+result handlers on pmapkit's own compiled program, the floor). The
+first-call row is wall time (trace + lower + compile + run of a fresh
+function). Then the feature cases, the resident-memory growth over many
+cached pmapkit calls, and a closing summary: per pattern, pmapkit's cost over
+jax.pmap's and jax.jit's (``report``). Within 100 columns unless ``--wide``.
 
-``--quick`` (default) keeps the whole run well under two minutes on a
-two-core host; ``--full`` measures longer. Both run the memory check over
-100,000 calls (and a second window of 100,000 to tell a leak from
-allocator warm-up). ``--json`` writes machine-readable results; ``--plot`` a PNG
-bar chart (needs matplotlib: ``pip install 'pmapkit[plot]'``).
+``--quick`` (default) keeps the whole run under two minutes on a two-core
+host: fewer, shorter rounds, a representative half of the dispatch cases
+(``engine.QUICK_CASES``), a 30,000-call memory check, and no feature case
+that starts new Python processes (``--full`` runs every case, and so does
+naming them with ``--cases``). ``--full`` measures longer, with a 100,000-call
+memory check (and a second window, to tell a leak from allocator warm-up).
+``--json`` writes machine-readable results; ``--plot`` a PNG of the ratios
+(``plot``; needs matplotlib: ``pip install 'pmapkit[plot]'``).
 
-Devices: ``python -m pmapkit bench`` forces 8 CPU devices before jax starts.
+Devices: ``pmapkit bench`` forces 8 CPU devices before jax starts.
 """
 from __future__ import annotations
 
@@ -31,31 +36,42 @@ import statistics
 import sys
 import time
 
+from pmapkit.tools.bench import report
+
 SETTINGS = {
     # rounds: interleaved rounds per case; target_s: seconds per measurement;
     # first_call_rounds: fresh functions compiled per impl; mem_calls: calls
-    # of the memory check (reported scaled to MEM_REPORT_CALLS if different).
-    "quick": dict(rounds=7, target_s=0.03, first_call_rounds=3, mem_calls=100_000),
-    "full": dict(rounds=11, target_s=0.25, first_call_rounds=7, mem_calls=100_000),
+    # of the memory check (reported scaled to MEM_REPORT_CALLS if different);
+    # fresh_processes: run the feature cases that start new processes.
+    # all_cases: every dispatch case, not only engine.QUICK_CASES.
+    "quick": dict(rounds=5, target_s=0.012, first_call_rounds=2, mem_calls=30_000,
+                  fresh_processes=False, all_cases=False),
+    "full": dict(rounds=11, target_s=0.25, first_call_rounds=7, mem_calls=100_000,
+                 fresh_processes=True, all_cases=True),
 }
 MEM_REPORT_CALLS = 100_000
 
-RATIOS = (("pmapkit", "jax.pmap"), ("pmapkit", "jax.jit"), ("pmapkit", "raw"))
 
-
-def _parse(argv):
+def _parser(prog):
     parser = argparse.ArgumentParser(
-        prog="python -m pmapkit bench",
-        description="Per-call dispatch cost: jax.pmap vs jax.jit vs pmapkit vs raw.")
+        prog=prog,
+        description="Per-call dispatch cost of pmapkit side by side with jax.pmap, "
+                    "jax.jit and the raw floor, the feature cases against their JAX "
+                    "equivalents, and a closing summary per pattern. Forces 8 CPU "
+                    "devices.")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="short run, under 2 minutes on 2 cores (default)")
+                      help="short run, under 2 minutes on 2 cores, without the "
+                           "cases that start new processes (default)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
-                      help="longer, steadier measurements")
+                      help="longer, steadier measurements, every case")
     parser.set_defaults(mode="quick")
+    parser.add_argument("--wide", action="store_true",
+                        help="the table with every ratio column and unrounded "
+                             "numbers, however wide (default: 100 columns)")
     parser.add_argument("--json", metavar="PATH", help="write results as JSON")
-    parser.add_argument("--plot", metavar="PATH", help="write a PNG bar chart "
-                        "(needs matplotlib)")
+    parser.add_argument("--plot", metavar="PATH", help="write a PNG of the ratios, "
+                        "grouped by pattern (needs matplotlib)")
     parser.add_argument("--multiprocess", action="store_true",
                         help="also run the multi-process feature cases (they "
                              "launch local processes; not part of --quick)")
@@ -63,17 +79,7 @@ def _parse(argv):
                         help="only cases whose name contains SUBSTRING (e.g. "
                              "8_devices, _dispatch_, pjit; 'memory': only the "
                              "memory check)")
-    return parser.parse_args(argv)
-
-
-def _import_pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    return parser
 
 
 def _loadavg():
@@ -119,123 +125,21 @@ def run_case(case, settings, bench, cache):
     return rows, skipped
 
 
-def _ratios(rows):
-    by = {}
-    for r in rows:
-        by.setdefault(r["case"], {})[r["impl"]] = r
-    out = {}
-    for case, impls in by.items():
-        entry = {}
-        for a, b in RATIOS:
-            if a in impls and b in impls:
-                entry[f"{a}/{b}"] = {
-                    "cpu": impls[a]["cpu_us"] / impls[b]["cpu_us"],
-                    "wall": impls[a]["wall_us"] / impls[b]["wall_us"]}
-        out[case] = entry
-    return out
-
-
-def _shown(row):
-    # The first-call row is about latency: wall time, as JAX reports it.
-    return row["wall_us"] if row["mode"] == "first_call" else row["cpu_us"]
-
-
-def _ratio_names(impls):
-    return [f"{a}/{b}" for a, b in RATIOS if a in impls and b in impls]
-
-
-def format_table(rows, ratios, impls):
-    """The table, then the cases' notes, each marked ``(n)`` after its case."""
-    by = {}
-    for r in rows:
-        by.setdefault(r["case"], {})[r["impl"]] = r
-    notes = {}
-    for c, v in by.items():
-        note = next(iter(v.values())).get("note")
-        if note:
-            notes[c] = (len(notes) + 1, note)
-    label = {c: c + (" [wall]" if any(r["mode"] == "first_call" for r in v.values())
-                     else "") + (f" ({notes[c][0]})" if c in notes else "")
-             for c, v in by.items()}
-    w0 = max([len("case")] + [len(s) for s in label.values()])
-    ratio_names = _ratio_names(impls)
-    head = (f"{'case':<{w0}}" + "".join(f"{i:>11}" for i in impls)
-            + "".join(f"{n:>18}" for n in ratio_names))
-    lines = [head, "-" * len(head)]
-    for case, impl_rows in by.items():
-        cells = []
-        for impl in impls:
-            r = impl_rows.get(impl)
-            cells.append(f"{_shown(r):>11.2f}" if r else f"{'-':>11}")
-        for n in ratio_names:
-            rr = ratios.get(case, {}).get(n)
-            key = "wall" if any(r["mode"] == "first_call" for r in impl_rows.values()) \
-                else "cpu"
-            cells.append(f"{rr[key]:>18.2f}" if rr else f"{'-':>18}")
-        lines.append(f"{label[case]:<{w0}}" + "".join(cells))
-    lines += [f"({n}) {case}: {note}" for case, (n, note) in notes.items()]
-    return "\n".join(lines)
-
-
-def write_plot(path, rows, impls, plt):
-    by = {}
-    for r in rows:
-        by.setdefault(r["case"], {})[r["impl"]] = r
-    cases = list(by)
-    colors = {"jax.pmap": "tab:blue", "jax.jit": "tab:orange",
-              "pmapkit": "tab:green", "raw": "tab:gray"}
-    width = 0.8 / len(impls)
-    fig, ax = plt.subplots(figsize=(max(10, 0.75 * len(cases) + 2), 6.5))
-    for k, impl in enumerate(impls):
-        xs, ys = [], []
-        for j, case in enumerate(cases):
-            r = by[case].get(impl)
-            if r is not None:
-                xs.append(j - 0.4 + width * (k + 0.5))
-                ys.append(_shown(r))
-        ax.bar(xs, ys, width, label=impl, color=colors.get(impl))
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(cases)))
-    ax.set_xticklabels([c + (" [wall]" if any(r["mode"] == "first_call"
-                                              for r in by[c].values()) else "")
-                        for c in cases], rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("µs per call (caller-thread CPU; [wall]: wall time)")
-    ax.set_title("pmapkit dispatch cost per call (lower is better)")
-    ax.grid(axis="y", which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _skipped_lines(skipped, bench):
-    """'not run (reason): what' lines; a case whose every impl was skipped
-    for one reason is named once, otherwise 'case[impl]'."""
-    by_reason = {}
-    for s in skipped:
-        by_reason.setdefault(s["reason"], {}).setdefault(s["case"], []).append(s["impl"])
-    lines = []
-    for reason, cases in by_reason.items():
-        names = []
-        for case, impls in cases.items():
-            if set(impls) == set(bench.CASES_BY_NAME[case].impls):
-                names.append(case)
-            else:
-                names += [f"{case}[{i}]" for i in impls]
-        lines.append(f"not run ({reason}): {', '.join(names)}")
-    return lines
-
-
-def main(argv=None):
-    args = _parse(sys.argv[1:] if argv is None else argv)
+def main(argv=None, prog="python -m pmapkit bench", before_jax=None):
+    """``pmapkit bench``; ``before_jax()`` (the device set-up) runs once the
+    command line is read, so ``--help`` and usage errors start nothing."""
+    args = _parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     plt = None
     if args.plot:
-        plt = _import_pyplot()
+        from pmapkit.tools.bench import plot
+        plt = plot.import_pyplot()
         if plt is None:
-            print("python -m pmapkit bench: --plot needs matplotlib, which is not "
-                  "installed; install it with `pip install 'pmapkit[plot]'` (or "
-                  "`pip install matplotlib`), or drop --plot.", file=sys.stderr)
+            print(f"{prog}: --plot needs matplotlib, which is not installed; install "
+                  "it with `pip install 'pmapkit[plot]'` (or `pip install "
+                  "matplotlib`), or drop --plot.", file=sys.stderr)
             return 2
+    if before_jax is not None:
+        before_jax()
 
     import jax
 
@@ -246,9 +150,17 @@ def main(argv=None):
     settings = SETTINGS[args.mode]
     load_start = _loadavg()
     start = time.perf_counter()
-    cases = bench.select_cases(args.cases, include_unavailable=True)
+    # A case named with --cases runs whatever the mode.
+    named = args.cases is not None
+    cases = bench.select_cases(args.cases, include_unavailable=True,
+                               quick=not (settings["all_cases"] or named))
     all_features, feature_errors = features.load_cases()
-    feature_cases = features.select(all_features, args.cases, args.multiprocess)
+    fresh_processes = settings["fresh_processes"] or named
+    feature_cases = features.select(all_features, args.cases, args.multiprocess,
+                                    fresh_processes=fresh_processes)
+    left_out = [c.name for c in features.select(all_features, args.cases,
+                                                args.multiprocess)
+                if c not in feature_cases]
     if not cases and not feature_cases and args.cases != "memory":
         print(f"no case name contains {args.cases!r}; cases: "
               + ", ".join([c.name for c in bench.CASES]
@@ -257,6 +169,10 @@ def main(argv=None):
     devices = jax.devices()
     rows, skipped = [], []
     cache = bench.RunnerCache()
+    # What is alive now stays alive: frozen, the full collection before each
+    # case (no collection during its rounds) costs microseconds, not ~65 ms.
+    gc.collect()
+    gc.freeze()
     for n, case in enumerate(cases, 1):
         reason = case.unavailable_reason()
         if reason is not None:
@@ -273,6 +189,7 @@ def main(argv=None):
     for n, case in enumerate(feature_cases, 1):
         _log(f"[feature {n}/{len(feature_cases)}] {case.name}")
         feature_results.append((case, case.run(settings)))
+    gc.unfreeze()
     memory = None
     if (args.cases is None or args.cases == "memory"
             or args.cases in "pmap_trivial_1_devices"):
@@ -284,25 +201,38 @@ def main(argv=None):
     elapsed = time.perf_counter() - start
     load_end = _loadavg()
 
-    ratios = _ratios(rows)
+    case_ratios = report.ratios(rows)
+    ratio_list = report.ratio_rows(rows, feature_results, features)
+    summary = report.summarize(ratio_list)
     impls = [i for i in bench.IMPLS if any(r["impl"] == i for r in rows)]
+    wide = args.wide
+
+    def say(text=""):
+        print(report.wrap(text, wide))
+
     if rows:
-        print(format_table(rows, ratios, impls))
+        print(report.format_table(rows, case_ratios, impls, wide=wide))
         print()
-    print(f"µs per call of caller-thread CPU (time.thread_time), median of "
-          f"{settings['rounds']} interleaved rounds ({args.mode}); [wall] rows: "
-          f"wall-clock µs of one first call (trace+lower+compile+run), median "
-          f"of {settings['first_call_rounds']}.")
-    print("*_dispatch_* rows: calls only, blocking untimed every "
-          f"{bench.BLOCK_EVERY} calls; other rows: call + block_until_ready. "
-          "raw: bare execute_sharded + result handlers on pmapkit's program.")
-    for line in _skipped_lines(skipped, bench):
-        print(line)
+        say(f"µs per call of caller-thread CPU (time.thread_time), median of "
+            f"{settings['rounds']} interleaved rounds ({args.mode}); [wall] rows: "
+            f"wall-clock µs of one first call (trace+lower+compile+run), median "
+            f"of {settings['first_call_rounds']}.")
+        say("*_dispatch_* rows: calls only, blocking untimed every "
+            f"{bench.BLOCK_EVERY} calls; other rows: call + block_until_ready. "
+            "raw: bare execute_sharded + result handlers on pmapkit's program.")
+    for line in report.skipped_lines(skipped, lambda c: bench.CASES_BY_NAME[c].impls):
+        say(line)
+    if not (settings["all_cases"] or named):
+        say(f"--{args.mode} ran {len(cases)} of the {len(bench.CASES)} dispatch cases "
+            "(engine.QUICK_CASES); --full runs them all, --cases any you name.")
+    if left_out:
+        say(f"not run in --{args.mode} (they start new processes; --full runs "
+            f"them, or name them with --cases): {', '.join(left_out)}")
     if feature_results:
         print()
-        print(features.format_table(feature_results))
+        print(features.format_table(feature_results, wide=wide))
     for module, error in feature_errors.items():
-        print(f"feature cases of {module} not loaded: {error}")
+        say(f"feature cases of {module} not loaded: {error}")
     if memory is not None:
         kib = memory["growth_bytes"] / 1024
         line = (f"memory: resident set {memory['rss_before_bytes'] / 2**20:.1f} MiB -> "
@@ -312,16 +242,19 @@ def main(argv=None):
         if memory["calls"] != MEM_REPORT_CALLS:
             line += (f"; scaled to {MEM_REPORT_CALLS:,} calls: "
                      f"{memory['growth_bytes_scaled'] / 1024:+.0f} KiB")
-        print(line)
+        say(line)
         later = memory["window_growth_bytes"][1:]
         if later:
-            print(f"        next {len(later)} x {memory['calls']:,} calls: "
-                  + ", ".join(f"{g / 1024:+.0f} KiB" for g in later)
-                  + " (a steady leak grows alike in every window)")
-    print(f"jax {jax.__version__}, pmapkit {pmapkit.__version__} (compiled core: "
-          f"{pmapkit.COMPILED}), {len(devices)} {devices[0].platform} devices, "
-          f"python {_platform.python_version()}, {elapsed:.1f} s; "
-          f"{os.cpu_count()} host CPUs, load average {load_start} -> {load_end}")
+            say(f"        next {len(later)} x {memory['calls']:,} calls: "
+                + ", ".join(f"{g / 1024:+.0f} KiB" for g in later)
+                + " (a steady leak grows alike in every window)")
+    say(f"jax {jax.__version__}, pmapkit {pmapkit.__version__} (compiled core: "
+        f"{pmapkit.COMPILED}), {len(devices)} {devices[0].platform} devices, "
+        f"python {_platform.python_version()}, {elapsed:.1f} s; "
+        f"{os.cpu_count()} host CPUs, load average {load_start} -> {load_end}")
+    if summary:
+        print()
+        print(report.format_summary(summary))
 
     if args.json:
         doc = {
@@ -341,28 +274,30 @@ def main(argv=None):
                 "units": "microseconds per call; cpu = caller-thread CPU "
                          "(time.thread_time), wall = perf_counter",
             },
-            "results": [dict(r, ratios=ratios.get(r["case"], {})) for r in rows],
-            "ratios": ratios,
+            "results": [dict(r, ratios=case_ratios.get(r["case"], {})) for r in rows],
+            "ratios": case_ratios,
             "memory": memory,
             "skipped": skipped,
+            "not_run_in_mode": left_out,
             "features": [{"case": c.name, "baseline": c.baseline,
+                          "subject": features.subject_impl(c, r),
                           "higher_is_better": c.higher_is_better,
                           "ratio": features.ratio(c, r), "rows": r}
                          for c, r in feature_results],
+            "summary": summary,
         }
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         _log(f"wrote {args.json}")
     if args.plot:
-        if rows:
-            write_plot(args.plot, rows, impls, plt)
+        if ratio_list:
+            plot.write_plot(args.plot, ratio_list, plt)
             _log(f"wrote {args.plot}")
         else:
-            _log("no case measured: no plot written")
+            _log("no ratio measured: no plot written")
     return 0
 
 
 if __name__ == "__main__":
     from pmapkit.tools.demo import configure_devices
-    configure_devices()
-    sys.exit(main())
+    sys.exit(main(before_jax=configure_devices))

@@ -117,10 +117,40 @@ def load_cases():
     return CASES
 
 
-def select_cases(substring=None, include_unavailable=False):
+#: The cases ``pmapkit bench --quick`` runs (``--full`` and ``--cases`` run
+#: every case): of each family, the forms JAX's api_benchmark names and the
+#: 8-device (pjit: 4-device) ones, so every pattern of the summary keeps
+#: cases while the run stays under two minutes on two cores.
+QUICK_CASES = frozenset({
+    "pmap_trivial_1_devices", "pmap_trivial_dispatch_1_devices",
+    "pmap_trivial_8_devices", "pmap_trivial_dispatch_8_devices",
+    "pmap_simple_dispatch_8_devices", "pmap_simple_dispatch_8_devices_100_args",
+    "pmap_numpy_input_8_devices", "pmap_first_call_8_devices",
+    "pjit_simple_1_device", "pjit_simple_dispatch_1_device", "pjit_simple_4_device",
+    "pjit_simple_dispatch_4_device_100_args",
+    "pmap_input_pmapkit_same_axis_8_devices", "pmap_input_pmapkit_other_axis_8_devices",
+    "pmap_input_jax_pmap_8_devices", "pmap_input_device_put_named_8_devices",
+    "pmap_input_jit_output_8_devices", "pmap_input_numpy_8_devices",
+    "pmap_input_device_put_replicated_8_devices",
+    "pmap_input_single_device_8_devices", "pmap_input_committed_other_device_8_devices",
+    "pmap_input_numpy_blocking_8_devices",
+    "pmap_aot_1_devices", "pmap_aot_8_devices", "pmap_out_axes_none_dispatch_8_devices",
+    "pmap_scalar_arg_1_devices", "pmap_scalar_arg_8_devices",
+    "pjit_explicit_4_device", "pjit_omitted_specs_4_device", "pjit_kwargs_4_device",
+    "pjit_static_argnames_4_device", "pjit_aot_4_device",
+    "pmap_train_loop_8_devices", "pmap_fresh_wrapper_8_devices",
+    "pjit_fresh_wrapper_8_devices", "grad_of_pmap_built_inside_8_devices",
+})
+
+
+def select_cases(substring=None, include_unavailable=False, quick=False):
+    """The cases whose name contains ``substring`` (all without one); with
+    ``quick``, only those of ``QUICK_CASES``."""
     out = []
     for c in load_cases():
         if substring and substring not in c.name:
+            continue
+        if quick and c.name not in QUICK_CASES:
             continue
         if not include_unavailable and c.unavailable_reason() is not None:
             continue

@@ -11,7 +11,8 @@ A case function takes the settings dict of the run (``"quick"`` or
 ``"full"``: ``settings["rounds"]``, ``settings["target_s"]``) and returns rows,
 one per impl: ``{"impl": str, "value": float, "unit": str}`` plus any extra
 keys worth keeping in the JSON. The report prints every row and the ratio
-``pmapkit / baseline`` of each case (``baseline`` names the JAX impl).
+``subject / baseline`` of each case (``baseline`` names the JAX impl,
+``subject`` what is set against it: pmapkit unless the case says otherwise).
 """
 from __future__ import annotations
 
@@ -45,18 +46,25 @@ class FeatureCase:
     baseline: str                 # the impl ratios divide by (JAX's equivalent)
     higher_is_better: bool        # taps/s: True; µs per call: False
     multiprocess: bool = False    # only with ``bench --multiprocess``
+    # Starts new Python processes (seconds each on 2 cores): not in --quick.
+    fresh_processes: bool = False
+    # The impl set against the baseline (the ratio's numerator); a case whose
+    # rows have no impl of this name compares its last row that is not the
+    # baseline, under that row's own name.
+    subject: str = "pmapkit"
 
 
 _REGISTRY: dict[str, FeatureCase] = {}
 
 
-def feature_case(name, *, baseline, higher_is_better, multiprocess=False):
+def feature_case(name, *, baseline, higher_is_better, multiprocess=False,
+                 fresh_processes=False, subject="pmapkit"):
     """Register the decorated ``run(settings) -> rows`` as case ``name``."""
     def register(run):
         if name in _REGISTRY:
             raise ValueError(f"feature benchmark case {name!r} registered twice")
         _REGISTRY[name] = FeatureCase(name, run, baseline, higher_is_better,
-                                      multiprocess)
+                                      multiprocess, fresh_processes, subject)
         return run
     return register
 
@@ -72,38 +80,69 @@ def load_cases():
     return list(_REGISTRY.values()), errors
 
 
-def select(cases, substring=None, multiprocess=False):
-    """The cases to run: the ``multiprocess`` ones only when asked for."""
+def select(cases, substring=None, multiprocess=False, fresh_processes=True):
+    """The cases to run: the ``multiprocess`` ones only when asked for, the
+    ``fresh_processes`` ones unless told not to."""
     return [c for c in cases
             if (multiprocess or not c.multiprocess)
+            and (fresh_processes or not c.fresh_processes)
             and (substring is None or substring in c.name)]
 
 
+def subject_impl(case, rows):
+    """The impl of ``rows`` compared with the baseline: ``case.subject`` if a
+    row has it, else the last row that is not the baseline (None if none)."""
+    impls = [r["impl"] for r in rows]
+    if case.subject in impls:
+        return case.subject
+    others = [i for i in impls if i != case.baseline]
+    return others[-1] if others else None
+
+
 def ratio(case, rows):
-    """pmapkit's value over the baseline's, or None if either is missing."""
+    """The subject's value over the baseline's, or None if either is missing."""
     by_impl = {r["impl"]: r["value"] for r in rows}
-    ours, theirs = by_impl.get("pmapkit"), by_impl.get(case.baseline)
+    ours, theirs = by_impl.get(subject_impl(case, rows)), by_impl.get(case.baseline)
     if ours is None or not theirs:
         return None
     return ours / theirs
 
 
-def format_table(results):
-    """``results``: list of (case, rows). One line per row, ratio per case."""
+def format_table(results, wide=False):
+    """``results``: list of (case, rows). Per case a heading line, then one
+    line per row; the subject's row ends with its ratio to the baseline,
+    named (``0.52x jax.pmap``). Within 100 columns unless ``wide`` (then
+    impl names are never shortened)."""
     if not results:
         return ""
-    w0 = max(len("feature case"), *(len(c.name) for c, _ in results))
-    head = f"{'feature case':<{w0}}  {'impl':<22}{'value':>14}  {'unit':<14}{'pmapkit/base':>13}"
-    lines = [head, "-" * len(head)]
+    impl_w = max(len(r["impl"]) for _, rows in results for r in rows)
+    if not wide:
+        impl_w = min(impl_w, 34)
+    lines = ["feature cases: each case's rows, the subject's ratio to the baseline"]
     for case, rows in results:
-        r = ratio(case, rows)
-        for k, row in enumerate(rows):
-            shown = f"{r:>13.2f}" if (k == 0 and r is not None) else f"{'':>13}"
-            lines.append(f"{case.name if k == 0 else '':<{w0}}  {row['impl']:<22}"
-                         f"{row['value']:>14.3f}  {row['unit']:<14}{shown}")
         better = "higher" if case.higher_is_better else "lower"
-        lines.append(f"{'':<{w0}}  ({better} is better; baseline {case.baseline})")
+        lines.append(f"{case.name}  ({better} is better)")
+        r, subject = ratio(case, rows), subject_impl(case, rows)
+        for row in rows:
+            shown = f"{r:.2f}x {case.baseline}" if (r is not None and row["impl"] == subject) \
+                else ""
+            lines.append(f"  {_shorten(row['impl'], impl_w):<{impl_w}}"
+                         f"{row['value']:>13.3f} {shown_unit(row['unit']):<20}{shown}"
+                         .rstrip())
     return "\n".join(lines)
+
+
+def shown_unit(unit):
+    """A row's unit as the tables spell it (``us/call cpu`` and ``µs/call
+    CPU`` are one unit): µs, CPU."""
+    words = unit.split(" ")
+    if words[0].startswith("us/") or words[0] == "us":
+        words[0] = "µs" + words[0][2:]
+    return " ".join("CPU" if w == "cpu" else w for w in words)
+
+
+def _shorten(text, width):
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def interleaved_cpu_us(impls, cpu_us, settings, baseline, warmup, max_calls):

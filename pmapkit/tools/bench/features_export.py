@@ -138,7 +138,7 @@ def _load_in_new_process(impl, path, env):
 
 
 @feature_case("export_load_first_call_new_process", baseline="jax.export",
-              higher_is_better=False)
+              higher_is_better=False, fresh_processes=True)
 def load_first_call_new_process(settings):
     from jax import export as jax_export
 

@@ -31,7 +31,7 @@ from pmapkit.tools.migrate import helpers, migrate_source
 
 
 @feature_case("migrate_inline_pmaps_script_8_devices", baseline="jax.pmap",
-              higher_is_better=False)
+              higher_is_better=False, fresh_processes=True)
 def inline_pmaps_script_migrated(settings):
     with open(SCRIPT) as f:
         migrated_source, report = migrate_source(f.read(), SCRIPT)

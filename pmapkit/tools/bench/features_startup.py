@@ -47,7 +47,7 @@ def _wall_ms(code, env):
 
 
 @feature_case("startup_import_pmapkit_new_process_ms", baseline="jax",
-              higher_is_better=False)
+              higher_is_better=False, fresh_processes=True)
 def import_new_process(settings):
     env = _env()
     rounds = 2 * settings.get("first_call_rounds", 3) + 1

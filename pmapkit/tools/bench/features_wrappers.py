@@ -71,7 +71,7 @@ def alternating_rows(commands, settings, what=None):
 
 
 @feature_case("inline_pmaps_script_route_pmap_8_devices", baseline="jax.pmap",
-              higher_is_better=False)
+              higher_is_better=False, fresh_processes=True)
 def inline_pmaps_script(settings):
     return alternating_rows(
         {"jax.pmap": [sys.executable, SCRIPT],

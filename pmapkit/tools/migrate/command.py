@@ -12,7 +12,7 @@ import libcst as cst
 from pmapkit.tools.migrate import check
 from pmapkit.tools.migrate.transformer import migrate_module
 
-USAGE = "pmapkit migrate PATH... [-o OUT | --in-place] [--diff] [--strict] [--check [-- ARGS...]]"
+USAGE = "%(prog)s PATH... [-o OUT | --in-place] [--diff] [--strict] [--check [-- ARGS...]]"
 DESCRIPTION = """\
 Rewrites classic JAX code (pmap, pjit/maps, host_callback, jax_export, tree_map,
 jax.ops.index_*, ...) to plain jax 0.10 public API: the output never imports
@@ -21,8 +21,8 @@ pmapkit. What cannot be translated safely stays as written with a
 folder (its .py files, recursively)."""
 
 
-def _parser():
-    parser = argparse.ArgumentParser(prog="pmapkit migrate", usage=USAGE,
+def _parser(prog="pmapkit migrate"):
+    parser = argparse.ArgumentParser(prog=prog, usage=USAGE,
                                      description=DESCRIPTION)
     parser.add_argument("paths", nargs="+", metavar="PATH")
     where = parser.add_mutually_exclusive_group()
@@ -97,22 +97,23 @@ def _destinations(done, args):
     return [os.path.join(out, relative) for _, relative, *_ in done]
 
 
-def main(argv):
+def main(argv, prog="pmapkit migrate"):
+    """``pmapkit migrate``; ``prog``: the command as typed, for messages."""
     argv = list(argv)
     script_args = []
     if "--" in argv:
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1:]
-    args = _parser().parse_args(argv)
+    args = _parser(prog).parse_args(argv)
     if script_args and not args.check:
-        return _error("arguments after -- are for --check")
+        return _error("arguments after -- are for --check", prog)
     if not (args.output or args.in_place or args.diff or args.check):
         return _error("say where the result goes: -o OUT, --in-place, or --diff "
-                      "(or --check alone, which migrates into a scratch folder)")
+                      "(or --check alone, which migrates into a scratch folder)", prog)
     try:
         done = _migrate(_inputs(args.paths))
     except BadInput as exc:
-        return _error(f"{exc}; nothing written")
+        return _error(f"{exc}; nothing written", prog)
     with tempfile.TemporaryDirectory(prefix="pmapkit-migrate-") as scratch:
         return _write_and_check(done, args, script_args, scratch)
 
@@ -164,6 +165,6 @@ def _write_and_check(done, args, script_args, scratch):
     return status
 
 
-def _error(message):
-    print(f"usage: {USAGE}\npmapkit migrate: error: {message}", file=sys.stderr)
+def _error(message, prog="pmapkit migrate"):
+    print(f"usage: {USAGE % {'prog': prog}}\n{prog}: error: {message}", file=sys.stderr)
     return 2
