@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import contextlib
 import os
+import signal
 import stat
 import tempfile
 import tokenize
@@ -70,6 +72,27 @@ def write_atomic(path, data, mode=None):
     fsynced, then renamed in; ``mode``: the permission bits (else the umask's)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
+    with _interrupts_held():
+        _write_atomic(path, folder, data, mode)
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """SIGINT/SIGTERM wait until one file is written (then raise as usual):
+    a write is all or nothing, with no temporary file left behind."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, ValueError, OSError):   # no sigmask on this system
+        before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _write_atomic(path, folder, data, mode):
     fd, temporary = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
