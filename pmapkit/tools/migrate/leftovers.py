@@ -131,12 +131,14 @@ class _Scan(cst.CSTVisitor):
         if node.relative or node.module is None:
             return False
         module = sx.code(node.module)
+        star = isinstance(node.names, cst.ImportStar)
+        what = f"star import of {module}: " if star else ""
         if module.startswith("jax.") and not _is_module(module):
             # ``from jax.config import config``: jax.config is no module now
             self._add(node, classic(module) or (module, f"no module {module} in JAX "
-                                                        f"{jax.__version__}"))
-        elif isinstance(node.names, cst.ImportStar):
-            self._add(node, classic(module), f"star import of {module}: ")
+                                                        f"{jax.__version__}"), what)
+        elif star:
+            self._add(node, classic(module), what)
         else:
             for alias in node.names:
                 self._add(node, classic(f"{module}.{sx.code(alias.name)}"))
@@ -168,10 +170,13 @@ def _related(a, b):
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def unreported(source, left):
-    """``Left`` records for what ``scan`` finds in ``source`` beyond the names
-    the rules already reported in ``left`` (lines of the migrated file)."""
+def unreported(source, left, changed=True):
+    """``Left`` records for what ``scan`` finds in the migrated ``source``
+    beyond the names the rules already reported in ``left``; ``changed``: the
+    migrated file's lines differ from the original's (the report says whose
+    line it gives)."""
     said = [k.name for k in left]
-    return [Left(line, name, f"{why} (line {line} of the migrated file)")
+    where = " (line {} of the migrated file)" if changed else ""
+    return [Left(line, name, why + where.format(line))
             for line, name, why in scan(source)
             if not any(_related(name, n) for n in said)]

@@ -503,7 +503,7 @@ def migrate_module(source, path="<string>"):
     if report.rewrites or report.helpers:
         new = _tidy_imports(new, migrator, report)
     # "0 left" must mean it: whatever the rules missed is found in the output.
-    report.left.extend(leftovers.unreported(new.code, report.left))
+    report.left.extend(leftovers.unreported(new.code, report.left, new.code != source))
     return new.code, report
 
 
