@@ -1,7 +1,8 @@
 """``pmapkit migrate --check``: run the original under ``pmapkit run
 --route-pmap`` and the migrated file under plain Python with pmapkit not
 importable and DeprecationWarnings as errors; compare exit status and stdout
-(numbers within a tolerance)."""
+(numbers within a tolerance). Only two successful runs that agree are SAME;
+an original that fails proves nothing (UNPROVEN)."""
 from __future__ import annotations
 
 import concurrent.futures

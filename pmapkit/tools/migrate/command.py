@@ -17,8 +17,11 @@ DESCRIPTION = """\
 Rewrites classic JAX code (pmap, pjit/maps, host_callback, jax_export, tree_map,
 jax.ops.index_*, ...) to plain jax 0.10 public API: the output never imports
 pmapkit. What cannot be translated safely stays as written with a
-'# pmapkit migrate:' comment and a line in the report. PATH is a .py file or a
-folder (its .py files, recursively)."""
+'# pmapkit migrate:' comment and a line in the report (the output is scanned:
+anything classic left is reported). PATH is a .py file or a folder (its .py
+files, recursively, less output folders of earlier runs). Files are written
+atomically in their own encoding and line endings; -o never writes over an
+input (use --in-place)."""
 
 
 def _parser():
@@ -36,7 +39,9 @@ def _parser():
     parser.add_argument("--check", action="store_true",
                         help="run the original (pmapkit run --route-pmap) and the migrated "
                         "file (plain Python, no pmapkit, DeprecationWarnings as errors) "
-                        "and compare exit status and stdout; ARGS after -- go to both")
+                        "and compare exit status and stdout: exit 0 only when both "
+                        "succeed and agree (UNPROVEN when the original fails); ARGS "
+                        "after -- go to both")
     return parser
 
 
