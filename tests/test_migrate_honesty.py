@@ -205,3 +205,39 @@ def test_nothing_migrate_writes_is_classic_or_deprecated():
     for helper in helpers.ALL.values():
         source = "import functools\nimport jax\nimport numpy\n" + helper.source
         assert leftovers.scan(source) == [], helper.name
+
+
+def test_a_rewritten_dotted_name_imports_its_module(tmp_path):
+    # ``import jax`` loads neither jax.extend nor jax.example_libraries: a
+    # reference rewritten into them imports the module, and the classic
+    # dotted import goes. Run in a fresh process, warnings as errors, with
+    # the list of subpackages a bare ``import jax`` loads checked there too.
+    import subprocess
+    import sys
+
+    from pmapkit.tools.migrate import transformer
+    new, left, report = _left('''\
+        import jax
+        import jax.experimental.optimizers
+
+        effect = jax.core.Effect
+        init, update, get = jax.experimental.optimizers.sgd(0.1)
+        ''')
+    assert new == textwrap.dedent('''\
+        import jax
+        import jax.example_libraries.optimizers
+        import jax.extend.core
+
+        effect = jax.extend.core.Effect
+        init, update, get = jax.example_libraries.optimizers.sgd(0.1)
+        ''')
+    assert left == []
+    script = tmp_path / "migrated.py"
+    script.write_text(new + textwrap.dedent(f'''\
+        loaded = {sorted(transformer.LOADED_WITH_JAX)!r}
+        print(effect.__name__, [name for name in loaded if name not in vars(jax)])
+        '''))
+    proc = subprocess.run([sys.executable, "-P", "-W", "error", str(script)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Effect []\n"

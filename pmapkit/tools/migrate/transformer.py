@@ -8,6 +8,7 @@ formatting elsewhere stay as they were.
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -47,6 +48,34 @@ def tables():
 # ``jax/__init__`` imported ``jax.api`` (jax's own API under another module
 # name), so ``jax.api.X`` is ``jax.X`` and the rules of ``jax.X`` apply.
 _ALIASES = {"jax.api": "jax"}
+
+
+# The subpackages a bare ``import jax`` loads (so ``jax.X.name`` works after
+# it); a name elsewhere (``jax.extend.core.Effect``,
+# ``jax.example_libraries.optimizers``) needs its module imported.
+LOADED_WITH_JAX = frozenset((
+    "api_util", "core", "custom_batching", "custom_derivatives", "debug", "distributed",
+    "dlpack", "dtypes", "errors", "export", "ffi", "image", "interpreters", "lax", "lib",
+    "monitoring", "nn", "numpy", "ops", "profiler", "random", "ref", "scipy", "sharding",
+    "stages", "tree", "tree_util", "typing", "version"))
+
+
+@functools.lru_cache(maxsize=1024)
+def module_to_import(dotted):
+    """What to import so that the dotted name ``dotted`` can be read: ``jax``
+    for a name of ``jax`` or of a subpackage it loads, else the name's module."""
+    parts = dotted.split(".")
+    if parts[0] != "jax":
+        return parts[0]
+    for cut in range(len(parts), 1, -1):
+        module = ".".join(parts[:cut])
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            return "jax" if cut == 2 and parts[1] in LOADED_WITH_JAX else module
+    return "jax"
 
 
 def _canonical(q):
@@ -247,7 +276,7 @@ class Migrator(cst.CSTTransformer):
             return sx.expr(q)
         if q in self.names:
             family, text = self.names[q]
-            self.need_import(text.split(".")[0])
+            self.need_import(module_to_import(text.split("(")[0]))
             self._rewrote(original, family, text, q)
             return sx.expr(text)
         family, target = self._moved(q)
@@ -257,7 +286,7 @@ class Migrator(cst.CSTTransformer):
             root = sx.root_name(original)
             if root is not None and self._moved(self.qualname(root) or "")[1] is not None:
                 return updated          # through a moved import
-            self.need_import(target.split(".")[0])
+            self.need_import(module_to_import(target))
             self._rewrote(original, family, target, q)
             return sx.expr(target)
         key, _ = _longest_prefix(self.reasons, q)
@@ -510,7 +539,8 @@ def migrate_module(source, path="<string>"):
 def _tidy_imports(new, migrator, report):
     """Drops classic imports nothing uses any more, adds the ones rewrites need."""
     context = CodemodContext()
-    classic = tuple(migrator.reasons) + tuple(migrator.calls) + ("jax.ops",)
+    classic = (tuple(migrator.reasons) + tuple(migrator.calls) + tuple(migrator.moves)
+               + ("jax.ops",))
     for module, obj, asname, q in _import_aliases(new):
         related = any(t == q or t.startswith(q + ".") for t in migrator.touched)
         if q != "jax" and (related or _longest_prefix(dict.fromkeys(classic), q)[0]):
