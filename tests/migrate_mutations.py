@@ -34,11 +34,9 @@ from pmapkit.tools.migrate import (rules_export, rules_host_callback, rules_mode
 RULE_MODULES = (rules_export, rules_host_callback, rules_modern, rules_pjit, rules_placement,
                 rules_pmap, rules_trees_ops)
 TEST_FILES = [os.path.join(HERE, f) for f in ("test_migrate_rules.py", "test_migrate_refusals.py",
-                                              "test_migrate_honesty.py", "test_migrate_cli.py")]
+                                              "test_migrate_honesty.py")]
 # Tests that start processes: slow, and a mutant in this process does not reach them.
-IN_PROCESS = ("not every_family and not check_runs_the_migrated and not check_proves "
-              "and not output_file_folder and not strict_fails_when and not bad_input "
-              "and not test_help")
+IN_PROCESS = "not every_family and not check_proves and not a_rewritten_dotted_name"
 
 
 class _Failures:
