@@ -12,7 +12,8 @@ files less the tests that start processes) and the failing tests are counted:
   namespace;
 - ``--rules``: each rule of the merged tables (a call, name, attribute rule,
   a move a family writes itself; the census's generated renames are data, not
-  rules) taken out of ``transformer.tables()``.
+  rules) taken out of ``transformer.tables()``; these stop at the first
+  failing test (it is named) — a rule needs one test that fails without it.
 
 A mutant that no test kills is printed SURVIVED; the exit status is then 1.
 """
@@ -33,7 +34,8 @@ from pmapkit.tools.migrate import (rules_export, rules_host_callback, rules_mode
 
 RULE_MODULES = (rules_export, rules_host_callback, rules_modern, rules_pjit, rules_placement,
                 rules_pmap, rules_trees_ops)
-TEST_FILES = [os.path.join(HERE, f) for f in ("test_migrate_rules.py", "test_migrate_refusals.py",
+TEST_FILES = [os.path.join(HERE, f) for f in ("test_migrate_every_rule.py", "test_migrate_rules.py",
+                                              "test_migrate_refusals.py",
                                               "test_migrate_honesty.py")]
 # Tests that start processes: slow, and a mutant in this process does not reach them.
 IN_PROCESS = "not every_family and not check_proves and not a_rewritten_dotted_name"
@@ -50,10 +52,11 @@ class _Failures:
             self.passed += 1
 
 
-def run_tests():
+def run_tests(first_failure=False):
+    """The in-process tests' failures; ``first_failure``: stop at the first."""
     counter = _Failures()
     pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", "--tb=no", "-k", IN_PROCESS,
-                 *TEST_FILES], plugins=[counter])
+                 *(["-x"] if first_failure else []), *TEST_FILES], plugins=[counter])
     return counter
 
 
@@ -123,7 +126,7 @@ def mutate_rules(only):
             return tuple(merged.values())
         transformer.tables = without
         try:
-            results.append((label, run_tests()))
+            results.append((label, run_tests(first_failure=True)))
         finally:
             transformer.tables = original
     return results
@@ -150,7 +153,9 @@ def main(argv):
     for label, counter in results:
         n = len(counter.failed)
         survived += n == 0
-        print(f"{'SURVIVED' if n == 0 else 'killed':>8}  {n:>3} failing  {label}")
+        first = f"  (first: {sorted(counter.failed)[0].rpartition('::')[2][:60]})" \
+            if label.startswith(("calls", "names", "attributes", "moves")) and n else ""
+        print(f"{'SURVIVED' if n == 0 else 'killed':>8}  {n:>3} failing  {label}{first}")
     print(f"{len(results)} mutants, {len(results) - survived} killed, {survived} survived")
     return 1 if survived else 0
 
