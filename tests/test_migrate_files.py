@@ -94,16 +94,19 @@ def test_in_place_keeps_permission_bits_and_leaves_no_temporary_file(tmp_path, c
     ("dot", "is the folder holding the input"),
     ("folder", "is the folder holding the input"),
     ("tree", "is the input"),
+    ("link", "is the folder holding the input"),
 ])
 def test_an_output_over_an_input_is_refused_and_the_input_unchanged(tmp_path, capsys,
                                                                     monkeypatch, where,
                                                                     message):
     _tree(tmp_path, ["src/train.py", "src/sub/model.py"])
+    os.symlink(tmp_path / "src", tmp_path / "link")
     monkeypatch.chdir(tmp_path / "src")
     args = {"file": ["train.py", "-o", "train.py"],
             "dot": ["train.py", "-o", "."],
             "folder": [tmp_path / "src" / "train.py", "-o", tmp_path / "src"],
-            "tree": [tmp_path / "src", "-o", tmp_path / "src"]}[where]
+            "tree": [tmp_path / "src", "-o", tmp_path / "src"],
+            "link": ["train.py", "-o", tmp_path / "link"]}[where]
     status, out, err = _run(capsys, *args)
     assert status == 2, out + err
     assert message in err and "use --in-place to overwrite the inputs" in err

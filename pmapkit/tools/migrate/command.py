@@ -101,7 +101,7 @@ def _refuse_overwrites(paths, found, args):
         if files.same_path(out, os.path.dirname(os.path.abspath(path))):
             raise BadInput(f"-o {out} is the folder holding the input {path}: {advice}")
     inputs = {os.path.realpath(path): path for path, _relative in found}
-    for target in _destinations([(p, r) for p, r in found], args):
+    for target in _destinations(found, args):   # e.g. through a symbolic link
         if os.path.realpath(target) in inputs:
             raise BadInput(f"-o {out} would write {target} over the input "
                            f"{inputs[os.path.realpath(target)]}: {advice}")
