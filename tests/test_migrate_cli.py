@@ -131,12 +131,24 @@ def test_check_gives_the_first_difference_and_exit_status():
     status = check.compare("a.py", "b.py", ran(0, ""), ran(1, "", "Traceback\nValueError: no"))
     assert "exit status 0 (original) vs 1 (migrated)" in status.format()
     assert "ValueError: no" in status.format()
-    # Both failing alike agrees, but the verdict says so with the original's
-    # last words: a run that proves little never reads as a proof.
-    both = check.compare("a.py", "b.py", ran(1, "", "Traceback\nValueError: 8 devices"),
+    # The original failing proves nothing, however alike the migrated run
+    # fails: UNPROVEN (not same), with the original's own last words, never
+    # pmapkit run's start-up line.
+    startup = ("pmapkit.legacy (jax 0.10.2): served 92 classic names; routed jax.pmap to "
+               "pmapkit.pmap (list: pmapkit run --report)")
+    both = check.compare("a.py", "b.py",
+                         ran(1, "", f"{startup}\nTraceback\nValueError: 8 devices"),
                          ran(1, "", "Traceback\nValueError: 8 devices"))
-    assert both.format() == ("check a.py: same: exit status 1, 0 stdout lines agree; both "
-                             "runs FAILED (the original too: ValueError: 8 devices)")
+    assert not both.same and both.outcome == check.UNPROVEN
+    assert both.format() == (
+        "check a.py: UNPROVEN: the original failed (exit status 1): ValueError: 8 devices; "
+        "the migrated run failed too: ValueError: 8 devices; nothing is proved: make the "
+        "original run (arguments after --)")
+    quiet = check.compare("a.py", "b.py", ran(3, "x\n", f"{startup}\n"), ran(0, "x\n"))
+    assert quiet.outcome == check.UNPROVEN
+    assert "exit status 3): <nothing on stderr>; the migrated run exited with status 0" \
+        in quiet.format()
+    assert "pmapkit.legacy" not in quiet.format()
 
 
 def test_check_runs_the_migrated_file_without_pmapkit(tmp_path):

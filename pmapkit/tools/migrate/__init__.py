@@ -5,12 +5,15 @@ libcst, so comments and formatting outside rewritten expressions stay as
 written. Modules:
 
 - ``rules_trees_ops``, ``rules_placement``, ``rules_pjit``,
-  ``rules_host_callback``, ``rules_export``, ``rules_pmap``: the rules by
-  family (``base.Family``), keyed by qualified classic names;
+  ``rules_host_callback``, ``rules_export``, ``rules_pmap``, ``rules_modern``
+  (deprecated modern spellings): the rules by family (``base.Family``), keyed
+  by qualified classic names; ``deprecations``: JAX's own deprecation tables;
 - ``helpers``: the small functions written into a migrated file where one
   expression cannot say what the classic API did;
 - ``transformer``: the libcst pass that applies them (``migrate_module``);
+- ``leftovers``: the scan of the output behind "0 left";
 - ``report``: what was rewritten, left and kept; ``check``: ``--check``;
+- ``files``: reading sources as Python does, atomic writes, output folders;
 - ``command``: the command line.
 """
 from pmapkit.tools.migrate.transformer import migrate_module

@@ -1,7 +1,8 @@
 """``pmapkit migrate --check``: run the original under ``pmapkit run
 --route-pmap`` and the migrated file under plain Python with pmapkit not
 importable and DeprecationWarnings as errors; compare exit status and stdout
-(numbers within a tolerance)."""
+(numbers within a tolerance). Only two successful runs that agree are SAME;
+an original that fails proves nothing (UNPROVEN)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -45,16 +46,38 @@ def migrated_command(script, original, args):
             os.path.dirname(os.path.abspath(original)), *args]
 
 
+#: Verdicts: both runs succeeded and agree (the only proof); they differ; the
+#: original itself failed, so nothing was proved.
+SAME, DIFFERENT, UNPROVEN = "same", "DIFFERENT", "UNPROVEN"
+
+# The line ``pmapkit run`` prints on stderr at start: never a program's error.
+_STARTUP = re.compile(r"^pmapkit\.legacy \(jax [^)]*\): ")
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     original: str
     migrated: str
-    same: bool
+    outcome: str      # SAME, DIFFERENT or UNPROVEN
     detail: str
 
+    @property
+    def same(self):
+        return self.outcome == SAME
+
     def format(self):
-        head = "same" if self.same else "DIFFERENT"
-        return f"check {self.original}: {head}: {self.detail}"
+        return f"check {self.original}: {self.outcome}: {self.detail}"
+
+
+def program_stderr(stderr):
+    """The lines of ``stderr`` the program wrote (pmapkit's start-up line dropped)."""
+    return [line for line in stderr.strip().splitlines() if not _STARTUP.match(line)]
+
+
+def last_error_line(stderr):
+    """The program's own last words on stderr (for a traceback, its exception line)."""
+    lines = [line for line in program_stderr(stderr) if line.strip()]
+    return lines[-1].strip() if lines else "<nothing on stderr>"
 
 
 def _numbers_close(a, b):
@@ -72,28 +95,29 @@ def same_line(a, b):
 
 
 def compare(original, migrated, ran_original, ran_migrated):
-    """A Verdict from two ``subprocess.CompletedProcess`` es."""
-    if ran_original.returncode != ran_migrated.returncode:
-        failed = ran_migrated if ran_migrated.returncode else ran_original
-        tail = "\n    ".join(failed.stderr.strip().splitlines()[-6:])
-        return Verdict(original, migrated, False,
-                       f"exit status {ran_original.returncode} (original) vs "
-                       f"{ran_migrated.returncode} (migrated)\n    {tail}")
+    """A Verdict from two ``subprocess.CompletedProcess`` es: SAME only when both
+    exit with status 0 and print the same; UNPROVEN when the original fails."""
+    if ran_original.returncode:
+        also = ("the migrated run failed too: " + last_error_line(ran_migrated.stderr)
+                if ran_migrated.returncode else "the migrated run exited with status 0")
+        return Verdict(original, migrated, UNPROVEN,
+                       f"the original failed (exit status {ran_original.returncode}): "
+                       f"{last_error_line(ran_original.stderr)}; {also}; nothing is "
+                       "proved: make the original run (arguments after --)")
+    if ran_migrated.returncode:
+        tail = "\n    ".join(program_stderr(ran_migrated.stderr)[-6:])
+        return Verdict(original, migrated, DIFFERENT,
+                       f"exit status 0 (original) vs {ran_migrated.returncode} "
+                       f"(migrated)\n    {tail}")
     a, b = ran_original.stdout.splitlines(), ran_migrated.stdout.splitlines()
     for k in range(max(len(a), len(b))):
         left = a[k] if k < len(a) else "<no line>"
         right = b[k] if k < len(b) else "<no line>"
         if not same_line(left, right):
-            return Verdict(original, migrated, False,
+            return Verdict(original, migrated, DIFFERENT,
                            f"stdout line {k + 1} differs\n    original: {left}\n"
                            f"    migrated: {right}")
-    detail = f"exit status {ran_original.returncode}, {len(a)} stdout lines agree"
-    if ran_original.returncode:
-        # Both failed alike: say so, with the original's own last words, so
-        # a run that proves little is never read as a proof.
-        last = (ran_original.stderr.strip().splitlines() or ["<no stderr>"])[-1]
-        detail += f"; both runs FAILED (the original too: {last})"
-    return Verdict(original, migrated, True, detail)
+    return Verdict(original, migrated, SAME, f"exit status 0, {len(a)} stdout lines agree")
 
 
 def _run(command, cwd):

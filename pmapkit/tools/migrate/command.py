@@ -9,7 +9,7 @@ import tempfile
 
 import libcst as cst
 
-from pmapkit.tools.migrate import check
+from pmapkit.tools.migrate import check, files
 from pmapkit.tools.migrate.transformer import migrate_module
 
 USAGE = "%(prog)s PATH... [-o OUT | --in-place] [--diff] [--strict] [--check [-- ARGS...]]"
@@ -17,8 +17,11 @@ DESCRIPTION = """\
 Rewrites classic JAX code (pmap, pjit/maps, host_callback, jax_export, tree_map,
 jax.ops.index_*, ...) to plain jax 0.10 public API: the output never imports
 pmapkit. What cannot be translated safely stays as written with a
-'# pmapkit migrate:' comment and a line in the report. PATH is a .py file or a
-folder (its .py files, recursively)."""
+'# pmapkit migrate:' comment and a line in the report (the output is scanned:
+anything classic left is reported). PATH is a .py file or a folder (its .py
+files, recursively, less output folders of earlier runs). Files are written
+atomically in their own encoding and line endings; -o never writes over an
+input (use --in-place)."""
 
 
 def _parser(prog="pmapkit migrate"):
@@ -36,7 +39,9 @@ def _parser(prog="pmapkit migrate"):
     parser.add_argument("--check", action="store_true",
                         help="run the original (pmapkit run --route-pmap) and the migrated "
                         "file (plain Python, no pmapkit, DeprecationWarnings as errors) "
-                        "and compare exit status and stdout; ARGS after -- go to both")
+                        "and compare exit status and stdout: exit 0 only when both "
+                        "succeed and agree (UNPROVEN when the original fails); ARGS "
+                        "after -- go to both")
     return parser
 
 
@@ -44,14 +49,26 @@ class BadInput(Exception):
     pass
 
 
-def _inputs(paths):
-    """[(file, path relative to its PATH's folder)] or BadInput."""
-    found = []
+def _inputs(paths, output=None):
+    """([(file, path relative to its PATH's folder)], [skipped folders]) or
+    BadInput. A folder's walk skips the output folder and any earlier output
+    folder (one holding ``files.MARKER``): migrated code is never migrated again."""
+    found, skipped = [], []
+    out_folder = output if output and not _names_a_file(output) else None
     for path in paths:
         if os.path.isdir(path):
-            for root, dirs, files in os.walk(path):
+            for root, dirs, names in os.walk(path):
                 dirs.sort()
-                for name in sorted(files):
+                keep = []
+                for d in dirs:
+                    full = os.path.join(root, d)
+                    if ((out_folder and files.inside(full, out_folder))
+                            or files.is_output_folder(full)):
+                        skipped.append(full)
+                    else:
+                        keep.append(d)
+                dirs[:] = keep
+                for name in sorted(names):
                     if name.endswith(".py"):
                         full = os.path.join(root, name)
                         found.append((full, os.path.relpath(full, path)))
@@ -61,29 +78,58 @@ def _inputs(paths):
             raise BadInput(f"no such file or folder: {path!r}")
     if not found:
         raise BadInput(f"no .py files in {', '.join(map(repr, paths))}")
-    return found
+    return found, skipped
 
 
-def _migrate(files):
-    """[(file, relative, old source, new source, report)] or BadInput."""
+def _names_a_file(output):
+    return output.endswith(".py") and not os.path.isdir(output)
+
+
+def _refuse_overwrites(paths, found, args):
+    """BadInput unless ``-o`` leaves every input as it is."""
+    out = args.output
+    if not out:
+        return
+    if _names_a_file(out) and len(found) > 1:
+        raise BadInput(f"-o {out} names one file, but {len(found)} input files were "
+                       "found: give a folder")
+    advice = "use --in-place to overwrite the inputs"
+    for path in paths:
+        if files.same_path(out, path):
+            raise BadInput(f"-o {out} is the input {path}: {advice}")
+    for path, _relative in found:
+        if files.same_path(out, os.path.dirname(os.path.abspath(path))):
+            raise BadInput(f"-o {out} is the folder holding the input {path}: {advice}")
+    inputs = {os.path.realpath(path): path for path, _relative in found}
+    for target in _destinations(found, args):   # e.g. through a symbolic link
+        if os.path.realpath(target) in inputs:
+            raise BadInput(f"-o {out} would write {target} over the input "
+                           f"{inputs[os.path.realpath(target)]}: {advice}")
+
+
+def _migrate(found):
+    """[(file, relative, Source, new text, report)] or BadInput."""
     done = []
-    for path, relative in files:
+    for path, relative in found:
         try:
-            with open(path, encoding="utf-8") as f:
-                source = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"cannot read {path!r}: {exc}") from None
+            source = files.read_source(path)
+        except files.Unreadable as exc:
+            raise BadInput(str(exc)) from None
         try:
-            compile(source, path, "exec", dont_inherit=True)
+            compile(source.text, path, "exec", dont_inherit=True)
         except SyntaxError as exc:   # Python's own message says where, precisely
             raise BadInput(f"{path} does not parse (line {exc.lineno}): {exc.msg}") from None
         except ValueError as exc:    # e.g. null bytes
             raise BadInput(f"{path} does not parse: {exc}") from None
         try:
-            new, report = migrate_module(source, path)
+            new, report = migrate_module(source.text, path)
         except cst.ParserSyntaxError as exc:
             raise BadInput(f"{path} does not parse (line {exc.raw_line}, column "
                            f"{exc.raw_column}): {exc.message}") from None
+        try:
+            files.encode(new, source.encoding, path)
+        except files.Unreadable as exc:
+            raise BadInput(str(exc)) from None
         done.append((path, relative, source, new, report))
     return done
 
@@ -92,7 +138,7 @@ def _destinations(done, args):
     if args.in_place:
         return [path for path, *_ in done]
     out = args.output
-    if len(done) == 1 and out.endswith(".py") and not os.path.isdir(out):
+    if len(done) == 1 and _names_a_file(out):
         return [out]
     return [os.path.join(out, relative) for _, relative, *_ in done]
 
@@ -111,17 +157,21 @@ def main(argv, prog="pmapkit migrate"):
         return _error("say where the result goes: -o OUT, --in-place, or --diff "
                       "(or --check alone, which migrates into a scratch folder)", prog)
     try:
-        done = _migrate(_inputs(args.paths))
+        found, skipped = _inputs(args.paths, args.output)
+        _refuse_overwrites(args.paths, found, args)
+        done = _migrate(found)
     except BadInput as exc:
         return _error(f"{exc}; nothing written", prog)
+    report_stream = sys.stderr if args.diff else sys.stdout
+    for folder in skipped:
+        print(f"skipped {folder}: an output folder of pmapkit migrate", file=report_stream)
     with tempfile.TemporaryDirectory(prefix="pmapkit-migrate-") as scratch:
         return _write_and_check(done, args, script_args, scratch)
 
 
-def _write(path, text):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+def _write(path, source, text):
+    """``text`` to ``path`` atomically, in ``source``'s encoding and permission bits."""
+    files.write_atomic(path, files.encode(text, source.encoding, path), source.mode)
 
 
 def _write_and_check(done, args, script_args, scratch):
@@ -136,10 +186,10 @@ def _write_and_check(done, args, script_args, scratch):
     for k, (path, _relative, source, new, report) in enumerate(done):
         if args.diff:
             sys.stdout.writelines(difflib.unified_diff(
-                source.splitlines(keepends=True), new.splitlines(keepends=True),
+                source.text.splitlines(keepends=True), new.splitlines(keepends=True),
                 fromfile=path, tofile=f"{path} (migrated)"))
         if args.check:
-            _write(checked[k], new)
+            _write(checked[k], source, new)
         print(report.format(), file=report_stream)
     status = 0
     if args.check:     # before writing: --in-place must not replace the original first
@@ -150,12 +200,14 @@ def _write_and_check(done, args, script_args, scratch):
         if not all(v.same for v in verdicts):
             status = 1
     if writing and args.in_place and status:
-        print("pmapkit migrate: --check found a difference: nothing written in place",
+        print("pmapkit migrate: --check did not prove every file: nothing written in place",
               file=sys.stderr)
     elif writing:
         for k, (path, _relative, source, new, _report) in enumerate(done):
-            if new != source or targets[k] != path:
-                _write(targets[k], new)
+            if new != source.text or targets[k] != path:
+                _write(targets[k], source, new)
+        if not args.in_place and not _names_a_file(args.output):
+            files.mark_output_folder(args.output)
     left = sum(len(r.left) for *_, r in done)
     print(f"{len(done)} file(s): {sum(len(r.rewrites) for *_, r in done)} rewritten, "
           f"{left} left, {sum(len(r.kept) for *_, r in done)} pmap kept", file=report_stream)

@@ -8,13 +8,15 @@ formatting elsewhere stay as they were.
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from pmapkit.tools.migrate import (helpers, rules_export, rules_host_callback, rules_pjit,
+from pmapkit.tools.migrate import (deprecations, helpers, leftovers, rules_export,
+                                    rules_host_callback, rules_modern, rules_pjit,
                                     rules_placement, rules_pmap, rules_trees_ops)
 from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import KeepPmap, LeaveAsIs
@@ -30,7 +32,8 @@ def tables():
     each value paired with its family's name."""
     moves, names, calls, attributes, reasons = {}, {}, {}, {}, {}
     for make in (rules_trees_ops.family, rules_placement.family, rules_pjit.family,
-                 rules_host_callback.family, rules_export.family, rules_pmap.family):
+                 rules_host_callback.family, rules_export.family, rules_pmap.family,
+                 rules_modern.family):
         fam = make()
         moves.update({k: (fam.name, v) for k, v in fam.moves.items()})
         names.update({k: (fam.name, v) for k, v in fam.names.items()})
@@ -45,6 +48,34 @@ def tables():
 # ``jax/__init__`` imported ``jax.api`` (jax's own API under another module
 # name), so ``jax.api.X`` is ``jax.X`` and the rules of ``jax.X`` apply.
 _ALIASES = {"jax.api": "jax"}
+
+
+# The subpackages a bare ``import jax`` loads (so ``jax.X.name`` works after
+# it); a name elsewhere (``jax.extend.core.Effect``,
+# ``jax.example_libraries.optimizers``) needs its module imported.
+LOADED_WITH_JAX = frozenset((
+    "api_util", "core", "custom_batching", "custom_derivatives", "debug", "distributed",
+    "dlpack", "dtypes", "errors", "export", "ffi", "image", "interpreters", "lax", "lib",
+    "monitoring", "nn", "numpy", "ops", "profiler", "random", "ref", "scipy", "sharding",
+    "stages", "tree", "tree_util", "typing", "version"))
+
+
+@functools.lru_cache(maxsize=1024)
+def module_to_import(dotted):
+    """What to import so that the dotted name ``dotted`` can be read: ``jax``
+    for a name of ``jax`` or of a subpackage it loads, else the name's module."""
+    parts = dotted.split(".")
+    if parts[0] != "jax":
+        return parts[0]
+    for cut in range(len(parts), 1, -1):
+        module = ".".join(parts[:cut])
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            return "jax" if cut == 2 and parts[1] in LOADED_WITH_JAX else module
+    return "jax"
 
 
 def _canonical(q):
@@ -74,6 +105,7 @@ class Migrator(cst.CSTTransformer):
         self.imports = set()          # top-level modules the new code needs
         self.helpers = {}             # name -> Helper
         self.frames = []              # per statement: {start: (name, why)}
+        self.comments = []            # per statement: comments a rewrite could not keep
         self.rewritten = set()        # starts of rewritten expressions
         self.touched = set()          # qualified names rewritten (their imports may go)
         self.try_catches = []         # per enclosing try: handler type texts
@@ -136,7 +168,9 @@ class Migrator(cst.CSTTransformer):
     def _moved(self, q):
         key, rest = _longest_prefix(self.moves, q)
         if key is None:
-            return None, None
+            # a name JAX deprecates in favour of the same object elsewhere
+            target = deprecations.modern(q)
+            return (None, None) if target is None else ("modern", target)
         family, target = self.moves[key]
         return family, target + ("." + rest if rest else "")
 
@@ -144,6 +178,7 @@ class Migrator(cst.CSTTransformer):
     def on_visit(self, node):
         if isinstance(node, _STATEMENTS):
             self.frames.append({})
+            self.comments.append([])
         if isinstance(node, (cst.Import, cst.ImportFrom)):
             self.import_depth += 1
         return super().on_visit(node)
@@ -154,9 +189,24 @@ class Migrator(cst.CSTTransformer):
             self.import_depth -= 1
         if isinstance(original_node, _STATEMENTS):
             frame = self.frames.pop()
+            comments = self.comments.pop()
+            if comments and isinstance(result, _STATEMENTS):
+                result = result.with_changes(leading_lines=list(result.leading_lines) + [
+                    cst.EmptyLine(indent=True, comment=cst.Comment(c)) for c in comments])
             if frame and isinstance(result, _STATEMENTS):
                 result = self._comment(result, frame)
         return result
+
+    def _keep_comments(self, updated, new_text):
+        """Comments inside ``updated`` that ``new_text`` does not carry go above
+        the statement: a rewrite never drops one."""
+        if not self.comments:
+            return
+        for comment in (c.value for c in _walk(updated, cst.Comment)):
+            if comment in new_text:
+                new_text = new_text.replace(comment, "", 1)
+            else:
+                self.comments[-1].append(comment)
 
     def _comment(self, statement, frame):
         lines = list(statement.leading_lines)
@@ -226,7 +276,7 @@ class Migrator(cst.CSTTransformer):
             return sx.expr(q)
         if q in self.names:
             family, text = self.names[q]
-            self.need_import(text.split(".")[0])
+            self.need_import(module_to_import(text.split("(")[0]))
             self._rewrote(original, family, text, q)
             return sx.expr(text)
         family, target = self._moved(q)
@@ -236,7 +286,7 @@ class Migrator(cst.CSTTransformer):
             root = sx.root_name(original)
             if root is not None and self._moved(self.qualname(root) or "")[1] is not None:
                 return updated          # through a moved import
-            self.need_import(target.split(".")[0])
+            self.need_import(module_to_import(target))
             self._rewrote(original, family, target, q)
             return sx.expr(target)
         key, _ = _longest_prefix(self.reasons, q)
@@ -271,11 +321,16 @@ class Migrator(cst.CSTTransformer):
                     text = rules_pjit.partial_pjit(self, original_node, updated_node)
                     family, q = "pjit", rules_pjit.PJIT_NAMES[0]
                 if text is None:
+                    text = rules_modern.partial_shard_map(self, original_node, updated_node)
+                    family, q = "modern", rules_modern.SHARD_MAP
+                if text is None:
                     return updated_node
                 self.frames[-1].pop(self._start(original_node.args[0].value), None)
             elif q in self.calls:
                 family, rule = self.calls[q]
                 text = rule(self, original_node, updated_node)
+                if text is None:      # already modern: nothing to rewrite
+                    return updated_node
             else:
                 return updated_node
         except LeaveAsIs as exc:
@@ -285,6 +340,7 @@ class Migrator(cst.CSTTransformer):
             self.report.kept.append(Left(self._start(original_node)[0], q, exc.why))
             return updated_node
         self._rewrote(original_node, family, text, q)
+        self._keep_comments(updated_node, text)
         new = sx.expr(text)
         if updated_node.lpar:
             new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
@@ -473,10 +529,18 @@ def migrate_module(source, path="<string>"):
     tree = cst.parse_module(source)
     migrator = Migrator(report)
     new = cst.MetadataWrapper(tree).visit(migrator)
-    if not report.rewrites and not report.helpers:
-        return new.code, report     # at most comments above what is left
+    if report.rewrites or report.helpers:
+        new = _tidy_imports(new, migrator, report)
+    # "0 left" must mean it: whatever the rules missed is found in the output.
+    report.left.extend(leftovers.unreported(new.code, report.left, new.code != source))
+    return new.code, report
+
+
+def _tidy_imports(new, migrator, report):
+    """Drops classic imports nothing uses any more, adds the ones rewrites need."""
     context = CodemodContext()
-    classic = tuple(migrator.reasons) + tuple(migrator.calls) + ("jax.ops",)
+    classic = (tuple(migrator.reasons) + tuple(migrator.calls) + tuple(migrator.moves)
+               + ("jax.ops",))
     for module, obj, asname, q in _import_aliases(new):
         related = any(t == q or t.startswith(q + ".") for t in migrator.touched)
         if q != "jax" and (related or _longest_prefix(dict.fromkeys(classic), q)[0]):
@@ -493,5 +557,4 @@ def migrate_module(source, path="<string>"):
         new = new.visit(_DropDottedImports(drop))
     for module in sorted(migrator.imports):
         AddImportsVisitor.add_needed_import(context, module)
-    new = AddImportsVisitor(context).transform_module(new)
-    return new.code, report
+    return AddImportsVisitor(context).transform_module(new)

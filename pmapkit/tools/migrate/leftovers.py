@@ -1,0 +1,182 @@
+"""The check behind "0 left": a scan of the migrated source for anything
+classic still in it, whatever the rules did or missed.
+
+A use is classic when its qualified name (through the file's imports), or a
+dotted prefix of it, is
+
+- a name of the census (``pmapkit.legacy.names``, every era it knows) that
+  this JAX lacks or deprecates;
+- deprecated by JAX itself (``deprecations``: it would warn, and a migrated
+  file runs with DeprecationWarnings as errors);
+- not there on this JAX at all (``from jax import partial``, a module of
+  ``jax.experimental`` that is gone), looked up without running modules
+  that are not loaded yet;
+
+and a star import (``from jax.experimental.maps import *``) of such a module
+is one too. Each is a ``report.Left`` line.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import types
+import warnings
+
+import jax
+import libcst as cst
+from libcst.metadata import PositionProvider, QualifiedNameProvider
+
+from pmapkit.legacy import names as census
+from pmapkit.tools.migrate import deprecations
+from pmapkit.tools.migrate import syntax as sx
+from pmapkit.tools.migrate.report import Left
+
+_GONE, _THERE, _UNKNOWN = "gone", "there", "unknown"
+
+
+def _prefixes(q):
+    parts = q.split(".")
+    return [".".join(parts[:cut]) for cut in range(1, len(parts) + 1)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _lookup(q):
+    """(_GONE, the first missing prefix) / (_THERE, q) / (_UNKNOWN, q): whether
+    the dotted name ``q`` exists on this JAX. A submodule not yet loaded is
+    found by its spec; below it, a module whose import fails for want of
+    another package (jax2tf without TensorFlow) is _UNKNOWN, never gone."""
+    parts = q.split(".")
+    obj = jax
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k, part in enumerate(parts[1:], start=1):
+            prefix = ".".join(parts[:k + 1])
+            if isinstance(obj, types.ModuleType):
+                try:
+                    spec = importlib.util.find_spec(prefix)
+                except (ImportError, ValueError):
+                    spec = None
+                if spec is not None:
+                    try:
+                        obj = importlib.import_module(prefix)
+                    except Exception:
+                        return _UNKNOWN, q
+                    continue
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                return (_GONE, prefix) if isinstance(obj, types.ModuleType) else (_UNKNOWN, q)
+            except Exception:
+                return _UNKNOWN, q
+    return _THERE, q
+
+
+@functools.lru_cache(maxsize=256)
+def _is_module(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _census_why(name):
+    record = census.by_name(name)
+    modern = f"; use {record.modern}" if record.modern else ""
+    return f"removed in JAX {record.removed_in}{modern}"
+
+
+@functools.lru_cache(maxsize=4096)
+def classic(q):
+    """(the classic name, why) for a qualified name ``q`` that is or lies
+    under something classic on this JAX, else None."""
+    if not q.startswith("jax.") and q != "jax":
+        return None
+    status, missing = _lookup(q)
+    for prefix in reversed(_prefixes(q)):
+        if census.known(prefix):
+            gone = status == _GONE and (prefix + ".").startswith(missing + ".")
+            if gone or deprecations.message(prefix):
+                return prefix, _census_why(prefix)
+    for prefix in _prefixes(q):
+        message = deprecations.message(prefix)
+        if message:
+            return prefix, f"deprecated in JAX {jax.__version__}: {message}"
+    if status == _GONE:
+        return missing, f"not in JAX {jax.__version__}"
+    return None
+
+
+class _Scan(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+
+    def __init__(self):
+        super().__init__()
+        self.found = []       # (line, name, why)
+
+    def _line(self, node):
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def _add(self, node, hit, what=""):
+        if hit is not None:
+            name, why = hit
+            self.found.append((self._line(node), name, what + why))
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            self._add(node, classic(sx.code(alias.name)))
+        return False
+
+    def visit_ImportFrom(self, node):
+        if node.relative or node.module is None:
+            return False
+        module = sx.code(node.module)
+        star = isinstance(node.names, cst.ImportStar)
+        what = f"star import of {module}: " if star else ""
+        if module.startswith("jax.") and not _is_module(module):
+            # ``from jax.config import config``: jax.config is no module now
+            self._add(node, classic(module) or (module, f"no module {module} in JAX "
+                                                        f"{jax.__version__}"), what)
+        elif star:
+            self._add(node, classic(module), what)
+        else:
+            for alias in node.names:
+                self._add(node, classic(f"{module}.{sx.code(alias.name)}"))
+        return False
+
+    def _reference(self, node):
+        found = sorted(n.name for n in self.get_metadata(QualifiedNameProvider, node, set())
+                       if n.name.startswith("jax."))
+        if not found:
+            return True          # e.g. ``f(x).attr``: look inside
+        self._add(node, classic(found[0]))
+        return False             # the outermost name of a chain says it all
+
+    def visit_Attribute(self, node):
+        return self._reference(node)
+
+    def visit_Name(self, node):
+        return self._reference(node)
+
+
+def scan(source):
+    """[(line, classic name, why)] for the migrated ``source``, one per line and name."""
+    scanner = _Scan()
+    cst.MetadataWrapper(cst.parse_module(source)).visit(scanner)
+    return sorted(set(scanner.found))
+
+
+def _related(a, b):
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def unreported(source, left, changed=True):
+    """``Left`` records for what ``scan`` finds in the migrated ``source``
+    beyond the names the rules already reported in ``left``; ``changed``: the
+    migrated file's lines differ from the original's (the report says whose
+    line it gives)."""
+    said = [k.name for k in left]
+    where = " (line {} of the migrated file)" if changed else ""
+    return [Left(line, name, why + where.format(line))
+            for line, name, why in scan(source)
+            if not any(_related(name, n) for n in said)]

@@ -1,0 +1,213 @@
+"""Mutation check of ``pmapkit migrate``'s rules (run by hand; pytest does not
+collect it):
+
+    python -P tests/migrate_mutations.py [--refusals] [--rules] [-k WORDS]
+
+Each mutant is run against the in-process migrate tests (the ``test_migrate_*``
+files less the tests that start processes) and the failing tests are counted:
+
+- ``--refusals``: each refusal branch of ``pmapkit/tools/migrate/rules_*.py``
+  (a ``raise LeaveAsIs(...)`` / ``raise KeepPmap(...)``, a ``_flag(...)``
+  check) replaced by ``pass``, the module's source run again in its own
+  namespace. A first run records which lines of the rule modules each test
+  executes; a mutant runs the tests that executed its statement (a test that
+  never reaches it cannot see it: same code, same result);
+- ``--rules``: each rule of the merged tables (a call, name, attribute rule,
+  a move a family writes itself; the census's generated renames are data, not
+  rules) taken out of ``transformer.tables()``; these stop at the first
+  failing test (it is named) — a rule needs one test that fails without it.
+
+A mutant that no test kills is printed SURVIVED; the exit status is then 1.
+"""
+import argparse
+import ast
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+from pmapkit.tools.migrate import (rules_export, rules_host_callback, rules_modern,  # noqa: E402
+                                    rules_pjit, rules_placement, rules_pmap,
+                                    rules_trees_ops, transformer)
+
+RULE_MODULES = (rules_export, rules_host_callback, rules_modern, rules_pjit, rules_placement,
+                rules_pmap, rules_trees_ops)
+TEST_FILES = [os.path.join(HERE, f) for f in ("test_migrate_every_rule.py", "test_migrate_rules.py",
+                                              "test_migrate_refusals.py",
+                                              "test_migrate_honesty.py")]
+# Tests that start processes: slow, and a mutant in this process does not reach them.
+IN_PROCESS = ("not every_family and not check_proves and not a_rewritten_dotted_name "
+              "and not every_rule_has_a_sample")
+
+
+class _Failures:
+    """Counts failing tests; with ``trace``, records the lines of the rule
+    modules each test executes (``lines``: nodeid -> {(file, line)})."""
+
+    def __init__(self, trace=False):
+        self.failed, self.passed, self.ran = set(), 0, 0
+        self.trace, self.lines = trace, {}
+        self.files = {m.__file__ for m in RULE_MODULES}
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.failed.add(report.nodeid)
+        elif report.when == "call" and report.passed:
+            self.passed += 1
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        self.ran += 1
+        if not self.trace:
+            yield
+            return
+        seen = self.lines.setdefault(item.nodeid, set())
+
+        def local(frame, event, arg):
+            if event == "line":
+                seen.add((frame.f_code.co_filename, frame.f_lineno))
+            return local
+
+        def tracer(frame, event, arg):
+            return local if frame.f_code.co_filename in self.files else None
+        sys.settrace(tracer)
+        try:
+            yield
+        finally:
+            sys.settrace(None)
+
+
+def run_tests(selection=None, first_failure=False, trace=False):
+    """The in-process tests' failures (``selection``: these node ids only);
+    ``first_failure``: stop at the first."""
+    counter = _Failures(trace)
+    where = list(selection) if selection is not None else ["-k", IN_PROCESS, *TEST_FILES]
+    if selection is not None and not where:
+        return counter
+    pytest.main(["-q", "-p", "no:cacheprovider", "--no-header", "--tb=no",
+                 *(["-x"] if first_failure else []), *where], plugins=[counter])
+    return counter
+
+
+def refusal_branches(module):
+    """[(line, end line, text)] of each refusal statement of ``module``."""
+    with open(module.__file__) as f:
+        source = f.read()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        call = None
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            call = node.exc
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            call = node.value
+        if call is None or not isinstance(call.func, ast.Name):
+            continue
+        if call.func.id in ("LeaveAsIs", "KeepPmap", "_flag"):
+            text = source.splitlines()[node.lineno - 1].strip()
+            found.append((node.lineno, node.end_lineno, text))
+    return source, sorted(found)
+
+
+def _load(module, source):
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    transformer.tables.cache_clear()
+
+
+def mutate_refusals(only, baseline):
+    results = []
+    for module in RULE_MODULES:
+        source, branches = refusal_branches(module)
+        lines = source.splitlines()
+        for start, end, text in branches:
+            label = f"{module.__name__.rpartition('.')[2]}:{start} {text}"
+            if only and not all(w in label for w in only):
+                continue
+            mutant = list(lines)
+            indent = lines[start - 1][:len(lines[start - 1]) - len(lines[start - 1].lstrip())]
+            mutant[start - 1] = indent + "pass  # mutant"
+            for k in range(start, end):
+                mutant[k] = ""
+            reaching = [nodeid for nodeid, lines in baseline.lines.items()
+                        if any((module.__file__, n) in lines for n in range(start, end + 1))]
+            _load(module, "\n".join(mutant) + "\n")
+            try:
+                results.append((label, run_tests(reaching)))
+            finally:
+                _load(module, source)
+    return results
+
+
+def _own_test(table, key):
+    """The node id of the sample test of a rule in test_migrate_every_rule."""
+    test = ("test_each_move_rewrites_a_reference_and_an_import" if table == "moves"
+            else "test_each_rule_rewrites_its_sample")
+    return f"{os.path.join(HERE, 'test_migrate_every_rule.py')}::{test}[{key}]"
+
+
+def mutate_rules(only):
+    original = transformer.tables
+    moves, names, calls, attributes, reasons = original()
+    census_moves = set(rules_trees_ops.census_tables()[0])
+    rules = ([("calls", k) for k in calls] + [("names", k) for k in names]
+             + [("attributes", k) for k in attributes]
+             + [("moves", k) for k in moves if k not in census_moves])
+    results = []
+    for table, key in rules:
+        label = f"{table} {key}"
+        if only and not all(w in label for w in only):
+            continue
+
+        def without(table=table, key=key):
+            merged = dict(zip(("moves", "names", "calls", "attributes", "reasons"),
+                              (dict(t) for t in original())))
+            del merged[table][key]
+            return tuple(merged.values())
+        transformer.tables = without
+        try:
+            # the rule's own sample test first; failing that, any test
+            counter = run_tests([_own_test(table, key)])
+            if not counter.failed:
+                counter = run_tests(first_failure=True)
+            results.append((label, counter))
+        finally:
+            transformer.tables = original
+    return results
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="python -P tests/migrate_mutations.py")
+    parser.add_argument("--refusals", action="store_true")
+    parser.add_argument("--rules", action="store_true")
+    parser.add_argument("-k", nargs="*", default=[], help="only mutants whose label has these")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, HERE)
+    baseline = run_tests(trace=True)
+    if baseline.failed:
+        print(f"the tests fail without a mutant: {sorted(baseline.failed)}")
+        return 2
+    results = []
+    if args.refusals or not args.rules:
+        results += mutate_refusals(args.k, baseline)
+    if args.rules or not args.refusals:
+        results += mutate_rules(args.k)
+    print(f"\nbaseline: {baseline.passed} in-process tests pass")
+    print("refusal mutants: failing / tests run (those reaching the statement); "
+          "rules: failing (the rule's own sample test, else the first failing test)")
+    survived = 0
+    for label, counter in results:
+        n = len(counter.failed)
+        survived += n == 0
+        first = f"  (first: {sorted(counter.failed)[0].rpartition('::')[2][:60]})" \
+            if label.startswith(("calls", "names", "attributes", "moves")) and n else ""
+        print(f"{'SURVIVED' if n == 0 else 'killed':>8}  {n:>3} failing / {counter.ran:>3} "
+              f"run  {label}{first}")
+    print(f"{len(results)} mutants, {len(results) - survived} killed, {survived} survived")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
