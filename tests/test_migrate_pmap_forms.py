@@ -85,7 +85,7 @@ COVERED = {
     "form: @partial(jax.pmap, ...)": ("partial decorator with donation",
                                       "loops_and_collectives.py"),
     "form: @jax.pmap": ("bare decorator", "pytree_arguments.py"),
-    "form: jax.pmap as a value (passed or assigned)": ("a value", None),
+    "form: jax.pmap as a value (passed or assigned)": ("a value", "argument_forms.py"),
     "axis_name": ("call with axis_name", "loops_and_collectives.py"),
     "donate_argnums": ("partial decorator with donation", "argument_forms.py"),
     "devices": ("devices", "argument_forms.py"),
@@ -93,10 +93,10 @@ COVERED = {
     "in_axes": ("in_axes flat tuple", "argument_forms.py"),
     "in_axes form: flat tuple of 0/None": ("in_axes flat tuple", "argument_forms.py"),
     "body: lambda": ("call of a lambda", "values_read_at_trace.py"),
-    "body: partial of function in the file": ("call of a partial", None),
+    "body: partial of function in the file": ("call of a partial", "argument_forms.py"),
     "body: function in the file": ("call with axis_name", "values_read_at_trace.py"),
     "body: decorated function": ("partial decorator with donation", "argument_forms.py"),
-    "body: not in the file": ("call of a method", None),
+    "body: not in the file": ("call of a method", "argument_forms.py"),
     "body calls: pmean": ("partial decorator with donation", "loops_and_collectives.py"),
     "body calls: value_and_grad": ("partial decorator with donation",
                                    "loops_and_collectives.py"),
@@ -142,7 +142,7 @@ def test_every_census_form_seen_in_a_few_files_has_a_fixture_and_a_program():
     for label in seen:
         fixture, program = COVERED[label]
         assert fixture in FIXTURES
-        assert program is None or os.path.exists(os.path.join(FORMS, program))
+        assert os.path.exists(os.path.join(FORMS, program))
 
 
 def test_the_forms_programs_print_what_the_originals_print(tmp_path):

@@ -62,3 +62,29 @@ one_device = jax.device_put(x, jax.devices()[1])
 print("moved from one device", jax.pmap(lambda v: v + 1)(one_device)[3].tolist())
 other_half = jax.pmap(lambda v: v * 2, devices=half)(x[:len(half)])
 print("moved from other devices", jax.pmap(lambda v: v - 1)(other_half)[0].tolist())
+
+
+def scale_by(v, k):
+    return v * k
+
+
+print("a partial", jax.pmap(functools.partial(scale_by, k=3.0), axis_name="i")(x)[1].tolist())
+
+
+class Learner:
+    def __init__(self, mapper):
+        self.count = np.zeros((n,), np.float32)
+        self.p_update = mapper(self._update, axis_name="devices")
+
+    def _update(self, count, batch):
+        return count + lax.psum(batch.sum(), "devices")
+
+    def step(self, batch):
+        self.count = self.p_update(self.count, batch)
+        return self.count
+
+
+map_fn = jax.pmap if n > 1 else jax.vmap
+learner = Learner(map_fn)
+learner.step(x)
+print("a method, pmap as a value", learner.step(x).tolist())
