@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import textwrap
+import threading
 
 import jax
 import numpy as np
@@ -197,6 +198,29 @@ def test_a_pmap_of_a_pmap_runs_over_a_mesh_with_an_axis_for_each():
     out = pmap(pmap(body, "j"), "i")(x)
     np.testing.assert_allclose(out, jax.vmap(jax.vmap(body, axis_name="j"), axis_name="i")(x))
     assert out.sharding.mesh.axis_names == ("i", "j") and len(out.sharding.device_set) == 8
+
+
+def test_a_pmap_called_while_another_thread_traces_a_pmap_body_is_not_nested_in_it():
+    pmap = _pmap_helper()["_pmap"]
+    x = np.ones((8, 2), np.float32)
+    tracing, proceed, results = threading.Event(), threading.Event(), {}
+
+    def body(v):
+        tracing.set()
+        proceed.wait(120)
+        return v + 1
+
+    def outer():
+        results["outer"] = float(pmap(body)(x)[0, 0])
+    thread = threading.Thread(target=outer)
+    thread.start()
+    try:
+        assert tracing.wait(120)
+        results["here"] = float(pmap(lambda v: v * 3)(x)[0, 0])
+    finally:
+        proceed.set()
+        thread.join(120)
+    assert results == {"outer": 2.0, "here": 3.0}
 
 
 def test_bad_arguments_of_the_helper_name_themselves():

@@ -360,6 +360,7 @@ def test_pmap_to_shard_map_and_the_pmaps_kept():
         import functools
         import jax
         import numpy
+        import threading
         import weakref
 
 

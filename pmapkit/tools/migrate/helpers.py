@@ -21,7 +21,16 @@ class Helper:
 
 PMAP = Helper("_pmap", '''
 _PMAP_WRAPPERS = {}   # id(fun) -> (a weak reference to fun, {options: _pmap_program(...)})
-_PMAP_MESHES = []     # (mesh, axis names manual there) of each _pmap body being traced
+
+
+class _PmapBodies(threading.local):
+    # Per thread (JAX traces per thread): (mesh, axis names manual there) of each _pmap
+    # body being traced, innermost last.
+    def __init__(self):
+        self.frames = []
+
+
+_PMAP_MESHES = _PmapBodies()
 
 
 class _PmapNeedsAxis(Exception):
@@ -83,7 +92,7 @@ def _pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argn
 
     @functools.wraps(fun)
     def mapped(*args, **kwargs):
-        if _PMAP_MESHES:
+        if _PMAP_MESHES.frames:
             return nested(args, kwargs)
         try:
             return jitted(*args, **kwargs)
@@ -179,11 +188,11 @@ def _pmap_program(fun_ref, axis_name, in_axes, out_axes, static, devices, donate
             dynamic, kw = jax.tree.unflatten(treedef, sliced)
             rest = iter(dynamic)
             full = [args[k] if k in static else next(rest) for k in range(len(args))]
-            _PMAP_MESHES.append((mesh, manual))
+            _PMAP_MESHES.frames.append((mesh, manual))
             try:
                 out = fun_ref()(*full, **kw)
             finally:
-                _PMAP_MESHES.pop()
+                _PMAP_MESHES.frames.pop()
             where = jax.tree.broadcast(mark(out_axes), out)
             return jax.tree.map(lambda o, a: o if a == unmapped else jax.numpy.expand_dims(
                 o, max(a, 0)), out, where)
@@ -214,7 +223,7 @@ def _pmap_program(fun_ref, axis_name, in_axes, out_axes, static, devices, donate
 
     def nested(args, kwargs):
         # A pmap called in a pmap body: an axis of the enclosing mesh, or ask for one.
-        mesh, manual = _PMAP_MESHES[-1]
+        mesh, manual = _PMAP_MESHES.frames[-1]
         depth = len(manual)
         name = f"_pmap_axis{depth}" if axis_name is None else axis_name
         if name in manual:
@@ -240,7 +249,7 @@ def _pmap_program(fun_ref, axis_name, in_axes, out_axes, static, devices, donate
         return [args[k] if k in static else next(rest) for k in range(len(args))], kw
 
     return jax.jit(traced, static_argnums=static, donate_argnums=donate), nested, moved
-''', ("jax", "numpy", "functools", "weakref"))
+''', ("jax", "numpy", "functools", "threading", "weakref"))
 
 DEVICE_BUFFERS = Helper("_device_buffers", '''
 def _device_buffers(x):
@@ -358,7 +367,7 @@ def _id_tap(tap_func, arg, *, result=None, tap_with_device=False):
     if not tap_with_device:
         jax.debug.callback(lambda value: tap_func(value, ()), arg)
         return arg if result is None else result
-    meshes = globals().get("_PMAP_MESHES")
+    meshes = getattr(globals().get("_PMAP_MESHES"), "frames", None)
     if meshes:
         mesh, manual = meshes[-1]
         count = 1
@@ -387,7 +396,7 @@ def _id_print(arg, *, result=None, tap_with_device=False, **kwargs):
     def show(value, device):
         shown = dict(kwargs, device=device)
         print(" ".join(f"{k}: {shown[k]}" for k in sorted(shown)) + "\\n" + str(value))
-    meshes = globals().get("_PMAP_MESHES")
+    meshes = getattr(globals().get("_PMAP_MESHES"), "frames", None)
     if meshes:
         mesh, manual = meshes[-1]
         count = 1
