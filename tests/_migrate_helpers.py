@@ -1,5 +1,6 @@
 """Shared by the ``test_migrate_*`` files: run ``pmapkit migrate`` as users do
 (a subprocess, 8 host devices) and read a migrated file without its helpers."""
+import functools
 import os
 import subprocess
 import sys
@@ -26,12 +27,23 @@ def migrate(*args, cwd=None):
                           capture_output=True, text=True, timeout=TIMEOUT_S, env=env())
 
 
+@functools.cache
+def _helper_statements():
+    """The text of every top-level statement of every helper's source."""
+    out = set()
+    for helper in helpers.ALL.values():
+        parsed = cst.parse_module(helper.source.lstrip("\n"))
+        out.update(parsed.code_for_node(s).strip() for s in parsed.body)
+    return out
+
+
 def without_helpers(source):
     """``source`` less the helper definitions migrate writes in."""
     module = cst.parse_module(source)
+    written = _helper_statements()
     body = [s for s in module.body
             if not (isinstance(s, cst.FunctionDef) and s.name.value in helpers.ALL)
-            and module.code_for_node(s).strip() not in ("_PMAPS = {}", "_PMAP_MESHES = []")]
+            and module.code_for_node(s).strip() not in written]
     return module.with_changes(body=body).code
 
 

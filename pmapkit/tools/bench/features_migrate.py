@@ -1,21 +1,27 @@
 """Feature cases of ``pmapkit migrate``: how fast the migrated code runs.
 
+Rows are labelled by what ran: ``jax.pmap`` (JAX 0.10's own, the baseline),
+``pmapkit`` (pmapkit's pmap: the original under ``pmapkit run --route-pmap``,
+or ``pmapkit.pmap``) and ``migrated`` (the file ``pmapkit migrate`` writes, on
+plain jax with no pmapkit imported: its pmaps are the written-in ``_pmap``,
+``jax.jit`` of ``jax.shard_map``). A ``migrated`` row carries
+``migrated/pmapkit``, its value over the ``pmapkit`` row's.
+
 ``migrate_inline_pmaps_script_8_devices``: wall µs per iteration of
-``inline_pmaps_script.py`` three ways, side by side in alternating rounds of
-fresh processes: the original on JAX's own ``jax.pmap`` (baseline), the
-original under ``pmapkit run --route-pmap``, and the file ``pmapkit
-migrate`` writes (impl ``pmapkit``: plain jax, no pmapkit imported; its
-pmaps are ``jax.jit`` of ``jax.shard_map``). The process CPU µs per
-iteration (every thread) rides along in ``cpu_us``.
+``inline_pmaps_script.py`` the three ways, side by side in alternating rounds
+of fresh processes; the process CPU µs per iteration (every thread) rides
+along in ``cpu_us``. Its lambda made anew each iteration is traced and
+compiled anew by the migrated file, as by ``jax.pmap`` (a new function object
+may read new values; ``pmapkit run`` reuses the program only when what was
+lowered is the same).
 
 ``migrate_pmap_per_call_8_devices``: caller-thread CPU µs per cached call of
 one pmapped function (8 devices, blocking each call) for ``jax.pmap``,
-``pmapkit.pmap`` and the migrated ``_pmap`` helper (impl ``migrated``),
-interleaved in one process.
+``pmapkit.pmap`` and the migrated ``_pmap``, interleaved in one process.
 """
 from __future__ import annotations
 
-import functools
+import importlib
 import os
 import sys
 import tempfile
@@ -42,16 +48,25 @@ def inline_pmaps_script_migrated(settings):
         with open(migrated, "w") as f:
             f.write(migrated_source)
         commands = {"jax.pmap": [sys.executable, SCRIPT],
-                    "pmapkit run --route-pmap": [sys.executable, "-m", "pmapkit", "run",
-                                                 "--route-pmap", SCRIPT],
-                    "pmapkit": [sys.executable, "-P", migrated]}
-        return alternating_rows(commands, settings, what={
-            "pmapkit": "migrated file, plain jax", None: "original script"})
+                    "pmapkit": [sys.executable, "-m", "pmapkit", "run", "--route-pmap", SCRIPT],
+                    "migrated": [sys.executable, "-P", migrated]}
+        return _versus_pmapkit(alternating_rows(commands, settings, what={
+            "jax.pmap": "original script, jax.pmap",
+            "pmapkit": "original script, pmapkit run --route-pmap",
+            "migrated": "migrated file, plain jax"}))
+
+
+def _versus_pmapkit(rows):
+    """``rows`` with ``migrated/pmapkit`` on the migrated row."""
+    by_impl = {row["impl"]: row for row in rows}
+    by_impl["migrated"]["migrated/pmapkit"] = (by_impl["migrated"]["value"]
+                                               / by_impl["pmapkit"]["value"])
+    return rows
 
 
 def _migrated_pmap():
     """The ``_pmap`` helper exactly as ``pmapkit migrate`` writes it."""
-    namespace = {"jax": jax, "numpy": np, "functools": functools}
+    namespace = {name: importlib.import_module(name) for name in helpers.PMAP.imports}
     exec(compile(helpers.PMAP.source, "<pmapkit migrate _pmap>", "exec"), namespace)
     return namespace["_pmap"]
 
@@ -74,4 +89,5 @@ def pmap_per_call_migrated(settings):
             jax.block_until_ready(fn(arg))
         return (time.thread_time() - start) / calls * 1e6
 
-    return interleaved_cpu_us(impls, cpu_us, settings, "jax.pmap", warmup=20, max_calls=2000)
+    return _versus_pmapkit(interleaved_cpu_us(impls, cpu_us, settings, "jax.pmap", warmup=20,
+                                              max_calls=2000))

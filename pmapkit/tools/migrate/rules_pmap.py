@@ -1,7 +1,10 @@
-"""pmap: a ``jax.pmap`` whose ``in_axes`` are 0/None and ``out_axes`` 0 becomes
-``_pmap`` (``jax.jit`` of ``jax.shard_map`` over a 1-D mesh of the devices,
-the body seeing each device's slice as classic pmap's did); other pmaps stay
-``jax.pmap`` (JAX 0.10's own) and the report says why.
+"""pmap: a ``jax.pmap`` becomes ``_pmap`` (``jax.jit`` of ``jax.shard_map`` over a
+mesh of the devices, the body seeing each device's slice as classic pmap's did:
+every ``in_axes``/``out_axes`` tree, ``static_broadcasted_argnums``,
+``donate_argnums``, ``devices=``, keyword arguments, a pmap inside a pmap);
+a pmap given ``backend=`` or ``axis_size=`` stays ``jax.pmap`` (JAX 0.10's
+own) and the report says why; one given ``global_arg_shapes=`` (gone from
+``jax.pmap``) is left with a comment.
 
 Three spellings are rewritten: ``jax.pmap(f, ...)``, ``functools.partial(
 jax.pmap, ...)`` and a bare ``@jax.pmap`` decorator."""
@@ -11,39 +14,26 @@ import libcst as cst
 
 from pmapkit.tools.migrate import helpers
 from pmapkit.tools.migrate import syntax as sx
-from pmapkit.tools.migrate.base import Family, KeepPmap
+from pmapkit.tools.migrate.base import Family, KeepPmap, LeaveAsIs
 
 PMAP = "jax.pmap"
 PARTIAL = ("functools.partial",)
 _PARAMS = ("fun", "axis_name", "*", "in_axes", "out_axes", "static_broadcasted_argnums",
            "devices", "backend", "axis_size", "donate_argnums", "global_arg_shapes")
-_UNSUPPORTED = {"static_broadcasted_argnums": "static_broadcasted_argnums",
-                "backend": "backend=", "axis_size": "axis_size=",
-                "global_arg_shapes": "global_arg_shapes="}
-
-
-def _is_axis(node):
-    """in_axes entries the rewrite keeps: the literals 0 and None."""
-    return (isinstance(node, cst.Integer) and node.value == "0") or (
-        isinstance(node, cst.Name) and node.value == "None")
+_UNSUPPORTED = {"backend": "backend= (the devices of a platform) is kept for jax.pmap",
+                "axis_size": "axis_size= (a mapped size across processes) is kept for jax.pmap"}
 
 
 def _check(bound):
-    """KeepPmap unless these pmap arguments fit ``_pmap``."""
+    """KeepPmap (or LeaveAsIs) unless these pmap arguments fit ``_pmap``."""
     for name, what in _UNSUPPORTED.items():
         arg = bound.get(name)
         if arg is not None and sx.code(arg.value) not in ("()", "None", "[]"):
-            raise KeepPmap(f"{what} has no jax.shard_map spelling here")
-    in_axes = bound.get("in_axes")
-    if in_axes is not None:
-        node = in_axes.value
-        entries = ([e.value for e in node.elements]
-                   if isinstance(node, (cst.Tuple, cst.List)) else [node])
-        if not all(_is_axis(e) for e in entries):
-            raise KeepPmap(f"in_axes={sx.one_line(sx.code(node))} is not 0/None per argument")
-    out_axes = bound.get("out_axes")
-    if out_axes is not None and sx.code(out_axes.value) != "0":
-        raise KeepPmap(f"out_axes={sx.one_line(sx.code(out_axes.value))} is not 0")
+            raise KeepPmap(what)
+    shapes = bound.get("global_arg_shapes")
+    if shapes is not None and sx.code(shapes.value) not in ("()", "None", "[]"):
+        raise LeaveAsIs("global_arg_shapes= is gone from jax.pmap (JAX 0.10 has none); drop it: "
+                        "a pmap takes each process's local slice")
 
 
 def _bind(call, params):

@@ -113,6 +113,8 @@ class Migrator(cst.CSTTransformer):
         self.mesh_names = set()
         self.ops_index = {}           # id(numpy.s_[...] node) -> (slice text, start, old)
         self.targets = set()          # ids of nodes assigned to or deleted: left alone
+        self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
+        self.new_helpers = []         # helpers this file needs and does not define
 
     # -- the context rules see ------------------------------------------------
     def qualname(self, node):
@@ -238,6 +240,23 @@ class Migrator(cst.CSTTransformer):
     def visit_Del(self, node):
         self.targets.add(id(node.target))
 
+    def visit_Call(self, node):
+        if self.qualname(node.func) == rules_pmap.PMAP:
+            self.pmap_callees.add(id(node.func))
+        elif (self.qualname(node.func) in rules_pmap.PARTIAL and node.args
+              and self.qualname(node.args[0].value) == rules_pmap.PMAP):
+            self.pmap_callees.add(id(node.args[0].value))
+
+    def visit_Decorator(self, node):
+        if self.qualname(node.decorator) == rules_pmap.PMAP:
+            self.pmap_callees.add(id(node.decorator))
+
+    def visit_FunctionDef(self, node):
+        return node.name.value not in helpers.DEFINED   # a helper written in before
+
+    def visit_ClassDef(self, node):
+        return node.name.value not in helpers.DEFINED
+
     def visit_Try(self, node):
         self.try_catches.append(" ".join(sx.code(h.type) for h in node.handlers if h.type))
 
@@ -268,6 +287,11 @@ class Migrator(cst.CSTTransformer):
         if q is None or self._start(original) in self.rewritten:
             return updated
         raw = self.raw_qualname(original)
+        if q == rules_pmap.PMAP and id(original) not in self.pmap_callees:
+            # jax.pmap as a value (``pmap_fn = jax.pmap``): _pmap takes every argument.
+            self.need_helper(helpers.PMAP)
+            self._rewrote(original, "pmap", "_pmap", q)
+            return cst.Name("_pmap")
         if raw in _ALIASES and not isinstance(original, cst.Name):
             # ``jax.api`` read as an attribute: its canonical module (what
             # follows it, a call of a classic name, is then rewritten too).
@@ -428,23 +452,30 @@ class Migrator(cst.CSTTransformer):
             self.imports.add("numpy")
             self.report.rewrites.append(Rewrite(start[0], "trees/ops", old, "numpy.s_[...]"))
         defined = {s.name.value for s in updated_node.body if isinstance(s, cst.FunctionDef)}
-        new = [h for name, h in self.helpers.items() if name not in defined]
-        if not new:
-            return updated_node
-        self.report.helpers.extend(h.name for h in new)
-        body = list(updated_node.body)
-        at = _after_imports(body)
-        added = []
-        for helper in new:
-            statements = list(cst.parse_module(helper.source.lstrip("\n")).body)
-            statements[0] = statements[0].with_changes(
-                leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-            added.extend(statements)
-        if at < len(body):
-            body[at] = body[at].with_changes(
-                leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
-                + [line for line in body[at].leading_lines if line.comment])
-        return updated_node.with_changes(body=body[:at] + added + body[at:])
+        # Written in by migrate_module once the imports are settled (the import
+        # passes need not walk the helpers).
+        self.new_helpers = [h for name, h in self.helpers.items() if name not in defined]
+        self.report.helpers.extend(h.name for h in self.new_helpers)
+        return updated_node
+
+
+def _with_helpers(module, new):
+    """``module`` with the helpers ``new`` written in after its imports."""
+    if not new:
+        return module
+    body = list(module.body)
+    at = _after_imports(body)
+    added = []
+    for helper in new:
+        statements = list(cst.parse_module(helper.source.lstrip("\n")).body)
+        statements[0] = statements[0].with_changes(
+            leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        added.extend(statements)
+    if at < len(body):
+        body[at] = body[at].with_changes(
+            leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
+            + [line for line in body[at].leading_lines if line.comment])
+    return module.with_changes(body=body[:at] + added + body[at:])
 
 
 def _walk(node, kind):
@@ -557,4 +588,5 @@ def _tidy_imports(new, migrator, report):
         new = new.visit(_DropDottedImports(drop))
     for module in sorted(migrator.imports):
         AddImportsVisitor.add_needed_import(context, module)
-    return AddImportsVisitor(context).transform_module(new)
+    new = AddImportsVisitor(context).transform_module(new)
+    return _with_helpers(new, migrator.new_helpers)
