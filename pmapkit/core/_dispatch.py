@@ -165,7 +165,7 @@ class CacheEntry:
         if arrays is None:
             # Host values, every device array placed as compiled: JAX's C++
             # call puts the host values and runs the same executable.
-            return self.host_call(*leaves)
+            return self.host_call(*self._host_snapshot(leaves))
         return self.execute(arrays).consume_with_handlers(self.out_handlers)
 
     def shard(self, leaves):
@@ -221,7 +221,7 @@ class CacheEntry:
                         return None
                     routable = False
                 spec = self.host_specs[j]
-                y = spec.put(leaf_types.asarray(x, spec.dtype))
+                y = spec.put_own(leaf_types.asarray(x, spec.dtype))
             elif t is leaf_types.key_type:
                 # in_shardings hold the physical sharding of key inputs.
                 base = x._base_array
@@ -270,6 +270,22 @@ class CacheEntry:
                       or isinstance(x, leaf_types.host_scalar_type)):
                 return False
         return True
+
+    def _host_snapshot(self, leaves):
+        """``leaves`` for ``host_call``, each numpy array a copy: JAX's call
+        puts a numpy array without a copy where it can (and CPU dispatch is
+        asynchronous), so the caller's later writes would reach the
+        computation. Scalars it converts itself. The host route takes only
+        small inputs (``CompiledProgram.host_call``): one small copy each."""
+        ndarray_type = self.types.ndarray_type
+        out = None
+        for j in range(len(leaves)):
+            x = leaves[j]
+            if type(x) is ndarray_type:
+                if out is None:
+                    out = list(leaves)
+                out[j] = x.copy()
+        return leaves if out is None else out
 
     def _move(self, leaves, out, pending):
         """Fill ``out[j]`` for the kept inputs ``pending`` with the moved
