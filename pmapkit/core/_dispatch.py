@@ -532,14 +532,20 @@ class DispatchFunction:
             return self._python_call(args, kwargs)
         self._clock += 1
         entry.last_used = self._clock
-        if entry.donated is not None:
-            if entry.aliases_donated(leaves):
-                # The miss path names both positions in its error, before running.
-                return self._python_call(args, kwargs)
-            outs = execute_donating(entry, leaves).consume_with_handlers(
-                entry.out_handlers)
-        else:
-            outs = entry.run(leaves)
+        try:
+            if entry.donated is not None:
+                if entry.aliases_donated(leaves):
+                    # The miss path names both positions in its error, before running.
+                    return self._python_call(args, kwargs)
+                outs = execute_donating(entry, leaves).consume_with_handlers(
+                    entry.out_handlers)
+            else:
+                outs = entry.run(leaves)
+        except OverflowError:
+            # A Python int out of range of its dtype, found by the put of
+            # host values (before anything ran): the miss path's error names
+            # the argument.
+            return self._python_call(args, kwargs)
         if entry.single_out:
             return outs[0]
         return entry.unflatten(outs)

@@ -656,6 +656,12 @@ def _placement(x):
 
 
 def _cache_miss(spec, *args, **kwargs):
+    if jp.jit_disabled():
+        # As classic pjit and jax.jit under jax.disable_jit(): the function
+        # runs eagerly on the arguments as given (value-dependent Python
+        # works; specs and meshes place nothing). The disabled context has
+        # its own cache, whose entries all come back here (no fast path).
+        return spec.fun(*args, **kwargs), None
     calls.check_not_deleted(jax.tree_util.tree_leaves((args, kwargs)))
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
@@ -670,22 +676,8 @@ def _cache_miss(spec, *args, **kwargs):
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs,
                                  prepared.params["in_shardings"])
     program = _compile(spec, prepared)
-    outs = program.run_flat(flat)
-    out_shardings = None
-    committed = True
-    device = _result_device(prepared)
-    if device is not None:
-        # As jax.jit on one device (device=, SingleDeviceShardings): results
-        # are SingleDeviceShardings; run as jax.jit on uncommitted inputs
-        # (0.4 pjit without mesh and specs), uncommitted ones, as jit's.
-        single = jax.sharding.SingleDeviceSharding(device)
-        committed = not _runs_as_jit(spec, flat)
-        if committed:
-            outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
-        else:
-            outs = [jp.global_aval_to_result_handler(o.aval, single, False)(
-                        [shard.data for shard in o.addressable_shards]) for o in outs]
-        out_shardings = (single,) * len(outs)
+    out_shardings, committed = _results_placement(spec, prepared, flat)
+    outs = stages.place_results(program.run_flat(flat), out_shardings, committed)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     fastpath = program.fastpath(prepared.out_tree, out_shardings, committed)
     if _refuses_other_devices(spec):
@@ -696,6 +688,19 @@ def _cache_miss(spec, *args, **kwargs):
         layout_check = committed_inputs.leaf_check(in_shardings, strict, spec.name)
         fastpath = committed_inputs.guard(fastpath, _both(devices_check, layout_check))
     return out, fastpath
+
+
+def _results_placement(spec, prepared, flat):
+    """``(out_shardings or None, committed)`` of a call's results (flat
+    arguments ``flat``): as jax.jit on one device (device=, a one-device
+    mesh), SingleDeviceShardings; run as jax.jit on uncommitted inputs (0.4
+    pjit without mesh and specs), uncommitted, as jit's. The call and its
+    ``lower().compile()`` alike."""
+    device = _result_device(prepared)
+    if device is None:
+        return None, True
+    single = jax.sharding.SingleDeviceSharding(device)
+    return (single,) * len(prepared.params["out_shardings"]), not _runs_as_jit(spec, flat)
 
 
 def _both(first, second):
@@ -844,7 +849,8 @@ def _lower(spec, *args, _global_avals=False, **kwargs):
     return stages.lower_prepared(
         pjit_p, "pjit", spec, prepared, args, kwargs,
         strict=_strict_inputs(spec, args, len(prepared.flat_args)),
-        no_kwargs=not spec.in_unspecified, keep_unused=spec.keep_unused)
+        no_kwargs=not spec.in_unspecified, keep_unused=spec.keep_unused,
+        placement=functools.partial(_results_placement, spec, prepared))
 
 
 def _reduce(spec):
