@@ -34,6 +34,10 @@ class HostSpec:
         # Every device takes the whole value (one device, or replicated):
         # it is passed as it is, without a view per device.
         self.whole = all([_is_everything(idx) for idx in self.indices])
+        # Devices sharing a slice (a partly replicated layout): jaxlib fails
+        # such a put with IMMUTABLE_ONLY_DURING_CALL ("bad_function_call"),
+        # so a caller's array is copied whole first and put as our own.
+        self.copy_first = not self.whole and _repeats(self.indices)
 
     def put(self, x):
         """The device array of the caller's numpy array ``x``, as it is now
@@ -41,6 +45,8 @@ class HostSpec:
         # Builtin numpy dtypes are singletons: the usual case is one compare.
         if x.dtype is not self.dtype and x.dtype != self.dtype:
             return self.put_own(x.astype(self.dtype))
+        if self.copy_first:
+            return self.put_own(x.copy())
         return self.device_put(self.aval, self.sharding, self._slices(x),
                                self.devices, True, False, self.read_during_call)
 
@@ -66,3 +72,14 @@ def _is_everything(index):
                 or s.step is not None):
             return False
     return True
+
+
+def _repeats(indices):
+    """Whether two per-device indices select the same slice."""
+    seen = set()
+    for index in indices:
+        key = repr(index)
+        if key in seen:
+            return True
+        seen.add(key)
+    return False

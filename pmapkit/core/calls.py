@@ -175,15 +175,15 @@ def check_host_value(x, where, api):
                 f"{api}: {where} is the Python int {x}, too large to convert to "
                 f"int{bits}{'' if bits == 64 else ' (jax_enable_x64 is off)'}. "
                 "An overflow was encountered while parsing an argument to a "
-                "jitted computation. Pass it as a numpy array of a wider type "
-                "(e.g. np.int64 with jax_enable_x64 on) or a float.")
+                f"jitted computation, whose argument path is {where}. Pass it as "
+                "a numpy array of a wider type (np.int64 with jax_enable_x64 on) "
+                "or a float.")
     elif isinstance(x, (np.ndarray, np.generic)) and not x.dtype.isnative:
         raise TypeError(
             f"{api}: {where} has dtype {x.dtype.str} (non-native byte order). "
             f"Dtype {x.dtype.str} is not a valid JAX array type. Only arrays of "
-            "numeric types in native byte order are supported by JAX: convert it "
-            "with x.astype(x.dtype.newbyteorder('='))."
-        )
+            "numeric types are supported by JAX. numpy arrays are, in native "
+            "byte order: convert it with x.astype(x.dtype.newbyteorder('=')).")
 
 
 def check_not_deleted(flat):

@@ -703,6 +703,19 @@ def _results_placement(spec, prepared, flat):
     return (single,) * len(prepared.params["out_shardings"]), not _runs_as_jit(spec, flat)
 
 
+def _compiled_results_placement(prepared, as_jit, flat):
+    """``_results_placement`` for a ``lower().compile()`` object: a mesh-less
+    pjit without specs compiled as jax.jit gives uncommitted results
+    whatever its inputs' placement (classic 0.4 pjit's compiled object and
+    jax.jit's did)."""
+    del flat
+    device = _result_device(prepared)
+    if device is None:
+        return None, True
+    single = jax.sharding.SingleDeviceSharding(device)
+    return (single,) * len(prepared.params["out_shardings"]), not as_jit
+
+
 def _both(first, second):
     """``check(x, i)`` running ``first`` then ``second`` (None: ``first`` alone)."""
     if second is None:
@@ -850,7 +863,8 @@ def _lower(spec, *args, _global_avals=False, **kwargs):
         pjit_p, "pjit", spec, prepared, args, kwargs,
         strict=_strict_inputs(spec, args, len(prepared.flat_args)),
         no_kwargs=not spec.in_unspecified, keep_unused=spec.keep_unused,
-        placement=functools.partial(_results_placement, spec, prepared))
+        placement=functools.partial(_compiled_results_placement, prepared,
+                                    _mesh_less_jit(spec)))
 
 
 def _reduce(spec):

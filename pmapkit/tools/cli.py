@@ -24,7 +24,9 @@ usage: pmapkit run [--route-pmap] [--report] script.py [args ...]
        pmapkit run [--route-pmap] [--report] -m module [args ...]
 
 Runs an old JAX script unedited, as `python script.py` / `python -m module`
-would (sys.argv, __main__, exit status), after pmapkit.legacy.install():
+would (sys.argv, __main__, exit status; a folder or zip file with a
+__main__.py, or - for the script on stdin, as python takes them), after
+pmapkit.legacy.install():
 pmapkit's classic APIs stand in for the modules and names this JAX lacks
 (jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
 .jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
@@ -75,7 +77,7 @@ def run(argv):
     """``pmapkit run``: options end at the script or ``-m module``; everything
     after it is the script's, as with ``python``."""
     route_pmap, report, module, rest = False, None, None, list(argv)
-    while rest and rest[0].startswith("-") and module is None:
+    while rest and rest[0].startswith("-") and rest[0] != "-" and module is None:
         option = rest.pop(0)
         if option in ("-h", "--help"):
             print(RUN_USAGE)
@@ -100,13 +102,15 @@ def run(argv):
         if not rest:
             return _usage_error("a script to run is required (or -m module)")
         script = rest.pop(0)
-        if not os.path.isfile(script):
+        if script != "-" and not os.path.exists(script):
             return _usage_error(f"no such script: {script!r}")
     from pmapkit.tools import run as _as_main
     from pmapkit import legacy
     legacy.install(route_pmap=route_pmap, report=report)
     if module is not None:
         _as_main.run_module(module, rest)
+    elif script == "-":
+        _as_main.run_stdin(rest)
     else:
         _as_main.run_script(script, rest)
     return 0
