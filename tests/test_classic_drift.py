@@ -82,3 +82,42 @@ def test_big_endian_array_names_the_argument(api):
     message = str(err.value)
     assert golden["message"] in message, message
     assert "argument 'v'" in message and "native byte order" in message, message
+
+
+def _placed(out):
+    return {"sharding": type(out.sharding).__name__,
+            "devices": sorted(d.id for d in out.sharding.device_set),
+            "committed": out._committed, "values": np.asarray(out).ravel().tolist()}
+
+
+def test_pjit_moves_a_pmap_output_as_classic_pjit_did():
+    golden = GOLDEN["pmap_output"]
+    pm = pmapkit.pmap(lambda v: v * 2)(np.arange(8.0, dtype=np.float32).reshape(8, 1))
+    add = pmapkit.pjit(lambda v: v + 1)
+    for _ in range(2):  # the miss path, then the hit path
+        assert _placed(add(pm)) == golden["no_mesh"]
+    one = pmapkit.pmap(lambda v: v, devices=jax.devices()[3:4])(np.ones((1, 2), np.float32))
+    assert _placed(add(one)) == golden["one_device_pmap"]
+    beside = jax.device_put(np.ones((8, 1), np.float32), jax.devices()[2])
+    assert _placed(pmapkit.pjit(lambda v, w: v + w)(pm, beside)) == golden["beside_committed"]
+    P = pmapkit.PartitionSpec
+    with pmapkit.Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("a", "b")):
+        onto = pmapkit.pjit(lambda v: v + 1, in_axis_resources=P("a"), out_axis_resources=P("a"))
+        assert _placed(onto(pm)) == golden["onto_mesh"]
+    # An equal sharding of the caller's own is not a pmap's: the array stays.
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+    pmapkit.pmap(lambda v: v, axis_name="x")(np.ones((8, 1), np.float32))
+    own = jax.device_put(np.ones((8, 1), np.float32),
+                         jax.sharding.NamedSharding(mesh, P("x")))
+    assert add(own).sharding.device_set == set(jax.devices())
+
+
+@pytest.mark.parametrize("what", ["in_shardings", "out_shardings"])
+def test_a_pmap_sharding_is_not_a_pjit_sharding(what):
+    pm = pmapkit.pmap(lambda v: v * 2)(np.ones((8, 1), np.float32))
+    golden = GOLDEN["pmap_sharding_given"][what]
+    with pytest.raises(ValueError) as err:
+        pmapkit.pjit(lambda v: v, **{what: pm.sharding})
+    assert type(err.value).__name__ == golden["type"]
+    head = golden["message"].split(" PmapSharding(")[0]
+    assert str(err.value).startswith(head) and "not allowed" in str(err.value)

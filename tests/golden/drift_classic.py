@@ -39,4 +39,27 @@ golden["aot_committed"] = [compiled(x)._committed for _ in range(2)]
 golden["call_committed"] = pjit(lambda v: v + 1)(x)._committed
 golden["big_int"] = error(lambda: pjit(lambda v: v + 1)(2 ** 40))
 golden["big_endian"] = error(lambda: pjit(lambda v: v + 1)(np.ones(4, ">f4")))
+
+
+def placed(out):
+    return {"sharding": type(out.sharding).__name__,
+            "devices": sorted(d.id for d in out.sharding.device_set),
+            "committed": out._committed, "values": np.asarray(out).ravel().tolist()}
+
+
+pm = jax.pmap(lambda v: v * 2)(np.arange(8.0, dtype=np.float32).reshape(8, 1))
+golden["pmap_output"] = {
+    "no_mesh": placed(pjit(lambda v: v + 1)(pm)),
+    "one_device_pmap": placed(pjit(lambda v: v + 1)(
+        jax.pmap(lambda v: v, devices=jax.devices()[3:4])(np.ones((1, 2), np.float32)))),
+    "beside_committed": placed(pjit(lambda v, w: v + w)(
+        pm, jax.device_put(np.ones((8, 1), np.float32), jax.devices()[2]))),
+}
+from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
+with Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("a", "b")):
+    golden["pmap_output"]["onto_mesh"] = placed(
+        pjit(lambda v: v + 1, in_shardings=P("a"), out_shardings=P("a"))(pm))
+golden["pmap_sharding_given"] = {
+    what: error(lambda: pjit(lambda v: v, **{what: pm.sharding}))
+    for what in ("in_shardings", "out_shardings")}
 print(json.dumps(golden, indent=1))
