@@ -104,15 +104,15 @@ def run(argv):
         script = rest.pop(0)
         if script != "-" and not os.path.exists(script):
             return _usage_error(f"no such script: {script!r}")
-    from pmapkit.tools import run as _as_main
+    from pmapkit.tools import run as run_as_main
     from pmapkit import legacy
     legacy.install(route_pmap=route_pmap, report=report)
     if module is not None:
-        _as_main.run_module(module, rest)
+        run_as_main.run_module(module, rest)
     elif script == "-":
-        _as_main.run_stdin(rest)
+        run_as_main.run_stdin(rest)
     else:
-        _as_main.run_script(script, rest)
+        run_as_main.run_script(script, rest)
     return 0
 
 

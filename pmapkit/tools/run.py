@@ -6,7 +6,7 @@ Used two ways:
   ``sys.argv`` and ``sys.path[0]`` as ``python script.py`` / ``python -m``
   would and let the script's ``SystemExit`` propagate;
 * run as a file by ``pmapkit launch`` (each rank is
-  ``python .../pmapkit/_as_main.py script.py args`` or ``... -m module args``).
+  ``python .../pmapkit/tools/run.py script.py args`` or ``... -m module args``).
   It imports only the standard library, so the script still imports JAX
   first (JAX reads its environment variables at import). There a rank that
   ends with a non-zero status after joining ``jax.distributed`` leaves at
@@ -195,7 +195,7 @@ def _joined_distributed_run():
 
 
 def _rank_main(argv):
-    """``_as_main.py [-m MODULE | SCRIPT] ARGS``: one rank of ``pmapkit launch``."""
+    """``run.py [-m MODULE | SCRIPT] ARGS``: one rank of ``pmapkit launch``."""
     try:
         if argv[0] == "-m":
             run_module(argv[1], argv[2:])
