@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 import pmapkit
 from pmapkit import PartitionSpec as P
 
-# ``pmapkit.core.mesh`` is the context-manager function (re-exported by the
+# ``pmapkit.mesh`` is the context-manager function (re-exported by the
 # package), which shadows the submodule of the same name.
 mesh_module = importlib.import_module("pmapkit.core.mesh")
 
@@ -466,7 +466,7 @@ def test_nested_meshes_restore_the_outer_one(api):
     inner = make_mesh((8, 1))
     with api.mesh as outer:
         assert mesh_module.current_mesh() is outer
-        with pmapkit.core.mesh(np.array(jax.devices()).reshape(8, 1), AXES):
+        with pmapkit.mesh(np.array(jax.devices()).reshape(8, 1), AXES):
             o_in = f(x)
             assert mesh_module.current_mesh().jax_mesh == inner.jax_mesh
         assert mesh_module.current_mesh() is outer

@@ -36,7 +36,7 @@ _GRACE_S = 3.0
 # Each rank runs its script through this file (standard library only), which
 # ends a failing rank at once instead of in JAX's shutdown barrier.
 _RANK_MAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "_as_main.py")
+                          "tools", "run.py")
 
 
 def free_loopback_port() -> int:
