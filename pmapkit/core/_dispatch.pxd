@@ -27,6 +27,7 @@ cdef class CacheEntry:
     cdef public object out_treedef
     cdef public object shard_fallback
     cdef public object host_call
+    cdef public object host_refusal
     cdef public object mover
     cdef public object is_equivalent
     cdef public list equivalents

@@ -18,7 +18,7 @@ import types
 import weakref
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
-FASTPATH_VERSION = 5
+FASTPATH_VERSION = 6
 # Sharding objects remembered per input as equivalent to the compiled one,
 # and as not (each distinct producer of inputs brings one; more evict the
 # oldest).
@@ -92,6 +92,7 @@ class CacheEntry:
         # JAX's C++ call of the program, for calls carrying host values
         # (None: they are put by ``host_specs``); see ``run``.
         self.host_call = None
+        self.host_refusal = None
         self.mover = None
         self.is_equivalent = None
         self.equivalents = None
@@ -122,8 +123,13 @@ class CacheEntry:
             self.unflatten = treedef.unflatten
             self.single_out = treedef.num_leaves == 1 and treedef.num_nodes == 1
         self.shard_fallback = fastpath.shard_fallback
-        # Its entries keep every input (``_host_routable`` relies on it).
-        self.host_call = fastpath.host_call if self.kept is None else None
+        # Decided once, by the program; why not, in words (``host_refusal``).
+        self.host_call = fastpath.host_call
+        self.host_refusal = fastpath.host_refusal
+        if self.host_call is not None and self.kept is not None:
+            # ``_host_routable`` reads leaf j as input j: never guess.
+            raise RuntimeError("pmapkit internal error: a host route for a "
+                               "program with pruned inputs.")
         # Moves misplaced device arrays, all of a call's in one go (None:
         # each goes to ``shard_fallback``).
         self.mover = getattr(fastpath, "mover", None)
