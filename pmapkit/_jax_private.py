@@ -138,6 +138,14 @@ def _axis_env_index():
 
 # --- devices, sharding, execution ----------------------------------------------
 batched_device_put = _xc.batched_device_put
+# How ``batched_device_put`` treats a caller's host buffer. Its default
+# (ZERO_COPY) lets the CPU client alias a 64-byte-aligned numpy array, or copy
+# a large one later on a worker thread: either way a write after the call
+# returns can reach a computation still queued (CPU dispatch is asynchronous).
+# IMMUTABLE_ONLY_DURING_CALL makes the client finish with the buffer before
+# returning, by one copy: the value at the call is the value computed, as in
+# classic JAX (which dispatched synchronously on CPU).
+HOST_READ_DURING_CALL = _xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
 # Copies whole arrays to other devices keeping their split, many in one call
 # (what jax.jit does with inputs laid out right on the wrong devices).
 batched_copy_array_to_devices_with_sharding = _xc.batched_copy_array_to_devices_with_sharding

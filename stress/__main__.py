@@ -9,7 +9,8 @@ Five sections (``stress/`` holds the probes):
 2. fuzzed export artifacts: byte flips, truncations and crafted headers and
    payloads with checksums recomputed (400 quick, 4,200 full);
 3. concurrency: 12-16 threads on shared pmap/pjit functions (5,000 calls
-   quick, 77,000 full);
+   quick, 77,000 full); a numpy input written right after each call, on
+   every route (``host_writes``: 0 wrong of 400 calls a probe quick);
 4. memory: resident set over cached calls (30k quick, 300k full) and under
    shape churn with bounded caches;
 5. donation: donated loops, donated inputs used again.

@@ -7,11 +7,13 @@ run it (the parent and every worker build the same registry).
 from __future__ import annotations
 
 from stress import (bad_colocated, bad_export, bad_host_callback, bad_launch, bad_pjit,
-                    bad_pmap, concurrency, donation, fuzz, memory, miss_errors, selftest)
+                    bad_pmap, concurrency, donation, fuzz, host_writes, memory, miss_errors,
+                    selftest)
 from stress.probes import Registry
 
 PROBE_MODULES = (bad_pmap, bad_pjit, bad_host_callback, bad_export, bad_colocated,
-                 bad_launch, fuzz, concurrency, miss_errors, memory, donation, selftest)
+                 bad_launch, fuzz, concurrency, host_writes, miss_errors, memory, donation,
+                 selftest)
 
 
 def build_registry(mode):

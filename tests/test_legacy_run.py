@@ -337,3 +337,54 @@ def test_the_console_script_runs_a_script_beside_its_own_modules(tmp_path):
     """)
     proc = _run([console, "run", script], tmp_path)
     assert _ok(proc) == [f"helper 42 path0 {tmp_path / 'app'}"]
+
+
+def test_run_a_folder_with_main_and_a_script_on_stdin_as_python_does(tmp_path):
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper.py").write_text("X = 'helper'\n")
+    (app / "__main__.py").write_text(
+        "import sys, helper\nprint(__name__, helper.X, sys.path[0], sys.argv[1:])\n")
+    direct = subprocess.run([sys.executable, "app", "a"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = _run(RUN + ["app", "a"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == direct.stdout == f"__main__ helper {app} ['a']\n"
+    (tmp_path / "empty").mkdir()
+    proc = _run(RUN + ["empty"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"can't find '__main__' module in {str(tmp_path / 'empty')!r}" in proc.stderr
+    source = "import sys\nprint(__name__, __file__, repr(sys.path[0]), sys.argv)\n"
+    direct = subprocess.run([sys.executable, "-", "x"], cwd=tmp_path, input=source,
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = _run(RUN + ["-", "x"], cwd=tmp_path, input=source)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == direct.stdout == "__main__ <stdin> '' ['-', 'x']\n"
+
+
+def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
+    import signal
+    script = _script(tmp_path, """\
+        import time
+        def wait():
+            print("ready", flush=True)
+            time.sleep(120)
+        wait()
+    """)
+
+    def interrupted(command):
+        proc = subprocess.Popen(command + [script], cwd=tmp_path, env=_env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+        # Frames by file and function (the signal may land on the print).
+        frames = [re.sub(r", line \d+", "", line.strip()) for line in err.splitlines()
+                  if line.strip().startswith("File ")]
+        return proc.returncode, frames, err.rstrip().splitlines()[-1]
+
+    want = interrupted([sys.executable])
+    got = interrupted(RUN)
+    assert got == want
+    assert want[0] == -signal.SIGINT and want[2] == "KeyboardInterrupt"
+    assert len(want[1]) == 2 and all(script in frame for frame in want[1])

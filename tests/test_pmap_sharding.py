@@ -113,15 +113,17 @@ _BEFORE_LEGACY = """
     f = pmapkit.pmap(lambda x: x * 2, axis_name="i")
     early = f(np.ones((8, 2), np.float32))  # before pmapkit.legacy is loaded
     from pmapkit.legacy import pmap_sharding
+    from pmapkit.core import pmap_layouts
     print("early", pmap_sharding.is_pmap_layout(early.sharding))
     # Past the bound the set starts again from the programs lowering holds:
     # a cached program's results still read as a pmap's.
-    pmap_sharding._pmap_results.update(range(pmap_sharding._PMAP_RESULTS_BOUND + 1))
+    pmap_layouts._pmap_results.update(
+        (k, k) for k in range(pmap_layouts._PMAP_RESULTS_BOUND + 1))
     g = pmapkit.pmap(lambda x: x + 1, axis_name="j")
     later = g(np.ones((8, 3), np.float32))
     print("after", pmap_sharding.is_pmap_layout(later.sharding),
           pmap_sharding.is_pmap_layout(f(np.ones((8, 2), np.float32)).sharding),
-          len(pmap_sharding._pmap_results) < 100)
+          len(pmap_layouts._pmap_results) < 100)
 """
 
 

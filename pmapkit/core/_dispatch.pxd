@@ -27,6 +27,7 @@ cdef class CacheEntry:
     cdef public object out_treedef
     cdef public object shard_fallback
     cdef public object host_call
+    cdef public object host_refusal
     cdef public object mover
     cdef public object is_equivalent
     cdef public list equivalents
@@ -45,6 +46,9 @@ cdef class CacheEntry:
 
     @cython.locals(leaf_types=LeafTypes, in_shardings=tuple, j=Py_ssize_t)
     cdef bint _host_routable(self, leaves) except -1
+
+    @cython.locals(j=Py_ssize_t, out=list)
+    cdef object _host_snapshot(self, leaves)
 
     @cython.locals(flat=list, moved=list, k=Py_ssize_t)
     cdef _move(self, leaves, list out, list pending)

@@ -18,7 +18,7 @@ import types
 import weakref
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
-FASTPATH_VERSION = 5
+FASTPATH_VERSION = 6
 # Sharding objects remembered per input as equivalent to the compiled one,
 # and as not (each distinct producer of inputs brings one; more evict the
 # oldest).
@@ -92,6 +92,7 @@ class CacheEntry:
         # JAX's C++ call of the program, for calls carrying host values
         # (None: they are put by ``host_specs``); see ``run``.
         self.host_call = None
+        self.host_refusal = None
         self.mover = None
         self.is_equivalent = None
         self.equivalents = None
@@ -122,8 +123,13 @@ class CacheEntry:
             self.unflatten = treedef.unflatten
             self.single_out = treedef.num_leaves == 1 and treedef.num_nodes == 1
         self.shard_fallback = fastpath.shard_fallback
-        # Its entries keep every input (``_host_routable`` relies on it).
-        self.host_call = fastpath.host_call if self.kept is None else None
+        # Decided once, by the program; why not, in words (``host_refusal``).
+        self.host_call = fastpath.host_call
+        self.host_refusal = fastpath.host_refusal
+        if self.host_call is not None and self.kept is not None:
+            # ``_host_routable`` reads leaf j as input j: never guess.
+            raise RuntimeError("pmapkit internal error: a host route for a "
+                               "program with pruned inputs.")
         # Moves misplaced device arrays, all of a call's in one go (None:
         # each goes to ``shard_fallback``).
         self.mover = getattr(fastpath, "mover", None)
@@ -165,7 +171,7 @@ class CacheEntry:
         if arrays is None:
             # Host values, every device array placed as compiled: JAX's C++
             # call puts the host values and runs the same executable.
-            return self.host_call(*leaves)
+            return self.host_call(*self._host_snapshot(leaves))
         return self.execute(arrays).consume_with_handlers(self.out_handlers)
 
     def shard(self, leaves):
@@ -221,7 +227,7 @@ class CacheEntry:
                         return None
                     routable = False
                 spec = self.host_specs[j]
-                y = spec.put(leaf_types.asarray(x, spec.dtype))
+                y = spec.put_own(leaf_types.asarray(x, spec.dtype))
             elif t is leaf_types.key_type:
                 # in_shardings hold the physical sharding of key inputs.
                 base = x._base_array
@@ -270,6 +276,22 @@ class CacheEntry:
                       or isinstance(x, leaf_types.host_scalar_type)):
                 return False
         return True
+
+    def _host_snapshot(self, leaves):
+        """``leaves`` for ``host_call``, each numpy array a copy: JAX's call
+        puts a numpy array without a copy where it can (and CPU dispatch is
+        asynchronous), so the caller's later writes would reach the
+        computation. Scalars it converts itself. The host route takes only
+        small inputs (``CompiledProgram.host_call``): one small copy each."""
+        ndarray_type = self.types.ndarray_type
+        out = None
+        for j in range(len(leaves)):
+            x = leaves[j]
+            if type(x) is ndarray_type:
+                if out is None:
+                    out = list(leaves)
+                out[j] = x.copy()
+        return leaves if out is None else out
 
     def _move(self, leaves, out, pending):
         """Fill ``out[j]`` for the kept inputs ``pending`` with the moved
@@ -516,14 +538,20 @@ class DispatchFunction:
             return self._python_call(args, kwargs)
         self._clock += 1
         entry.last_used = self._clock
-        if entry.donated is not None:
-            if entry.aliases_donated(leaves):
-                # The miss path names both positions in its error, before running.
-                return self._python_call(args, kwargs)
-            outs = execute_donating(entry, leaves).consume_with_handlers(
-                entry.out_handlers)
-        else:
-            outs = entry.run(leaves)
+        try:
+            if entry.donated is not None:
+                if entry.aliases_donated(leaves):
+                    # The miss path names both positions in its error, before running.
+                    return self._python_call(args, kwargs)
+                outs = execute_donating(entry, leaves).consume_with_handlers(
+                    entry.out_handlers)
+            else:
+                outs = entry.run(leaves)
+        except OverflowError:
+            # A Python int out of range of its dtype, found by the put of
+            # host values (before anything ran): the miss path's error names
+            # the argument.
+            return self._python_call(args, kwargs)
         if entry.single_out:
             return outs[0]
         return entry.unflatten(outs)

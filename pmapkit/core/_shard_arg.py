@@ -7,6 +7,12 @@ walks the arguments and hands host values here).
 A ``HostSpec`` puts a numpy array (or a scalar made an array) on the devices
 of one compiled input: converted to the compiled dtype, sliced per device by
 precomputed index tuples, and sent in one ``batched_device_put``.
+
+A caller's array is read during the put only (``put``): jaxlib would alias an
+aligned numpy array on CPU, or copy a large one later on another thread, and
+the asynchronous computation would see the caller's later writes. An array
+pmapkit made itself for the put (a dtype conversion, a scalar) has no other
+holder and goes without that copy (``put_own``).
 """
 
 
@@ -14,26 +20,46 @@ class HostSpec:
     """How to put a host value for one input: its aval, numpy dtype, the
     per-device index tuples and the devices, all derived once at miss time."""
 
-    def __init__(self, aval, dtype, indices, devices, sharding, device_put):
+    def __init__(self, aval, dtype, indices, devices, sharding, device_put,
+                 read_during_call):
         self.aval = aval
         self.dtype = dtype
         self.indices = tuple(indices)
         self.devices = list(devices)
         self.sharding = sharding
         self.device_put = device_put
+        # The host-buffer semantics that makes ``device_put`` done with a
+        # caller's buffer when it returns (jaxlib's value, handed in).
+        self.read_during_call = read_during_call
         # Every device takes the whole value (one device, or replicated):
         # it is passed as it is, without a view per device.
         self.whole = all([_is_everything(idx) for idx in self.indices])
+        # Devices sharing a slice (a partly replicated layout): jaxlib fails
+        # such a put with IMMUTABLE_ONLY_DURING_CALL ("bad_function_call"),
+        # so a caller's array is copied whole first and put as our own.
+        self.copy_first = not self.whole and _repeats(self.indices)
 
     def put(self, x):
+        """The device array of the caller's numpy array ``x``, as it is now
+        (later writes to ``x`` do not reach it)."""
         # Builtin numpy dtypes are singletons: the usual case is one compare.
         if x.dtype is not self.dtype and x.dtype != self.dtype:
-            x = x.astype(self.dtype)
+            return self.put_own(x.astype(self.dtype))
+        if self.copy_first:
+            return self.put_own(x.copy())
+        return self.device_put(self.aval, self.sharding, self._slices(x),
+                               self.devices, True, False, self.read_during_call)
+
+    def put_own(self, x):
+        """The device array of ``x``, a numpy array nobody else holds (made
+        for this put): the CPU client may keep it as the buffer."""
+        return self.device_put(self.aval, self.sharding, self._slices(x),
+                               self.devices, True)
+
+    def _slices(self, x):
         if self.whole:
-            slices = [x] * len(self.indices)
-        else:
-            slices = [x[idx] for idx in self.indices]
-        return self.device_put(self.aval, self.sharding, slices, self.devices, True)
+            return [x] * len(self.indices)
+        return [x[idx] for idx in self.indices]
 
 
 def _is_everything(index):
@@ -46,3 +72,14 @@ def _is_everything(index):
                 or s.step is not None):
             return False
     return True
+
+
+def _repeats(indices):
+    """Whether two per-device indices select the same slice."""
+    seen = set()
+    for index in indices:
+        key = repr(index)
+        if key in seen:
+            return True
+        seen.add(key)
+    return False

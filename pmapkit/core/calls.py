@@ -151,6 +151,7 @@ def check_returned_values(what, source, out, out_flat):
 def abstractify(flat, describe, api, static_option):
     avals = []
     for k, x in enumerate(flat):
+        check_host_value(x, describe(k), api)
         try:
             avals.append(jp.shaped_abstractify(x))
         except TypeError:
@@ -159,6 +160,30 @@ def abstractify(flat, describe, api, static_option):
                 "type. Pass arrays, numpy arrays or Python scalars, or mark "
                 f"the argument static with {static_option}.") from None
     return avals
+
+
+def check_host_value(x, where, api):
+    """Refuse, naming the argument (``where``), a host value JAX cannot
+    take as it is: a Python int out of range of the integer type it becomes
+    (int32 with jax_enable_x64 off: numpy's bare overflow message otherwise),
+    a numpy array in non-native byte order (classic JAX's words for it, not
+    a refusal that reads as if numpy arrays were refused)."""
+    if type(x) is int:
+        bits = 64 if jax.config.jax_enable_x64 else 32
+        if not -(1 << (bits - 1)) <= x < (1 << (bits - 1)):
+            raise OverflowError(
+                f"{api}: {where} is the Python int {x}, too large to convert to "
+                f"int{bits}{'' if bits == 64 else ' (jax_enable_x64 is off)'}. "
+                "An overflow was encountered while parsing an argument to a "
+                f"jitted computation, whose argument path is {where}. Pass it as "
+                "a numpy array of a wider type (np.int64 with jax_enable_x64 on) "
+                "or a float.")
+    elif isinstance(x, (np.ndarray, np.generic)) and not x.dtype.isnative:
+        raise TypeError(
+            f"{api}: {where} has dtype {x.dtype.str} (non-native byte order). "
+            f"Dtype {x.dtype.str} is not a valid JAX array type. Only arrays of "
+            "numeric types are supported by JAX. numpy arrays are, in native "
+            "byte order: convert it with x.astype(x.dtype.newbyteorder('=')).")
 
 
 def check_not_deleted(flat):
@@ -348,7 +373,12 @@ def prepare_cached(cache, prepare, static, args, kwargs, extra):
     copy of the cached prepared call carrying this call's flat arguments.
     The key (``_cache_keys.trace_key``) takes ``static``, ``args``,
     ``kwargs`` (the dynamic keyword arguments) and ``extra``."""
-    keyed = _cache_keys.trace_key(static, args, kwargs, extra)
+    try:
+        keyed = _cache_keys.trace_key(static, args, kwargs, extra)
+    except OverflowError:
+        # A Python int out of range: ``prepare`` refuses it naming the
+        # argument (``check_host_value``).
+        keyed = None
     if keyed is None:
         return prepare()
     key, flat = keyed

@@ -16,13 +16,17 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
+from pmapkit.core import pmap_layouts
 
 
 def _committed_here(x, want):
     """Whether ``x`` is a committed array that ``want`` governs: not this
-    process's local data of a program across processes."""
+    process's local data of a program across processes, nor a pmap's output
+    (classic jit and pjit placed it as an uncommitted value, moving it)."""
     if not (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
             and getattr(x, "committed", False)):
+        return False
+    if pmap_layouts.is_pmap_output(x.sharding):
         return False
     return want.is_fully_addressable or not x.is_fully_addressable
 

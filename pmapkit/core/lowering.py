@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import re
 import threading
 import warnings
@@ -223,7 +224,7 @@ class FastpathData:
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
                  "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
                  "mover", "program", "donated", "signs_global", "n_inputs",
-                 "host_call")
+                 "host_call", "host_refusal")
 
     def __init__(self, program, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -245,8 +246,39 @@ class FastpathData:
         # and the hit path checks nothing).
         self.donated = program.donated
         # Runs calls carrying host values (see ``CompiledProgram.host_call``);
-        # None: their values are put by ``host_specs``.
+        # None: their values are put by ``host_specs``, for the reason
+        # ``host_refusal`` names (one of ``HOST_ROUTE_REFUSALS``).
         self.host_call = None
+        self.host_refusal = "not decided"
+
+    def refuse_host_route(self, reason):
+        """No calls through JAX's call, for ``reason`` (``HOST_ROUTE_REFUSALS``)."""
+        if reason not in HOST_ROUTE_REFUSALS:
+            raise ValueError(f"pmapkit internal error: unnamed host-route refusal {reason!r}")
+        self.host_call = None
+        self.host_refusal = reason
+
+
+# The largest input (bytes) of a program whose calls carrying host values go
+# through JAX's call (``CompiledProgram.host_call``). Its numpy inputs are
+# copied first; measured on XLA:CPU (caller-thread CPU per call), the copy
+# and JAX's call cost less than ``HostSpec.put``'s own copy and the hit path
+# up to 256 KiB (~60 against ~73 µs there), more at 4 MiB (~187 against ~130).
+HOST_ROUTE_MAX_BYTES = 1 << 18
+# Why a signature's calls carrying host values are not run by JAX's call
+# (``FastpathData.host_refusal``): the program's reasons
+# (``CompiledProgram.host_route_refusal``), then the signature's (results
+# placed otherwise, uncommitted, made under jax.disable_jit) and the Python
+# path's (``run_flat``: jax_debug_nans/infs, a first call).
+HOST_ROUTE_REFUSALS = (
+    "several devices", "spans processes", "effects", "bounded collectives",
+    "donation", "pruned inputs", "key or float0 values", "an input over 256 KiB",
+    "JAX's program differs", "results placed otherwise", "uncommitted results",
+    "jit disabled", "the Python path", "not decided")
+
+
+def _nbytes(aval):
+    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
 
 
 class CompiledProgram:
@@ -328,44 +360,73 @@ class CompiledProgram:
         the hit path hands calls carrying host values: it puts numpy arrays
         and scalars on the devices inside C++, where ``batched_device_put``
         makes a Python array per input first (about twice jit's cost of a
-        numpy input). Made once per program.
-
-        One device only: over several, JAX's call puts a numpy input slower
-        than ``HostSpec`` does (8 CPU devices: ~87 µs against ~57 µs a call).
-        None there, where its results could differ from the handlers'
-        (shardings, avals), or where the hit path must run the program itself:
-        effects, bounded collectives, donation, pruned inputs, keys and float0
-        values, programs across processes."""
+        numpy input). Made once per program; None where the program refuses
+        the route (``host_route_refusal``)."""
         if "_host_call" not in self.__dict__:
-            self._host_call = self._make_host_call()
+            refusal = self.host_route_refusal()
+            self._host_call = (None if refusal is not None
+                               else jp.compiled_cpp_call(self.jax_compiled))
         return self._host_call
 
-    def _make_host_call(self):
+    def host_route_refusal(self):
+        """Why calls of this program carrying host values never go to JAX's
+        call (one of ``HOST_ROUTE_REFUSALS``), or None: they may (each
+        signature still asks its results' placement, ``fastpath``, and each
+        call its own leaves, ``CacheEntry._host_routable``). Decided once."""
+        if "_host_refusal" not in self.__dict__:
+            self._host_refusal = self._refuse_host_route()
+        return self._host_refusal
+
+    def _refuse_host_route(self):
         devices = set()
         for sharding in tuple(self.in_shardings) + tuple(self.out_shardings):
             devices |= set(sharding.device_set)
-        if (len(devices) != 1 or self.has_effects or self.cpu_collectives
-                or self.spans_processes or self.donated is not None
-                or self.kept is not None
-                or any(is_extended(a) or is_float0(a)
-                       for a in tuple(self.in_avals) + tuple(self.out_avals))):
-            return None
+        avals = tuple(self.in_avals) + tuple(self.out_avals)
+        checks = (
+            # Over several devices JAX's call puts a numpy input slower than
+            # HostSpec does (8 CPU devices: ~87 µs against ~57 µs a call).
+            ("several devices", len(devices) != 1),
+            # The hit path must run these programs itself:
+            ("spans processes", self.spans_processes),
+            ("effects", self.has_effects),
+            ("bounded collectives", self.cpu_collectives),
+            ("donation", self.donated is not None),
+            # ``CacheEntry._host_routable`` reads leaf j as input j.
+            ("pruned inputs", self.kept is not None),
+            ("key or float0 values", any(is_extended(a) or is_float0(a) for a in avals)),
+            # The hit path copies each numpy input it hands JAX's call
+            # (``CacheEntry._host_snapshot``): for a large one, more than
+            # HostSpec.put's single copy.
+            ("an input over 256 KiB",
+             any(not is_extended(a) and _nbytes(a) > HOST_ROUTE_MAX_BYTES
+                 for a in self.in_avals)),
+        )
+        for reason, refused in checks:
+            if refused:
+                return reason
+        if not self._jax_program_agrees():
+            return "JAX's program differs"
+        return None
+
+    def _jax_program_agrees(self):
+        """Whether JAX's compiled program takes and gives what the handlers
+        expect (shardings, avals): its results stand for the hit path's."""
         compiled = self.jax_compiled
         outs = jax.tree_util.tree_leaves(compiled.out_info)
         out_shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
         in_shardings = compiled.input_shardings[0]
         if (len(outs) != len(self.out_avals) or len(out_shardings) != len(outs)
                 or len(in_shardings) != len(self.in_shardings)):
-            return None
+            return False
         for have, want in zip(tuple(in_shardings) + tuple(out_shardings),
                               tuple(self.in_shardings) + tuple(self.out_shardings)):
             if have is not want and have != want:
-                return None
+                return False
         for o, a in zip(outs, self.out_avals):
             if (tuple(o.shape) != a.shape or o.dtype != a.dtype
                     or bool(getattr(o, "weak_type", False)) != a.weak_type):
-                return None
-        return jp.compiled_cpp_call(compiled)
+                return False
+        return True
 
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it."""
@@ -407,7 +468,7 @@ class CompiledProgram:
         data = self.fastpath(None)
         # Not JAX's C++ call: under jax_debug_nans/infs (calls come here
         # then) it would check the outputs itself, with JAX's error, not ours.
-        data.host_call = None
+        data.refuse_host_route("the Python path")
         entry.populate(data, LEAF_TYPES)
         if self.has_effects and not self.spans_processes:
             arrays = entry.shard(list(args))
@@ -439,10 +500,22 @@ class CompiledProgram:
             shardings = self.out_shardings if out_shardings is None else out_shardings
             data.out_handlers = [jp.global_aval_to_result_handler(a, s, committed)
                                  for a, s in zip(self.out_avals, shardings)]
-        # Made at a miss, in the trace context whose cache keeps the entry:
-        # under disable_jit (part of that context) JAX's call refuses to run.
-        if out_shardings is None and committed and not jp.jit_disabled():
+        refusal = self.host_route_refusal()
+        if refusal is None:
+            if not committed:
+                refusal = "uncommitted results"
+            elif out_shardings is not None:
+                # Results re-viewed (pjit's device=): JAX's call gives its own.
+                refusal = "results placed otherwise"
+            elif jp.jit_disabled():
+                # Made at a miss, in the trace context whose cache keeps the
+                # entry: under disable_jit (part of it) JAX's call refuses to run.
+                refusal = "jit disabled"
+        if refusal is None:
             data.host_call = self.host_call()
+            data.host_refusal = None
+        else:
+            data.refuse_host_route(refusal)
         data.executable = self.hit_executable()
         if self.cpu_collectives:
             data.executable = inflight.BoundedExecutable(
@@ -595,7 +668,7 @@ def _host_spec(aval, sharding):
         return Float0HostSpec(aval, indices, devices, sharding)
     return _shard_arg_mod.HostSpec(
         aval, np.dtype(aval.dtype), indices, devices, sharding,
-        jp.batched_device_put)
+        jp.batched_device_put, jp.HOST_READ_DURING_CALL)
 
 
 class Float0HostSpec:
@@ -610,10 +683,13 @@ class Float0HostSpec:
         self.sharding = sharding
 
     def put(self, x):
+        # float0 carries no data: what is put is made here, never x.
         zeros = np.zeros(x.shape, np.bool_)
         return jp.batched_device_put(self.aval, self.sharding,
                                      [zeros[idx] for idx in self.indices],
                                      self.devices, True)
+
+    put_own = put
 
 
 # -- the compile cache --------------------------------------------------------

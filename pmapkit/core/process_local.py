@@ -291,7 +291,8 @@ def _local_host_spec(aval, sharding):
     index_map = local.devices_indices_map(shape)
     indices = [index_map[d] for d in devices]
     return _shard_arg_mod.HostSpec(
-        aval, np.dtype(aval.dtype), indices, devices, sharding, jp.batched_device_put)
+        aval, np.dtype(aval.dtype), indices, devices, sharding, jp.batched_device_put,
+        jp.HOST_READ_DURING_CALL)
 
 
 lowering.register_program_type(spans_processes, SpanningProgram)

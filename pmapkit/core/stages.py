@@ -20,7 +20,7 @@ from pmapkit.core import process_local
 
 
 def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
-                   no_kwargs=False, keep_unused=False):
+                   no_kwargs=False, keep_unused=False, placement=None):
     """The ``ProgramLowered`` of one validated call.
 
     ``prepared`` is what the api's ``_prepare`` made of ``(args, kwargs)``;
@@ -29,7 +29,9 @@ def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
     sharding (``committed_inputs``); ``no_kwargs``: the call form takes no
     keyword arguments (pjit with in_axis_resources), so the compiled one
     refuses them as classic pjit's did; ``keep_unused``: the program keeps
-    the inputs it does not use (pjit's option).
+    the inputs it does not use (pjit's option); ``placement(flat_args)``:
+    ``(out_shardings or None, committed)`` of a call's results, where they
+    differ from the program's (see ``place_results``).
     """
     statics, dyn_positions, dyn_args = calls.split_static(spec.static, args, spec.name)
     in_tree = jax.tree_util.tree_structure((dyn_args, kwargs))
@@ -45,7 +47,23 @@ def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
     arg_names = tuple(describe.short(k) for k in range(in_tree.num_leaves))
     call_static = _StaticCall(spec.static, statics, len(args))
     return ProgramLowered(primitive, api, spec.name, prepared, in_tree,
-                          arg_names, call_static, strict, no_kwargs, keep_unused)
+                          arg_names, call_static, strict, no_kwargs, keep_unused,
+                          placement)
+
+
+def place_results(outs, out_shardings, committed):
+    """A program's flat results placed as a call's ``placement`` says:
+    re-viewed with ``out_shardings`` (equivalent ones: a one-device mesh's
+    results as SingleDeviceShardings), committed or not (a mesh-less pjit
+    on uncommitted inputs runs as jax.jit, whose results are uncommitted)."""
+    if out_shardings is None:
+        return outs
+    if committed:
+        return [o._rewrap_with_aval_and_sharding(o.aval, s)
+                for o, s in zip(outs, out_shardings)]
+    return [jp.global_aval_to_result_handler(o.aval, s, False)(
+                [shard.data for shard in o.addressable_shards])
+            for o, s in zip(outs, out_shardings)]
 
 
 def _plain_aval(aval):
@@ -79,7 +97,8 @@ class ProgramLowered(jax.stages.Lowered):
     """``jax.stages.Lowered`` of a pmapkit pmap or pjit for one signature."""
 
     def __init__(self, primitive, api, name, prepared, in_tree, arg_names,
-                 call_static, strict=None, no_kwargs=False, keep_unused=False):
+                 call_static, strict=None, no_kwargs=False, keep_unused=False,
+                 placement=None):
         flat_lowered = lowering.lower_program(primitive, prepared.params,
                                               prepared.in_avals, keep_unused)
         donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
@@ -98,6 +117,7 @@ class ProgramLowered(jax.stages.Lowered):
         self._static = call_static.positions
         self._strict = strict
         self._no_kwargs = no_kwargs
+        self._placement = placement
 
     @property
     def in_avals(self):
@@ -113,7 +133,7 @@ class ProgramLowered(jax.stages.Lowered):
             device_assignment=device_assignment)
         executable = ProgramExecutable(
             program, jp.DebugInfo(self._api, self._name, self._arg_names, None),
-            self._call_static, self._strict, self._no_kwargs)
+            self._call_static, self._strict, self._no_kwargs, self._placement)
         compiled = ProgramCompiled(executable, self.args_info, self.out_tree)
         compiled._no_kwargs = self._no_kwargs
         return compiled
@@ -152,8 +172,10 @@ class ProgramExecutable(jp.StagesExecutable):
     pmapkit's ``CompiledProgram``.
     """
 
-    def __init__(self, program, debug_info, call_static, strict=None, no_kwargs=False):
+    def __init__(self, program, debug_info, call_static, strict=None, no_kwargs=False,
+                 placement=None):
         self._program = program
+        self._placement = placement
         self._mesh_executable = program.jax_compiled._executable
         self._debug_info = debug_info
         self._call_static = call_static
@@ -164,7 +186,8 @@ class ProgramExecutable(jp.StagesExecutable):
         # in_avals, out_avals, _in_shardings, _kept_var_idx, _xla_in_layouts,
         # ...: the attributes jax.stages.Compiled reads off its executable.
         if name.startswith("__") or name in ("_program", "_mesh_executable",
-                                             "_call_static", "_strict", "_no_kwargs"):
+                                             "_call_static", "_strict", "_no_kwargs",
+                                             "_placement"):
             raise AttributeError(name)
         return getattr(self._mesh_executable, name)
 
@@ -189,7 +212,10 @@ class ProgramExecutable(jp.StagesExecutable):
             raise _with_classic_type_mismatch(exc, program.in_avals, avals) from None
         committed_inputs.check(args_flat, program.in_shardings, self._strict,
                                self._debug_info.arg_names.__getitem__, compiled=True)
-        return program.run_flat(list(args_flat))
+        outs = program.run_flat(list(args_flat))
+        if self._placement is not None:
+            outs = place_results(outs, *self._placement(args_flat))
+        return outs
 
     def create_cpp_call(self, params):
         """What ``Compiled.__call__`` calls: a dispatch-core function, so a
@@ -219,7 +245,11 @@ class ProgramExecutable(jp.StagesExecutable):
                 # pmapkit's earlier compiled objects): they would sign as
                 # leaves, so this form stays on the Python path.
                 return outs, None
-            fastpath = program.fastpath(params.out_tree)
+            out_shardings, committed = None, True
+            if self._placement is not None:
+                out_shardings, committed = self._placement(
+                    jax.tree_util.tree_leaves((dynamic, kwargs)))
+            fastpath = program.fastpath(params.out_tree, out_shardings, committed)
             return outs, committed_inputs.guard(fastpath, committed_inputs.leaf_check(
                 program.in_shardings, strict, name, compiled=True))
 

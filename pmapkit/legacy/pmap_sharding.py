@@ -23,41 +23,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pmapkit.core import lowering, specs
+from pmapkit.core import pmap_layouts, specs
 from pmapkit.core import sharding_specs as ss
-from pmapkit.core.primitives import pmap_p
 
 __all__ = ["PmapSharding", "is_pmap_layout", "mapped_dims", "pmap_devices"]
 
-# The result shardings of top-level pmaps: the buffers of a classic pmap
-# output had no mapped axes (``Array.device_buffers``). Noted on every
-# program_shardings call (memoized or not) and, at import, for the programs
-# made before; past the bound, rebuilt from the programs lowering still holds.
-_pmap_results: set = set()
-_PMAP_RESULTS_BOUND = 4096
-
-
-def _note(primitive, in_shardings, out_shardings):
-    del in_shardings
-    if primitive is not pmap_p:
-        return
-    if len(_pmap_results) > _PMAP_RESULTS_BOUND:
-        _pmap_results.clear()
-        _pmap_results.update(s for p, _, outs in lowering.known_program_shardings()
-                             if p is pmap_p for s in outs)
-    _pmap_results.update(out_shardings)
-
-
-lowering.watch_program_shardings(_note)
-
-
-def is_pmap_layout(sharding) -> bool:
-    """Whether ``sharding`` is a pmap's layout: a pmapkit.pmap output's, or a
-    NamedSharding over a one-axis mesh with pmap's internal axis name."""
-    if not isinstance(sharding, NamedSharding):
-        return False
-    return (sharding in _pmap_results
-            or sharding.mesh.axis_names == (specs.INTERNAL_AXIS_NAME,))
+# Which shardings are a pmap's layout is the core's (pjit asks too).
+is_pmap_layout = pmap_layouts.is_pmap_layout
 
 
 def mapped_dims(sharding) -> tuple[int, ...]:

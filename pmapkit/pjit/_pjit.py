@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit.core import _cache_keys, caches, calls, committed_inputs, lowering, specs
 from pmapkit.pjit import _across as pjit_across
-from pmapkit.core import stages, wrapper_cache
+from pmapkit.core import pmap_layouts, stages, wrapper_cache
 from pmapkit.core._compiled import dispatch as _dispatch_mod
 from pmapkit.core.mesh import active_mesh
 from pmapkit.core.primitives import in_pmap_body, no_mesh, pjit_p, plain_avals
@@ -183,6 +183,9 @@ class _PjitSpec:
                                                           tupled_args=True))
         self.out_resources = (None if self.out_unspecified else
                               specs.prepare_axis_resources(out_tree, self.out_what))
+        for tree, what in ((self.in_resources, self.in_what),
+                           (self.out_resources, self.out_what)):
+            _refuse_pmap_layouts(tree, what)
         self.fun = fun
         self.signature = calls.signature_of(fun)
         static = calls.argnum_tuple(fun, static_argnums, "static_argnums", "pjit")
@@ -217,6 +220,19 @@ class _PjitSpec:
                 "device_id": None if self.device is None else self.device.id,
                 "keep_unused": self.keep_unused,
                 "inline": self.inline}
+
+
+def _refuse_pmap_layouts(tree, what):
+    """A pmap output's sharding is not one of pjit's (classic pjit refused
+    its ``PmapSharding``; pass a PartitionSpec or a NamedSharding)."""
+    if tree is None:
+        return
+    for leaf in jax.tree_util.tree_leaves(tree, is_leaf=specs.is_spec_leaf):
+        if isinstance(leaf, jax.sharding.Sharding) and pmap_layouts.is_pmap_output(leaf):
+            raise ValueError(
+                f"One of {what} leaf specifications got sharding {leaf} which is "
+                "not allowed. (It is a pmap output's layout; give pjit a "
+                "PartitionSpec, or a NamedSharding of your own.)")
 
 
 def _device_mesh(device):
@@ -269,8 +285,7 @@ def _active_mesh(spec, flat_args=()):
         return declared
     if spec.in_unspecified:
         for x in flat_args:
-            if (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer)
-                    and x.committed):
+            if _committed(x):
                 return _sharding_mesh(x.sharding)
         if spec.out_unspecified:
             # 0.4-era pjit without a mesh and without specs is jax.jit: on the
@@ -339,7 +354,8 @@ def _kept_sharding(x, mesh, describe, k, device_mode, mesh_from_arguments):
     replicated = NamedSharding(mesh, PartitionSpec())
     if device_mode or isinstance(x, jp.Tracer):
         return replicated  # a traced value has no committed placement to keep
-    if not isinstance(x, jax.Array):
+    if not isinstance(x, jax.Array) or pmap_layouts.is_pmap_output(x.sharding):
+        # A pmap's output is moved, as an uncommitted value (classic).
         return replicated
     if not x.committed:
         if len(x.sharding.device_set) > 1:
@@ -650,12 +666,26 @@ def _prepare_cached(spec, args, kwargs):
 def _placement(x):
     """What an argument's placement adds to the program when
     in_axis_resources is omitted: a committed array's sharding, else None."""
-    if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.committed:
+    if _committed(x):
         return x.sharding
     return None
 
 
+def _committed(x):
+    """Whether ``x`` is a committed array whose placement pjit keeps: a
+    pmap's output is not (classic jit and pjit took it as an uncommitted
+    value, moved where the computation runs)."""
+    return (isinstance(x, jax.Array) and not isinstance(x, jp.Tracer) and x.committed
+            and not pmap_layouts.is_pmap_output(x.sharding))
+
+
 def _cache_miss(spec, *args, **kwargs):
+    if jp.jit_disabled():
+        # As classic pjit and jax.jit under jax.disable_jit(): the function
+        # runs eagerly on the arguments as given (value-dependent Python
+        # works; specs and meshes place nothing). The disabled context has
+        # its own cache, whose entries all come back here (no fast path).
+        return spec.fun(*args, **kwargs), None
     calls.check_not_deleted(jax.tree_util.tree_leaves((args, kwargs)))
     prepared = _prepare_cached(spec, args, kwargs)
     flat = prepared.flat_args
@@ -670,22 +700,8 @@ def _cache_miss(spec, *args, **kwargs):
     calls.check_donation_aliases("pjit", spec, prepared, args, kwargs,
                                  prepared.params["in_shardings"])
     program = _compile(spec, prepared)
-    outs = program.run_flat(flat)
-    out_shardings = None
-    committed = True
-    device = _result_device(prepared)
-    if device is not None:
-        # As jax.jit on one device (device=, SingleDeviceShardings): results
-        # are SingleDeviceShardings; run as jax.jit on uncommitted inputs
-        # (0.4 pjit without mesh and specs), uncommitted ones, as jit's.
-        single = jax.sharding.SingleDeviceSharding(device)
-        committed = not _runs_as_jit(spec, flat)
-        if committed:
-            outs = [o._rewrap_with_aval_and_sharding(o.aval, single) for o in outs]
-        else:
-            outs = [jp.global_aval_to_result_handler(o.aval, single, False)(
-                        [shard.data for shard in o.addressable_shards]) for o in outs]
-        out_shardings = (single,) * len(outs)
+    out_shardings, committed = _results_placement(spec, prepared, flat)
+    outs = stages.place_results(program.run_flat(flat), out_shardings, committed)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     fastpath = program.fastpath(prepared.out_tree, out_shardings, committed)
     if _refuses_other_devices(spec):
@@ -696,6 +712,32 @@ def _cache_miss(spec, *args, **kwargs):
         layout_check = committed_inputs.leaf_check(in_shardings, strict, spec.name)
         fastpath = committed_inputs.guard(fastpath, _both(devices_check, layout_check))
     return out, fastpath
+
+
+def _results_placement(spec, prepared, flat):
+    """``(out_shardings or None, committed)`` of a call's results (flat
+    arguments ``flat``): as jax.jit on one device (device=, a one-device
+    mesh), SingleDeviceShardings; run as jax.jit on uncommitted inputs (0.4
+    pjit without mesh and specs), uncommitted, as jit's. The call and its
+    ``lower().compile()`` alike."""
+    device = _result_device(prepared)
+    if device is None:
+        return None, True
+    single = jax.sharding.SingleDeviceSharding(device)
+    return (single,) * len(prepared.params["out_shardings"]), not _runs_as_jit(spec, flat)
+
+
+def _compiled_results_placement(prepared, as_jit, flat):
+    """``_results_placement`` for a ``lower().compile()`` object: a mesh-less
+    pjit without specs compiled as jax.jit gives uncommitted results
+    whatever its inputs' placement (classic 0.4 pjit's compiled object and
+    jax.jit's did)."""
+    del flat
+    device = _result_device(prepared)
+    if device is None:
+        return None, True
+    single = jax.sharding.SingleDeviceSharding(device)
+    return (single,) * len(prepared.params["out_shardings"]), not as_jit
 
 
 def _both(first, second):
@@ -844,7 +886,9 @@ def _lower(spec, *args, _global_avals=False, **kwargs):
     return stages.lower_prepared(
         pjit_p, "pjit", spec, prepared, args, kwargs,
         strict=_strict_inputs(spec, args, len(prepared.flat_args)),
-        no_kwargs=not spec.in_unspecified, keep_unused=spec.keep_unused)
+        no_kwargs=not spec.in_unspecified, keep_unused=spec.keep_unused,
+        placement=functools.partial(_compiled_results_placement, prepared,
+                                    _mesh_less_jit(spec)))
 
 
 def _reduce(spec):

@@ -40,7 +40,9 @@ usage: {prog} [--route-pmap] [--report[=FORM]] script.py [args ...]
        {prog} [--route-pmap] [--report[=FORM]] -m module [args ...]
 
 Runs an old JAX script unedited, as 'python script.py' / 'python -m module'
-would (sys.argv, __main__, exit status), after pmapkit.legacy.install():
+would (sys.argv, __main__, exit status; a folder or zip file with a
+__main__.py, or - for the script on stdin, as python takes them), after
+pmapkit.legacy.install():
 pmapkit's classic APIs stand in for the modules and names this JAX lacks
 (jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
 .jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
@@ -147,7 +149,7 @@ def run(argv, prog="pmapkit run"):
     """``pmapkit run``: options end at the script or ``-m module``; everything
     after it is the script's, as with ``python``."""
     route_pmap, report, module, rest = False, None, None, list(argv)
-    while rest and rest[0].startswith("-") and module is None:
+    while rest and rest[0].startswith("-") and rest[0] != "-" and module is None:
         option = rest.pop(0)
         if option in ("-h", "--help"):
             print(RUN_USAGE.format(prog=prog))
@@ -173,13 +175,15 @@ def run(argv, prog="pmapkit run"):
         if not rest:
             return _usage_error(prog, "a script to run is required (or -m module)")
         script = rest.pop(0)
-        if not os.path.isfile(script):
+        if script != "-" and not os.path.exists(script):
             return _usage_error(prog, f"no such script: {script!r}")
     from pmapkit.tools import run as run_as_main
     from pmapkit import legacy
     legacy.install(route_pmap=route_pmap, report=report)
     if module is not None:
         run_as_main.run_module(module, rest)
+    elif script == "-":
+        run_as_main.run_stdin(rest)
     else:
         run_as_main.run_script(script, rest)
     return 0

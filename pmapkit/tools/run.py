@@ -25,8 +25,12 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.path and sys.path[0] == 
     sys.path[0] = (os.getcwd() if sys.argv[1] == "-m"
                    else os.path.dirname(os.path.abspath(sys.argv[1])))
 
+import atexit  # noqa: E402
+import builtins  # noqa: E402
 import importlib.util  # noqa: E402
 import runpy  # noqa: E402
+import signal  # noqa: E402
+import types  # noqa: E402
 
 _THIS_FILE = os.path.abspath(__file__)
 
@@ -34,11 +38,60 @@ _THIS_FILE = os.path.abspath(__file__)
 def run_script(path, args=()):
     """Runs the file ``path`` as ``__main__`` with ``sys.argv = [path, *args]``
     (``path`` made absolute, as python makes the script's ``__file__``) and
-    the script's directory as ``sys.path[0]``."""
-    path = os.path.abspath(path)
-    sys.argv[:] = [path, *args]
-    _set_first_path_entry(os.path.dirname(path))
-    _run_with_short_tracebacks(lambda: runpy.run_path(path, run_name="__main__"))
+    the script's directory as ``sys.path[0]``. A folder or zip file runs its
+    ``__main__.py`` with itself as ``sys.path[0]`` and ``sys.argv[0]`` as
+    given, as ``python DIR`` does (and fails as python does without one)."""
+    if os.path.isdir(path) or not os.path.isfile(path) or _is_zip(path):
+        sys.argv[:] = [path, *args]
+        path = os.path.abspath(path)
+        # runpy puts the folder first on sys.path while it runs, too.
+        _set_first_path_entry(path)
+        run = lambda: runpy.run_path(path, run_name="__main__")  # noqa: E731
+    else:
+        path = os.path.abspath(path)
+        sys.argv[:] = [path, *args]
+        _set_first_path_entry(os.path.dirname(path))
+        run = lambda: runpy.run_path(path, run_name="__main__")  # noqa: E731
+    try:
+        _run_with_short_tracebacks(run)
+    except _NoMainModule:
+        print(f"{sys.executable}: can't find '__main__' module in {path!r}",
+              file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def run_stdin(args=()):
+    """Runs the program read from standard input as ``__main__``, as
+    ``python - args`` does: ``sys.argv[0]`` is ``"-"``, the current directory
+    is ``sys.path[0]``, its code is named ``<stdin>``."""
+    sys.argv[:] = ["-", *args]
+    _set_first_path_entry("")
+    source = sys.stdin.read()
+
+    def run():
+        # The script's globals are a fresh __main__ module's, in
+        # sys.modules while it runs (pickle finds its classes there), as
+        # runpy does for a file.
+        main = types.ModuleType("__main__")
+        main.__dict__.update(__builtins__=builtins, __file__="<stdin>", __spec__=None,
+                             __loader__=None, __package__=None)
+        saved = sys.modules.get("__main__")
+        sys.modules["__main__"] = main
+        try:
+            exec(compile(source, "<stdin>", "exec"), main.__dict__)
+        finally:
+            sys.modules["__main__"] = saved
+
+    _run_with_short_tracebacks(run)
+
+
+class _NoMainModule(Exception):
+    """runpy found no ``__main__`` in the folder or zip file given."""
+
+
+def _is_zip(path):
+    import zipfile
+    return zipfile.is_zipfile(path)
 
 
 def run_module(name, args=()):
@@ -72,18 +125,52 @@ def _run_with_short_tracebacks(run):
     dropped), and the process exits with status 1 after it is printed."""
     try:
         run()
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:
         raise
+    except ImportError as exc:
+        if _is_runner_frame(_last_frame(exc.__traceback__)) and "__main__" in str(exc):
+            raise _NoMainModule() from None
+        _print_from_user_code(exc)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt as exc:
+        # As python: the script's frames, then the process ends by SIGINT
+        # (status -2 to a parent, 130 in a shell) once exit handlers ran.
+        _print_from_user_code(exc)
+        _die_by_sigint()
     except BaseException as exc:
-        tb = exc.__traceback__
-        while tb is not None and _is_runner_frame(tb.tb_frame):
-            tb = tb.tb_next
-        exc.__traceback__ = tb   # what the hook prints, whatever tb it is passed
-        sys.excepthook(type(exc), exc, tb)
+        _print_from_user_code(exc)
         raise SystemExit(1) from None
 
 
+def _print_from_user_code(exc):
+    """Print ``exc``'s traceback from the user's first frame on (runpy's, and
+    pmapkit's own frames above the script dropped)."""
+    tb = exc.__traceback__
+    while tb is not None and _is_runner_frame(tb.tb_frame):
+        tb = tb.tb_next
+    exc.__traceback__ = tb   # what the hook prints, whatever tb it is passed
+    sys.excepthook(type(exc), exc, tb)
+
+
+def _last_frame(tb):
+    frame = None
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+    return frame
+
+
+def _die_by_sigint():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    raise SystemExit(130)  # where the signal cannot end the process
+
+
 def _is_runner_frame(frame):
+    if frame is None:
+        return False
     filename = frame.f_code.co_filename
     return filename in (_THIS_FILE, runpy.__file__) or filename == "<frozen runpy>"
 

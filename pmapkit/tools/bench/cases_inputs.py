@@ -12,7 +12,8 @@ impl fed the same thing:
     ``f = pmap(lambda a: a + 1, axis_name='i')`` fed an array of ``origin``
     (pmapkit pmap outputs with the same / another axis name, jax.pmap
     outputs, ``device_put`` on a ``NamedSharding``, a ``jit`` output,
-    ``SingleDeviceSharding`` (one device), numpy, ``device_put_replicated``).
+    ``SingleDeviceSharding`` (one device), numpy (16 floats a device; 4 MiB
+    a device: ``numpy_4mib``), ``device_put_replicated``).
     jax.jit: ``jax.jit(f)`` fed the same array (it keeps its sharding).
 ``pmap_input_{single_device,committed_other_device,numpy_blocking}_8_devices``
     inputs that must move into an 8-device pmap, each call blocking (wall):
@@ -104,6 +105,9 @@ def _origin_input(origin, devices):
         return jax.device_put(host, devices[min(3, n - 1)])
     if origin in ("numpy", "numpy_blocking"):
         return host
+    if origin == "numpy_4mib":
+        # A batch as data loaders feed it: 4 MiB per device.
+        return np.ones((n, 1 << 20), np.float32)
     if origin == "device_put_replicated":
         return pmapkit.device_put_replicated(host[0], devices)
     raise ValueError(f"unknown input origin {origin!r}")
@@ -374,6 +378,11 @@ def _cases():
                 mode="dispatch", ndev=n, fun=add_one, make_inputs=_host,
                 impls=bench.PMAP_IMPLS, numpy_input=origin == "numpy",
                 build=_build_input, origin=origin))
+        cases.append(bench.Case(
+            f"pmap_input_numpy_4mib_{n}_devices", family="pmap_input",
+            mode="dispatch", ndev=n, fun=add_one, make_inputs=_host,
+            impls=bench.PMAP_IMPLS, numpy_input=True,
+            build=_build_input, origin="numpy_4mib"))
     for origin in MOVED_ORIGINS:
         cases.append(bench.Case(
             f"pmap_input_{origin}_8_devices", family="pmap_input_moved",

@@ -1,0 +1,59 @@
+"""Which shardings lay out a pmap's values.
+
+Classic JAX gave them a type of their own (``PmapSharding``); jax 0.10 lays
+pmap outputs out with a ``NamedSharding`` over a one-axis mesh of the pmap's
+devices, which names the pmap's axis. Two rooms ask: pjit, which took such
+an array as an uncommitted value and moved it (classic jit and pjit ignored
+a ``PmapSharding`` when placing a computation) and refused such a sharding
+as one of its own; and ``pmapkit.legacy`` (``PmapSharding``,
+``Array.device_buffers``).
+"""
+from __future__ import annotations
+
+from jax.sharding import NamedSharding
+
+from pmapkit.core import lowering, specs
+from pmapkit.core.primitives import pmap_p
+
+# The result shardings of top-level pmaps (each its own key and value: the
+# objects, interned, that pmap outputs carry), noted on every
+# program_shardings call (memoized or not) and, at import, for the programs
+# made before; past the bound, rebuilt from the programs lowering still holds.
+_pmap_results: dict = {}
+_PMAP_RESULTS_BOUND = 4096
+
+
+def _note(primitive, in_shardings, out_shardings):
+    del in_shardings
+    if primitive is not pmap_p:
+        return
+    if len(_pmap_results) > _PMAP_RESULTS_BOUND:
+        _pmap_results.clear()
+        _pmap_results.update((s, s) for p, _, outs in lowering.known_program_shardings()
+                             if p is pmap_p for s in outs)
+    _pmap_results.update((s, s) for s in out_shardings)
+
+
+lowering.watch_program_shardings(_note)
+
+
+def is_pmap_layout(sharding) -> bool:
+    """Whether ``sharding`` is a pmap's layout: a pmapkit.pmap output's, or a
+    NamedSharding over a one-axis mesh with pmap's internal axis name
+    (jax.pmap's outputs without an axis name, ``device_put_sharded``)."""
+    if not isinstance(sharding, NamedSharding):
+        return False
+    return (sharding in _pmap_results
+            or sharding.mesh.axis_names == (specs.INTERNAL_AXIS_NAME,))
+
+
+def is_pmap_output(sharding) -> bool:
+    """Whether an array with ``sharding`` came out of a pmap (the very
+    sharding object of a pmapkit.pmap's results), or is laid out on pmap's
+    internal axis name (jax.pmap's outputs without an axis name,
+    ``device_put_sharded``). An equal sharding the caller made is not:
+    pjit keeps such a committed array where it is."""
+    if not isinstance(sharding, NamedSharding):
+        return False
+    return (_pmap_results.get(sharding) is sharding
+            or sharding.mesh.axis_names == (specs.INTERNAL_AXIS_NAME,))

@@ -1,0 +1,134 @@
+"""A numpy input is read as it is at the call, on every route.
+
+CPU dispatch is asynchronous in jax 0.10, and jaxlib puts a 64-byte-aligned
+numpy array on the CPU without a copy (a large unaligned one it copies later,
+on another thread): a caller that writes the next batch into the same buffer
+right after the call changes what a computation still queued computes.
+Classic JAX (0.4.30: ``golden/inputs_at_call_jax_0.4.30.json``, recorded by
+``golden/inputs_at_call_classic.py``) computed the value at the call; so does
+pmapkit, on each route: JAX's call of the program (one device, small inputs),
+``HostSpec.put`` on the hit path, the miss path, donation, a compiled
+``lower().compile()`` object, pjit with and without specs; one and 8 devices.
+
+Each call is queued behind a slow computation on every device, so that a
+buffer still shared would be read after the write (jax.jit itself gets most
+of these wrong here: the first test shows the probe detects the drift).
+"""
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+import pmapkit
+
+CALLS = 200
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "inputs_at_call_jax_0.4.30.json"
+# Per device row: 16 float32 (64 bytes, aligned: aliased by jaxlib), and
+# 1 MiB (copied later on a worker thread when unaligned, aliased when aligned;
+# over the host route's bound, so put by HostSpec on one device).
+SMALL, LARGE = 16, 1 << 18
+
+_busy = jax.jit(lambda m: jnp.linalg.matrix_power(m, 24))
+
+
+def aligned(rows, cols):
+    """A float32 host array whose data starts on a 64-byte boundary (what
+    jaxlib aliases), as numpy's large allocations and many small ones do."""
+    nbytes = rows * cols * 4
+    buf = np.empty(nbytes + 64, np.uint8)
+    start = (-buf.ctypes.data) % 64
+    return buf[start:start + nbytes].view(np.float32).reshape(rows, cols)
+
+
+def wrong_results(call, x, devices, calls=CALLS):
+    """How many of ``calls`` calls of ``call(x)`` (which doubles ``x``)
+    computed something other than the value ``x`` had at the call, with
+    ``x`` overwritten right after each call returns."""
+    slow = [jax.device_put(np.eye(128, dtype=np.float32) * 0.5, d) for d in devices]
+    wrong = 0
+    for _ in range(calls):
+        x[...] = 1.0
+        for m in slow:
+            _busy(m)
+        y = call(x)
+        x[...] = 99.0
+        wrong += int(not np.all(np.asarray(y) == 2.0))
+    return wrong
+
+
+def _double(x):
+    return x * 2.0
+
+
+def _routes(ndev, cols):
+    """name -> a callable doubling an (ndev, cols) host array."""
+    devices = jax.devices()[:ndev]
+    mesh = pmapkit.Mesh(np.array(devices), ("x",))
+    pm = pmapkit.pmap(_double, devices=devices)
+    donating = pmapkit.pmap(_double, devices=devices, donate_argnums=0)
+    missing = pmapkit.pmap(_double, devices=devices)
+    sharded = pmapkit.pjit(_double, in_axis_resources=P("x"), out_axis_resources=P("x"))
+    specless = pmapkit.pjit(_double)
+
+    def miss(x):
+        missing.clear_cache()  # every call signs anew: the miss path puts x
+        return missing(x)
+
+    def pjit_on_mesh(x):
+        with mesh:
+            return sharded(x)
+
+    compiled = pm.lower(aligned(ndev, cols)).compile()
+    return {"hit": pm, "miss": miss, "donation": donating, "aot": compiled,
+            "pjit": pjit_on_mesh, "pjit without specs": specless}
+
+
+def test_the_probe_sees_the_drift_of_jax_jit():
+    # Without a snapshot (jax.jit 0.10 on CPU) the probe finds wrong values.
+    x = aligned(1, LARGE)
+    assert wrong_results(jax.jit(_double), x, jax.devices()[:1], calls=20) > 0
+
+
+def test_classic_reference_computed_the_value_at_the_call():
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["jax"] == "0.4.30"
+    for row in golden["rows"]:
+        if row["api"] == "jax.jit":
+            assert row["wrong"] == 0, row
+
+
+@pytest.mark.parametrize("ndev", [1, 8])
+@pytest.mark.parametrize("cols", [SMALL, LARGE], ids=["64B", "1MiB"])
+def test_every_route_computes_the_value_at_the_call(ndev, cols):
+    devices = jax.devices()[:ndev]
+    x = aligned(ndev, cols)
+    wrong = {name: wrong_results(call, x, devices)
+             for name, call in _routes(ndev, cols).items()}
+    assert wrong == dict.fromkeys(wrong, 0)
+
+
+def test_the_host_route_is_the_one_measured():
+    # One device, small input: JAX's call of the program runs the hit path
+    # (so the test above covered it); a 1 MiB input is put by HostSpec.
+    f = pmapkit.pmap(lambda v: v * 2.0, devices=jax.devices()[:1])
+    f(aligned(1, SMALL))
+    f(aligned(1, LARGE))
+    routed = {e.host_specs[0].aval.shape: e.host_call is not None
+              for c in f._shared.caches.values() for e in c.values()}
+    assert routed == {(1, SMALL): True, (1, LARGE): False}
+
+
+def test_the_callers_array_is_never_the_programs_buffer():
+    # A donated numpy input: the program may write into what it is given,
+    # which must be a copy, never the caller's memory.
+    f = pmapkit.pmap(lambda v: v + 1.0, devices=jax.devices()[:1], donate_argnums=0)
+    x = aligned(1, SMALL)
+    x[...] = 5.0
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x)), np.full((1, SMALL), 6.0))
+    np.testing.assert_array_equal(x, np.full((1, SMALL), 5.0))
