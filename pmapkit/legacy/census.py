@@ -3,7 +3,13 @@ answers on this JAX.
 
 ``pmapkit/legacy/census_data/jax-VERSION.txt`` (package data, written by
 ``python -m pmapkit.legacy.census_collect``) lists one ``module name`` pair a
-line. ``classify`` holds each pair against the running JAX:
+line: the releases whose jaxlib installs here, collected by running them
+(``COLLECTED``). ``census_data/eras.txt`` holds the older releases (0.1 to
+0.4.12, ``ERAS``), read from their sources (``census_collect --sources``),
+with the release that removed each name and the outside object a name
+re-exported (``origin``); ``census_data/modules.txt`` the releases whose
+sources have each public module. ``RELEASES`` is both, oldest first.
+``classify`` holds each pair against the running JAX:
 
 - ``native``: this JAX has it (before ``pmapkit.legacy.install()``);
 - ``served``: it works once pmapkit.legacy is installed;
@@ -21,8 +27,9 @@ import os
 import re
 import warnings
 
-__all__ = ["RELEASES", "release_names", "union", "history", "removed_in", "classify",
-           "clear_error", "counts", "OUTCOMES"]
+__all__ = ["RELEASES", "COLLECTED", "ERAS", "release_names", "union", "history",
+           "removed_in", "module_removed_in", "origin", "classify", "clear_error", "counts",
+           "OUTCOMES"]
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
@@ -41,14 +48,58 @@ def _releases():
     return tuple(sorted(found, key=_version_key))
 
 
-RELEASES = _releases()
+def _spans(text):
+    """The indices of ``"0-3,5"``."""
+    out = []
+    for run in text.split(","):
+        first, _, last = run.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _eras():
+    """``(releases, {pair: (release indices, removed_in or None, origin or
+    None)})`` of ``eras.txt``."""
+    path = os.path.join(_DATA, "eras.txt")
+    if not os.path.exists(path):
+        return (), {}
+    releases, pairs = (), {}
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line[0] == "#":
+                continue
+            fields = line.split()
+            if fields[0] == "releases":
+                releases = tuple(fields[1:])
+                continue
+            module, name, spans, removed = fields[:4]
+            pairs[(module, name)] = (_spans(spans), None if removed == "-" else removed,
+                                     fields[4] if len(fields) > 4 else None)
+    return releases, pairs
+
+
+COLLECTED = _releases()
+ERAS = _eras()[0]
+RELEASES = tuple(sorted(COLLECTED + ERAS, key=_version_key))
 
 
 @functools.lru_cache(maxsize=None)
 def release_names(release: str) -> tuple[tuple[str, str], ...]:
-    """The ``(module, name)`` pairs of a collected release, sorted."""
+    """The ``(module, name)`` pairs of a release of the census, sorted."""
     if release not in RELEASES:
         raise ValueError(f"release must be one of {', '.join(RELEASES)}; got {release!r}")
+    if release in ERAS:
+        index = ERAS.index(release)
+        return tuple(sorted(p for p, (have, _, _) in _eras()[1].items() if index in have))
+    return collected_names(release)
+
+
+@functools.lru_cache(maxsize=None)
+def collected_names(release: str) -> tuple[tuple[str, str], ...]:
+    """The ``(module, name)`` pairs of a collected release (``COLLECTED``)."""
+    if release not in COLLECTED:
+        raise ValueError(f"release must be one of {', '.join(COLLECTED)}; got {release!r}")
     pairs = []
     with open(os.path.join(_DATA, f"jax-{release}.txt")) as f:
         for line in f:
@@ -61,18 +112,61 @@ def release_names(release: str) -> tuple[tuple[str, str], ...]:
 
 @functools.lru_cache(maxsize=None)
 def union() -> tuple[tuple[str, str], ...]:
-    """Every pair of every collected release, sorted."""
-    return tuple(sorted({p for r in RELEASES for p in release_names(r)}))
+    """Every pair of every release of the census, sorted."""
+    pairs = {p for r in COLLECTED for p in collected_names(r)}
+    pairs.update(_eras()[1])
+    return tuple(sorted(pairs))
 
 
 @functools.lru_cache(maxsize=None)
 def history() -> dict[str, tuple[str, ...]]:
-    """``{"module.name": releases that have it}`` over the collected releases."""
+    """``{"module.name": releases that have it}`` over the census's releases,
+    oldest first."""
     seen = {}
-    for release in RELEASES:
-        for module, name in release_names(release):
+    for (module, name), (have, _, _) in _eras()[1].items():
+        seen[f"{module}.{name}"] = [ERAS[i] for i in have]
+    for release in COLLECTED:
+        for module, name in collected_names(release):
             seen.setdefault(f"{module}.{name}", []).append(release)
     return {k: tuple(v) for k, v in seen.items()}
+
+
+def origin(full_name: str) -> str | None:
+    """The object outside JAX that a classic release's name re-exported
+    (``"functools.partial"`` for ``jax.partial``), else None."""
+    module, _, name = full_name.rpartition(".")
+    found = _eras()[1].get((module, name))
+    return found[2] if found else None
+
+
+@functools.lru_cache(maxsize=None)
+def _module_facts():
+    path = os.path.join(_DATA, "modules.txt")
+    if not os.path.exists(path):
+        return (), {}
+    releases, facts = (), {}
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line[0] == "#":
+                continue
+            module, spans = line.split()[:2]
+            if module == "releases":
+                releases = tuple(line.split()[1:])
+            else:
+                facts[module] = _spans(spans)
+    return releases, facts
+
+
+def module_removed_in(module: str) -> str | None:
+    """The first read release whose sources no longer have ``module`` (the
+    module itself: ``jax.config`` the module went while ``jax.config`` the
+    attribute stays); None where its sources are in every read release or
+    it was never read."""
+    releases, facts = _module_facts()
+    have = facts.get(module)
+    if not have or have[-1] == len(releases) - 1:
+        return None
+    return releases[have[-1] + 1]
 
 
 def removal_window(full_name: str) -> tuple[str, str | None] | None:
@@ -92,7 +186,11 @@ def _removals():
     if not os.path.exists(path):
         return {}
     with open(path) as f:
-        return dict(line.split() for line in f if line.strip() and line[0] != "#")
+        found = dict(line.split() for line in f if line.strip() and line[0] != "#")
+    for (module, name), (_, removed, _) in _eras()[1].items():
+        if removed:
+            found.setdefault(f"{module}.{name}", removed)
+    return found
 
 
 def missing_here(full_name: str) -> bool:
