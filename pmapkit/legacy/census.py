@@ -141,37 +141,32 @@ def origin(full_name: str) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def _module_facts():
+    """``{module: release that removed its file, or None}`` of modules.txt."""
     path = os.path.join(_DATA, "modules.txt")
     if not os.path.exists(path):
-        return (), {}
-    releases, facts = (), {}
+        return {}
+    facts = {}
     with open(path) as f:
         for line in f:
-            if not line.strip() or line[0] == "#":
+            fields = line.split()
+            if not fields or line[0] == "#" or fields[0] == "releases":
                 continue
-            module, spans = line.split()[:2]
-            if module == "releases":
-                releases = tuple(line.split()[1:])
-            else:
-                facts[module] = _spans(spans)
-    return releases, facts
+            facts[fields[0]] = None if fields[2] == "-" else fields[2]
+    return facts
 
 
 def module_removed_in(module: str) -> str | None:
-    """The first read release whose sources no longer have ``module`` (the
-    module itself: ``jax.config`` the module went while ``jax.config`` the
-    attribute stays); None where its sources are in every read release or
-    it was never read."""
-    releases, facts = _module_facts()
-    have = facts.get(module)
-    if not have or have[-1] == len(releases) - 1:
-        return None
-    return releases[have[-1] + 1]
+    """The release that removed the sources of ``module`` (the module
+    itself: ``jax.config`` the module went in 0.4.29 while ``jax.config``
+    the attribute stays), a window "A..B" where releases between the read
+    ones were not read; None where the last read release has it or it was
+    never read."""
+    return _module_facts().get(module)
 
 
 def removal_window(full_name: str) -> tuple[str, str | None] | None:
-    """``(last release with it, first collected release after that without
-    it or None)`` for a collected name; None for one never collected."""
+    """``(last release with it, first release of the census after that
+    without it or None)`` for a census name; None for one never seen."""
     have = history().get(full_name)
     if not have:
         return None
@@ -205,6 +200,14 @@ def removed_in(full_name: str) -> str | None:
     it: ``census_data/removed_in.txt``), else the census window it went in
     ("after 0.6.2, by 0.9.2"); None for a name the census never saw."""
     exact = _removals().get(full_name)
+    if exact and ".." in exact:
+        # a window across releases whose jaxlib does not install: a module's
+        # sources (modules.txt) may name the very release
+        narrowed = module_removed_in(full_name)
+        low, _, high = exact.partition("..")
+        if narrowed and ".." not in narrowed and \
+                _version_key(low) <= _version_key(narrowed) <= _version_key(high):
+            return narrowed
     if exact:
         return exact
     window = removal_window(full_name)

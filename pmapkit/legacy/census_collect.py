@@ -291,16 +291,29 @@ def sources(sdists, out_dir):
     answers = {(m, n) for m, names in here.items() for n in names}
     every = _all_releases(sys.executable) or order
     everything = sorted(set(every) | set(order) | set(census.COLLECTED), key=_version_key)
-    later = eras + [first_collected]
+
+    def window(last, first_without):
+        """The releases that may have removed what ``last`` still had:
+        ``first_without`` itself when no release lies between."""
+        after = everything[everything.index(last) + 1]
+        if first_without is None:      # read releases end with it still there
+            return f"{after}..{everything[-1]}"
+        return first_without if after == first_without else f"{after}..{first_without}"
+
+    def names_of(version):
+        return {(m, n) for m, names in read[version].items() for n in names}
+
+    present = {v: names_of(v) for v in order}
     lines = []
     for pair in sorted(pairs):
         have = pairs[pair]
         removed = "-"
         if pair not in collected and pair not in answers:
-            last = eras[have[-1]]
-            first_without = later[have[-1] + 1]
-            after = everything[everything.index(last) + 1]
-            removed = first_without if after == first_without else f"{after}..{first_without}"
+            # the last read release with it (later sources count too: the
+            # collected census lists a module's dir(), not its files)
+            last = max((v for v in order if pair in present[v]), key=_version_key)
+            later_reads = order[order.index(last) + 1:]
+            removed = window(last, later_reads[0] if later_reads else None)
         origin = origins.get(pair, "")
         lines.append(f"{pair[0]} {pair[1]} {_spans(have)} {removed} {origin}".rstrip())
     eras_path = os.path.join(out_dir, "eras.txt")
@@ -320,7 +333,9 @@ def sources(sdists, out_dir):
         f.write("releases " + " ".join(order) + "\n")
         for module in sorted({m for v in order for m in read[v]}):
             have = [i for i, v in enumerate(order) if module in read[v]]
-            f.write(f"{module} {_spans(have)}\n")
+            gone = "-" if have[-1] == len(order) - 1 else window(
+                order[have[-1]], order[have[-1] + 1])
+            f.write(f"{module} {_spans(have)} {gone}\n")
     return eras_path, modules_path
 
 
