@@ -226,9 +226,28 @@ _scheduled: set[str] = set()    # owners whose refusals wait for their import
 
 
 def _refuse_census_names(module, name):
+    """A module being created or imported gets its census names: those
+    served (set where it lacks them) and the refusals of the rest."""
+    for record in _census_served_by_owner().get(name, ()):
+        if not _has(module, record.attr):
+            _install_name(module, record.name, _counted(record.name, record.make()))
     records = _census_refusals_by_owner().get(name)
     if records:
         _refuse_names(module, name, records)
+
+
+def _census_served_by_owner():
+    global _SERVED_BY_OWNER
+    if _SERVED_BY_OWNER is None:
+        by_owner = {}
+        for record in legacy_names.census_records().values():
+            if record.make is not None:
+                by_owner.setdefault(record.owner, []).append(record)
+        _SERVED_BY_OWNER = by_owner
+    return _SERVED_BY_OWNER
+
+
+_SERVED_BY_OWNER = None
 
 
 class _AfterImport(importlib.abc.Loader):

@@ -338,7 +338,21 @@ NAMES = tuple(
          cv.clear_backends),
         ("jax.lib.xla_client", "jaxlib.xla_client (internal)", "from jaxlib import xla_client",
          "jaxlib.xla_client", cv.xla_client),
-    )])
+        ("jax.partial", "functools.partial", "functools.partial(f, x)",
+         "functools.partial", cv.functools_partial),
+        ("jax.lax.zeros_like_array", "jax.numpy.zeros_like", "jnp.zeros_like(x)",
+         "lax.full_like(x, 0)", cv.zeros_like_array),
+        ("jax.example_libraries.stax.normalize", "jax.nn.standardize",
+         "jax.nn.standardize(x, axis=-1)", "jax.nn.standardize", cv.standardize),
+    )]
+    # classic modules re-exported jax.tree_util's functions: the same objects
+    + [_served(f"{owner}.{attr}", f"jax.tree_util.{attr}", f"jax.tree_util.{attr}(...)",
+               f"jax.tree_util.{attr} (the same object)", _tree(attr))
+       for owner, attrs in (
+           ("jax.example_libraries.optimizers",
+            ("tree_map", "tree_flatten", "tree_unflatten", "register_pytree_node")),
+           ("jax.experimental.multihost_utils", ("tree_map",)))
+       for attr in attrs])
 
 # Properties installed on JAX's array type.
 PROPERTIES = (
@@ -377,6 +391,10 @@ MODULES = (
     _served("jax.lib.xla_bridge", "jax.extend.backend",
             "jax.extend.backend.get_backend(); jax.default_backend()",
             "a module of jax.extend.backend's functions", cv.xla_bridge_module),
+    _served("jax.linear_util", "jax.extend.linear_util",
+            "from jax.extend import linear_util as lu",
+            "a module of jax.extend.linear_util's objects (the same ones)",
+            cv.linear_util_module),
     _served("jax.util", INTERNAL,
             "", "a module of the helpers JAX "
             "still has (jax._src.util: the same objects)", cv.util_module),
@@ -440,16 +458,6 @@ REFUSED_NAMES = (
     ("jax.lax.pvary", "jax.lax.pcast(x, axis_name, to='varying')",
      "jax.lax.pcast(x, 'i', to='varying')"),
     ("jax.lax.all_gather_invariant", "jax.lax.all_gather", "jax.lax.all_gather(x, 'i')"),
-    ("jax.lax.zeros_like_array", "jax.numpy.zeros_like", "jnp.zeros_like(x)"),
-    ("jax.example_libraries.optimizers.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
-    ("jax.example_libraries.optimizers.tree_flatten", "jax.tree.flatten",
-     "leaves, treedef = jax.tree.flatten(tree)"),
-    ("jax.example_libraries.optimizers.tree_unflatten", "jax.tree.unflatten",
-     "jax.tree.unflatten(treedef, leaves)"),
-    ("jax.example_libraries.optimizers.register_pytree_node",
-     "jax.tree_util.register_pytree_node",
-     "jax.tree_util.register_pytree_node(T, flatten, unflatten)"),
-    ("jax.experimental.multihost_utils.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
     ("jax.experimental.multihost_utils.pjit", "jax.jit with in_shardings/out_shardings",
      "jax.jit(f, out_shardings=NamedSharding(mesh, P()))"),
     ("jax.extend.backend.add_clear_backends_callback", "nothing public: "
@@ -468,8 +476,6 @@ REFUSED_MODULES = (
             "import optax; opt = optax.adam(1e-3)"),
     Removed("jax.experimental.sharded_jit", "jax.jit with in_shardings",
             "jax.jit(f, in_shardings=NamedSharding(mesh, P('x')))"),
-    Removed("jax.linear_util", "jax.extend.linear_util (JAX internals)",
-            "from jax.extend import linear_util as lu"),
 )
 
 # The classic systems pmapkit itself provides (for the report only).
@@ -622,7 +628,15 @@ def census_records():
                 continue
             source = sources.get(module)
             ours = _ALL.get(module)
-            if ours is not None and ours.served_by.startswith("pmapkit."):
+            outside = _outside_object(census.origin(name))
+            if outside is not None:
+                # a classic module re-exported it from the standard library
+                # or numpy (``from functools import partial``): that object
+                origin = census.origin(name)
+                records[name] = Removed(name, origin, f"import {origin.rpartition('.')[0]}",
+                                        f"{origin} (the same object)",
+                                        lambda value=outside: value)
+            elif ours is not None and ours.served_by.startswith("pmapkit."):
                 # a module pmapkit serves: its own name where it has one
                 records[name] = Removed(name, INTERNAL, "",
                                         f"{ours.served_by}.{attr}, where pmapkit has it")
@@ -643,6 +657,22 @@ def census_records():
 
 
 _CENSUS = None
+
+
+def _outside_object(origin):
+    """The object ``origin`` ("functools.partial") names, where it is the
+    standard library's or numpy's and its module is already imported (no
+    import for a census record); else None."""
+    if not origin:
+        return None
+    import sys
+    module, _, attr = origin.rpartition(".")
+    root = module.partition(".")[0]
+    if root not in ("numpy",) and (root not in sys.stdlib_module_names
+                                   or root == "distutils"):
+        return None
+    loaded = sys.modules.get(module)
+    return getattr(loaded, attr, None) if loaded is not None else None
 
 
 def by_name(name):
