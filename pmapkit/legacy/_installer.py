@@ -76,9 +76,14 @@ def installed() -> tuple[str, ...]:
     return tuple(_installed)
 
 
-def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, ...]:
+def install(route_pmap: bool = False, report: bool | None = None,
+            classic_prng: bool = False) -> tuple[str, ...]:
     """Installs pmapkit as the modules and names this JAX lacks (see the module
     docstring); with ``route_pmap``, ``jax.pmap`` becomes ``pmapkit.pmap``.
+    With ``classic_prng`` (``pmapkit run`` without ``--modern-prng``),
+    ``jax_threefry_partitionable`` is set to False, its default before JAX
+    0.5, so ``jax.random`` draws are those of the classic releases (unless
+    the ``JAX_THREEFRY_PARTITIONABLE`` environment variable says otherwise).
     With ``report`` (default: the ``PMAPKIT_REPORT`` environment variable) the
     classic names the program uses are counted and, at exit, listed on stderr
     with their modern replacements; counting needs the report on at the first
@@ -114,11 +119,15 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
             new += _install_name(jax, f"jax.{name}", _counted(f"jax.{name}", ours))
     new += _install_removed_names()
     new += _install_census_names()
+    new += _install_config_options()
     refused = len(refused | _install_refusals())
     _serve_submodules()
     said = [f"served {len(new)} classic names"] if new else []
     if refused:
         said.append(f"{refused} removed ones raise a clear error")
+    if classic_prng and _set_classic_prng():
+        said.append("jax.random draws as classic releases made them "
+                    "(jax_threefry_partitionable=False; --modern-prng keeps today's)")
     if route_pmap and not _is_ours(jax.pmap, pmapkit.pmap):
         jax.pmap = _counted("jax.pmap", pmapkit.pmap)
         new.append("jax.pmap")
@@ -128,6 +137,17 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
         print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)} "
               f"(list: pmapkit run --report)", file=sys.stderr, flush=True)
     return tuple(new)
+
+
+def _set_classic_prng():
+    """``jax_threefry_partitionable`` off, as JAX had it before 0.5; an
+    explicit ``JAX_THREEFRY_PARTITIONABLE`` in the environment wins.
+    Whether it changed anything."""
+    import os
+    if "JAX_THREEFRY_PARTITIONABLE" in os.environ or not jax.config.jax_threefry_partitionable:
+        return False
+    jax.config.update("jax_threefry_partitionable", False)
+    return True
 
 
 def _reported(name, ours):
@@ -191,6 +211,34 @@ def _install_removed_names():
             new += _install_config_module(record)
         else:
             new += _install_module(record.name, record.make)
+    return new
+
+
+def _install_config_options():
+    """The removed config options ``CONFIG_OPTIONS`` serves become options
+    of JAX's config again; ``jax.config.update`` of another removed option
+    raises its clear error instead of "Unrecognized config option"."""
+    from pmapkit import _jax_private as jp
+    new = []
+    for option in legacy_names.CONFIG_OPTIONS:
+        if jp.define_bool_option(option.name, option.default,
+                                 f"Classic option ({option.why}).", option.check) is not None:
+            new.append(option.name)
+    config = jax.config
+    if getattr(config.update, "_pmapkit_classic", False):
+        return new
+    update = config.update
+
+    def classic_update(name, value):
+        if name not in config.values:
+            text = legacy_names.removed_config_text(name)
+            if text is not None:
+                raise legacy_names.RemovedAttributeError(text)
+        return update(name, value)
+
+    classic_update._pmapkit_classic = True
+    classic_update.__doc__ = update.__doc__
+    config.update = classic_update
     return new
 
 

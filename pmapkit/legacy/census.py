@@ -28,7 +28,7 @@ import re
 import warnings
 
 __all__ = ["RELEASES", "COLLECTED", "ERAS", "release_names", "union", "history",
-           "removed_in", "module_removed_in", "origin", "classify", "clear_error", "counts",
+           "removed_in", "module_removed_in", "config_removed_in", "origin", "classify", "clear_error", "counts",
            "OUTCOMES"]
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
@@ -173,6 +173,29 @@ def removal_window(full_name: str) -> tuple[str, str | None] | None:
     last = have[-1]
     later = [r for r in RELEASES if _version_key(r) > _version_key(last)]
     return last, (later[0] if later else None)
+
+
+@functools.lru_cache(maxsize=None)
+def config_options() -> dict[str, str | None]:
+    """``{jax_* option: the release that removed it, or None}`` of the
+    options the read releases defined (``census_data/config.txt``)."""
+    path = os.path.join(_DATA, "config.txt")
+    if not os.path.exists(path):
+        return {}
+    found = {}
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if not fields or line[0] == "#" or fields[0] == "releases":
+                continue
+            found[fields[0]] = None if fields[2] == "-" else fields[2]
+    return found
+
+
+def config_removed_in(option: str) -> str | None:
+    """The release that removed config option ``option`` (a window "A..B"
+    between read releases), None where this JAX has it or none read did."""
+    return config_options().get(option)
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,7 +27,8 @@ public names of each release before the first collected one, with the
 release that removed each name this JAX lacks (probed here, without
 pmapkit) and the outside object a name re-exported; and
 ``census_data/modules.txt``: the releases whose sources have each public
-module (sdists of later releases add their module facts only).
+module (sdists of later releases add their module facts only); and
+``census_data/config.txt``: the ``jax_*`` config options each defines.
 Nothing of pmapkit is imported in the classic environment: the collecting
 code travels as source.
 """
@@ -272,10 +273,11 @@ def sources(sdists, out_dir):
     module docstring); returns their paths."""
     from pmapkit.legacy import census, census_sources
     first_collected = census.COLLECTED[0]
-    read = {}
+    read, options = {}, {}
     for path in sdists:
         version, modules = census_sources.release_modules(path)
         read[version] = modules
+        options[version] = census_sources.config_options(path)[1]
     order = sorted(read, key=_version_key)
     eras = [v for v in order if _version_key(v) < _version_key(first_collected)]
     pairs, origins = {}, {}
@@ -336,7 +338,23 @@ def sources(sdists, out_dir):
             gone = "-" if have[-1] == len(order) - 1 else window(
                 order[have[-1]], order[have[-1] + 1])
             f.write(f"{module} {_spans(have)} {gone}\n")
-    return eras_path, modules_path
+    import jax
+    config_path = os.path.join(out_dir, "config.txt")
+    with open(config_path, "w") as f:
+        f.write("# the read releases whose sources define each jax_* config option "
+                "(indices into the list below), and the release that removed it ('-': "
+                "this JAX has it): python -m pmapkit.legacy.census_collect --sources "
+                "SDIST...\n")
+        f.write("releases " + " ".join(order) + "\n")
+        for option in sorted(set().union(*options.values())):
+            have = [i for i, v in enumerate(order) if option in options[v]]
+            if option in jax.config.values:
+                gone = "-"
+            else:
+                later = order[have[-1] + 1:]
+                gone = window(order[have[-1]], later[0] if later else None)
+            f.write(f"{option} {_spans(have)} {gone}\n")
+    return eras_path, modules_path, config_path
 
 
 def main(argv=None) -> int:

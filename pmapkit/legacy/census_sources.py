@@ -19,7 +19,7 @@ import ast
 import re
 import tarfile
 
-__all__ = ["ERA_MODULES", "MODULES", "release_modules"]
+__all__ = ["ERA_MODULES", "MODULES", "release_modules", "config_options"]
 
 # Public modules of the 0.1-0.4.12 releases that today's list
 # (census_collect.PUBLIC_MODULES) lacks: the API modules of the time
@@ -55,6 +55,7 @@ class _Source:
 
     def __init__(self, path):
         self.files = {}
+        self.texts = []     # every module's source, private ones too
         self.version = None
         with tarfile.open(path) as tar:
             for member in tar.getmembers():
@@ -66,6 +67,7 @@ class _Source:
                     continue
                 text = tar.extractfile(member).read().decode("utf-8", "replace")
                 inner = parts[1:]
+                self.texts.append(text)
                 if inner[-1] == "__init__.py":
                     self.files[".".join(inner[:-1])] = (True, text)
                 else:
@@ -215,3 +217,39 @@ def release_modules(sdist_path):
                          "has no jax-VERSION/ folder")
     modules = {m: source.public_names(m) for m in MODULES if m in source.files}
     return version, modules
+
+
+_DEFINES = re.compile(r"^(define_\w+|\w+_state|\w+_flag|DEFINE_\w+)$")
+
+
+def _options(texts):
+    """The ``jax_*`` config options the sources define: the first argument
+    (or ``name=``) of every ``define_bool_state``/``bool_state``/
+    ``flags.DEFINE_bool``-like call."""
+    found = set()
+    for text in texts:
+        if "jax_" not in text:
+            continue
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if not _DEFINES.match(called):
+                continue
+            named = [k.value for k in node.keywords if k.arg == "name"]
+            first = node.args[0] if node.args else (named[0] if named else None)
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) \
+                    and first.value.startswith("jax_"):
+                found.add(first.value)
+    return found
+
+
+def config_options(sdist_path):
+    """``(version, {option names})``: the config options a ``jax`` sdist defines."""
+    source = _Source(sdist_path)
+    return source.version, _options(source.texts)

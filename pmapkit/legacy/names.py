@@ -22,7 +22,8 @@ from pmapkit.legacy import census
 from pmapkit.legacy import classic_values as cv
 from pmapkit.legacy import pmap_sharding
 
-__all__ = ["INTERNAL", "census_records", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
+__all__ = ["INTERNAL", "census_records", "CONFIG_OPTIONS", "ConfigOption",
+           "RemovedConfigValueError", "removed_config_text", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
            "REFUSED_MODULES",
            "SYSTEMS", "by_name"]
@@ -536,6 +537,58 @@ SYSTEMS = (
             "jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P('i'), out_specs=P('i')))",
             "pmapkit.pmap"),
 )
+
+@dataclasses.dataclass(frozen=True)
+class ConfigOption:
+    """A ``jax_*`` config option JAX removed whose every accepted value asks
+    for what JAX 0.10 always does: served as an option of JAX's config that
+    changes nothing; a value that asks for the removed behaviour raises."""
+    name: str
+    default: bool
+    accepted: tuple      # the values that describe JAX 0.10's behaviour
+    why: str             # why those values change nothing today
+
+    @property
+    def removed_in(self):
+        return census.config_removed_in(self.name) or "0.10.0"
+
+    def check(self, value):
+        if bool(value) not in self.accepted:
+            raise RemovedConfigValueError(
+                f"{self.name}={bool(value)} was removed in JAX {self.removed_in}: "
+                f"{self.why}; pmapkit.legacy accepts only "
+                f"{' or '.join(map(str, self.accepted))}. Use the default instead, "
+                f"e.g. drop the jax.config.update('{self.name}', ...) line")
+
+
+class RemovedConfigValueError(RemovedFromJax, ValueError):
+    """A removed config option set to the behaviour JAX no longer has."""
+
+
+CONFIG_OPTIONS = (
+    ConfigOption("jax_parallel_functions_output_gda", False, (True, False),
+                 "pjit's outputs were GlobalDeviceArrays (True) or ShardedDeviceArrays; "
+                 "every output is now a jax.Array, which serves both APIs"),
+    ConfigOption("jax_array", True, (True,),
+                 "every value is a jax.Array; DeviceArray/ShardedDeviceArray/GDA are gone"),
+    ConfigOption("jax_jit_pjit_api_merge", True, (True,),
+                 "jax.jit and pjit are one API"),
+    ConfigOption("jax_omnistaging", True, (True,),
+                 "JAX stages every operation under jit"),
+    ConfigOption("jax_enable_mlir", True, (True,), "JAX lowers through MLIR only"),
+)
+
+
+def removed_config_text(option):
+    """The error for ``jax.config.update(option, ...)`` of a removed option
+    pmapkit.legacy does not serve, or None for one the census never saw."""
+    removed = census.config_removed_in(option)
+    if removed is None:
+        return None
+    return (f"{option} was removed in JAX {removed} and has no faithful equivalent on "
+            f"JAX {jax.__version__}, so pmapkit.legacy does not provide it: use "
+            f"nothing instead (drop the jax.config.update('{option}', ...) line)")
+
 
 # Where the census's fact is not the one a record states, the record's own
 # release with the reason (tests/test_legacy_census.py holds each against the

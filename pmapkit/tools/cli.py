@@ -6,8 +6,8 @@
     pmapkit launch -n N [--devices-per-process K] [--timeout S] script.py [args]
                                   N local processes joined by jax.distributed
                                   (``pmapkit launch --help``)
-    pmapkit run [--route-pmap] [--report[=json|PATH.json]] script.py [args]
-    pmapkit run [--route-pmap] [--report[=json|PATH.json]] -m module [args]
+    pmapkit run [--route-pmap] [--modern-prng] [--report[=json|PATH.json]] script.py [args]
+    pmapkit run [--route-pmap] [--modern-prng] [--report[=json|PATH.json]] -m module [args]
                                   an old script, unedited: pmapkit stands in for
                                   what this JAX removed (``pmapkit run --help``)
     pmapkit migrate PATH... [-o OUT | --in-place] [--diff] [--strict] [--check]
@@ -20,8 +20,8 @@ import sys
 COMMANDS = ("demo", "bench", "launch", "run", "migrate")
 
 RUN_USAGE = """\
-usage: pmapkit run [--route-pmap] [--report] script.py [args ...]
-       pmapkit run [--route-pmap] [--report] -m module [args ...]
+usage: pmapkit run [--route-pmap] [--modern-prng] [--report] script.py [args ...]
+       pmapkit run [--route-pmap] [--modern-prng] [--report] -m module [args ...]
 
 Runs an old JAX script unedited, as `python script.py` / `python -m module`
 would (sys.argv, __main__, exit status), after pmapkit.legacy.install():
@@ -30,12 +30,15 @@ pmapkit's classic APIs stand in for the modules and names this JAX lacks
 .jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
 other removed names classic programs use (jax.tree_map, jax.ops.index_update,
 Array.device_buffers, jax.experimental.optimizers/stax, jax.config, ...):
-every public name of jax 0.4.13 to 0.9.2 works, or raises an error naming
+every public name of jax 0.1.77 to 0.9.2 works, or raises an error naming
 the release that removed it and its replacement (docs/classic-names.md).
-One short line on stderr counts what was installed.
+jax.random draws are the classic releases' (jax_threefry_partitionable off,
+as before JAX 0.5). One short line on stderr counts what was installed.
 
 options:
   --route-pmap  also make jax.pmap pmapkit's pmap
+  --modern-prng keep today's jax_threefry_partitionable=True (jax.random
+                draws as JAX 0.10 makes them, not as classic releases did)
   --report      at exit, list on stderr the classic names the script used
                 (uses, file:line of the first use), what served them and
                 their modern replacements (also: PMAPKIT_REPORT=1)
@@ -75,6 +78,7 @@ def run(argv):
     """``pmapkit run``: options end at the script or ``-m module``; everything
     after it is the script's, as with ``python``."""
     route_pmap, report, module, rest = False, None, None, list(argv)
+    classic_prng = True
     while rest and rest[0].startswith("-") and module is None:
         option = rest.pop(0)
         if option in ("-h", "--help"):
@@ -82,6 +86,8 @@ def run(argv):
             return 0
         if option == "--route-pmap":
             route_pmap = True
+        elif option == "--modern-prng":
+            classic_prng = False
         elif option == "--report":
             report = True
         elif option.startswith("--report="):
@@ -104,7 +110,7 @@ def run(argv):
             return _usage_error(f"no such script: {script!r}")
     from pmapkit.tools import run as _as_main
     from pmapkit import legacy
-    legacy.install(route_pmap=route_pmap, report=report)
+    legacy.install(route_pmap=route_pmap, report=report, classic_prng=classic_prng)
     if module is not None:
         _as_main.run_module(module, rest)
     else:
