@@ -21,6 +21,7 @@ import numpy as np
 
 import pmapkit
 from pmapkit.legacy import census as legacy_census
+from pmapkit.legacy import classic_values
 from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy import pmap_sharding
 from pmapkit.legacy import report as legacy_report
@@ -40,6 +41,12 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._own_specs = {}
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.modules and _refused_module(self.modules[fullname]) \
+                and _probing_only():
+            # importlib.util.find_spec of a removed module: not found, as on
+            # the classic releases after it went (importing it still raises
+            # the clear error)
+            return None
         if fullname in self.after_import:
             self.after_import.discard(fullname)
             spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -54,6 +61,11 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         module = self.modules[spec.name]()
         _refuse_census_names(module, spec.name)
+        if module.__name__ == spec.name and not _refused_module(self.modules[spec.name]):
+            # a stand-in built for the classic name: every public name it
+            # serves is what ``from module import *`` gives, as classic
+            # modules without ``__all__`` gave theirs
+            module.__all__ = sorted(n for n in vars(module) if not n.startswith("_"))
         if legacy_report.enabled():
             legacy_report.note(spec.name, "imports")
         self._own_specs[spec.name] = getattr(module, "__spec__", None)
@@ -68,6 +80,22 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 _PACKAGES = {"jax.experimental.jax2tf"}
+
+
+def _refused_module(make):
+    return isinstance(make, functools.partial) and make.func is _raise_import
+
+
+def _probing_only():
+    """Whether the finder is asked by ``importlib.util.find_spec`` (a probe
+    for the module) rather than by an import statement."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == "<frozen importlib._bootstrap>":
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_name != "find_spec":
+        return False
+    where = frame.f_code.co_filename.replace("\\", "/")
+    return where == "<frozen importlib.util>" or where.endswith("importlib/util.py")
 _finder = _AliasFinder()
 
 
@@ -101,10 +129,8 @@ def install(route_pmap: bool = False, report: bool | None = None,
         sys.meta_path.insert(0, _finder)
     new = []
     new += _install_pjit()
-    new += _install_module("jax.experimental.maps", lambda: pmapkit.maps)
+    new += _install_module("jax.experimental.maps", classic_values.maps_module)
     refused = set()
-    if "jax.experimental.maps" in _finder.modules:
-        refused = _refuse_names(pmapkit.maps, "jax.experimental.maps")
     new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
                          _counted("jax.experimental.PartitionSpec",
                                   jax.sharding.PartitionSpec))
@@ -126,8 +152,7 @@ def install(route_pmap: bool = False, report: bool | None = None,
     if refused:
         said.append(f"{refused} removed ones raise a clear error")
     if classic_prng and _set_classic_prng():
-        said.append("jax.random draws as classic releases made them "
-                    "(jax_threefry_partitionable=False; --modern-prng keeps today's)")
+        said.append("classic jax.random draws")
     if route_pmap and not _is_ours(jax.pmap, pmapkit.pmap):
         jax.pmap = _counted("jax.pmap", pmapkit.pmap)
         new.append("jax.pmap")
@@ -376,7 +401,7 @@ def _install_refusals():
     for record in modules:
         by_owner.setdefault(record.owner, []).append(record)
     for owner, records in by_owner.items():
-        if owner == "jax.experimental.maps" or owner in _finder.modules:
+        if owner in _finder.modules:
             continue      # served modules: refused as they are created
         if owner in sys.modules:
             refused |= _refuse_names(sys.modules[owner], owner, records)
@@ -476,6 +501,10 @@ def _install_name(module, full_name, value):
     attr = full_name.rpartition(".")[2]
     if _has(module, attr):
         return []
+    if isinstance(value, types.FunctionType) and "<locals>" in value.__qualname__:
+        # an adapter made in a builder: pickled by reference to its classic
+        # name, as the classic release's function was
+        value.__module__, _, value.__qualname__ = full_name.rpartition(".")
     if legacy_report.enabled() and isinstance(module, types.ModuleType):
         # served by the module __getattr__, so an import alone is seen
         # (``from jax.experimental import PartitionSpec``)

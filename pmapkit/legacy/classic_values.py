@@ -120,6 +120,21 @@ def functools_partial():
     return functools.partial
 
 
+def maps_module():
+    """``jax.experimental.maps`` as classic programs imported it: pmapkit's
+    maps (``Mesh``, ``mesh``, ``ResourceEnv``, ``EMPTY_ENV``), with JAX's
+    own ``thread_resources``, as the classic module shared it with
+    ``jax.interpreters.pxla`` (both see ``with mesh:``)."""
+    from jax.interpreters import pxla
+
+    from pmapkit.pjit import maps
+    values = {n: getattr(maps, n) for n in maps.__all__}
+    values["EMPTY_ENV"] = maps.EMPTY_ENV
+    values["thread_resources"] = pxla.thread_resources
+    return _module("jax.experimental.maps", "jax.experimental.maps as JAX 0.2 to 0.4 "
+                   "had it, for pjit: pmapkit.pjit.maps.", **values)
+
+
 # -- jax.util -------------------------------------------------------------------
 
 UTIL_HELPERS = ("HashableFunction", "cache", "safe_map", "safe_zip", "split_list",

@@ -124,7 +124,8 @@ def _shuffle():
         """jax.random.shuffle as JAX before 0.4.31 had it: each vector along
         ``axis`` shuffled independently (permutation(..., independent=True))."""
         return jax.random.permutation(key, x, axis, independent=True)
-    shuffle.__module__ = "jax.random"
+    # pickled by reference, as jax.random.shuffle (where it is served)
+    shuffle.__module__, shuffle.__qualname__ = "jax.random", "shuffle"
     return shuffle
 
 

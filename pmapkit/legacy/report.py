@@ -121,6 +121,9 @@ def counted(name, value, how="calls"):
         def counting(*args, **kwargs):
             note(name, how)
             return value(*args, **kwargs)
+        # pickled by reference to the classic name, which answers with this
+        # very function (as jax.tree_map pickled on the classic release)
+        counting.__module__, _, counting.__qualname__ = name.rpartition(".")
         return counting
     return value
 
