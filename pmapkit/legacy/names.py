@@ -149,6 +149,11 @@ def _device_buffers(self):
     return [jnp.squeeze(b, mapped) for b in buffers]
 
 
+def _local_shards():
+    from pmapkit.legacy import global_device_array
+    return global_device_array.local_shards
+
+
 def _device_buffer(self):
     buffers = _device_buffers(self)
     if len(buffers) == 1:
@@ -362,6 +367,8 @@ PROPERTIES = (
             "[s.data for s in x.addressable_shards]",
             "[s.data for s in x.addressable_shards]",
             lambda: _device_buffers),
+    Removed("jax.Array.local_shards", "x.addressable_shards", "x.addressable_shards",
+            "x.addressable_shards", lambda: _local_shards()),
     Removed("jax.Array.device_buffer", "x.addressable_data(0)",
             "x.addressable_data(0)", "the one addressable shard's data",
             lambda: _device_buffer),
@@ -393,6 +400,16 @@ MODULES = (
     _served("jax.lib.xla_bridge", "jax.extend.backend",
             "jax.extend.backend.get_backend(); jax.default_backend()",
             "a module of jax.extend.backend's functions", cv.xla_bridge_module),
+    _served("jax.experimental.global_device_array",
+            "jax.Array with jax.make_array_from_callback",
+            "jax.make_array_from_callback(shape, NamedSharding(mesh, P('x')), "
+            "lambda idx: data[idx])",
+            "pmapkit.legacy.global_device_array (GDAs are jax.Arrays)",
+            _import("pmapkit.legacy.global_device_array")),
+    _served("jax.interpreters.sharded_jit", "jax.jit with in_shardings/out_shardings",
+            "jax.jit(f, in_shardings=NamedSharding(mesh, P('x')))",
+            "pmapkit.legacy.sharded_jit (pjit over a mesh of the partitions)",
+            _import("pmapkit.legacy.sharded_jit")),
     _served("jax.linear_util", "jax.extend.linear_util",
             "from jax.extend import linear_util as lu",
             "a module of jax.extend.linear_util's objects (the same ones)",
@@ -468,10 +485,6 @@ REFUSED_NAMES = (
 ))
 
 REFUSED_MODULES = (
-    Removed("jax.experimental.global_device_array",
-            "jax.Array with jax.make_array_from_callback",
-            "jax.make_array_from_callback(shape, NamedSharding(mesh, P('x')), "
-            "lambda idx: data[idx])"),
     Removed("jax.experimental.loops", "jax.lax.fori_loop / jax.lax.scan",
             "jax.lax.fori_loop(0, n, body, init)"),
     Removed("jax.experimental.optix", "the optax package",
@@ -603,6 +616,8 @@ OVERRIDES = {
         "0.4.14 (pjit era)", "the name stays; pjit's in_axis_resources era went"),
     "jax.Array.device_buffers": ("0.4.27", "a property, not a module name"),
     "jax.Array.device_buffer": ("0.4.27", "a property, not a module name"),
+    "jax.Array.local_shards": ("0.4.7", "GlobalDeviceArray's property; jax.Array took "
+                               "the GDA's place"),
     "jax.sharding.PmapSharding.devices": ("0.10.0", "a property of a removed class"),
     "jax.device_put_replicated": ("0.10.0", "probed: deprecated names answered until 0.10"),
     "jax.device_put_sharded": ("0.10.0", "probed: deprecated names answered until 0.10"),
