@@ -47,9 +47,10 @@ def _script(tmp_path, name):
 @pytest.fixture(autouse=True)
 def _classic_promotion():
     # The references follow the classic programs, written for NumPy's rank
-    # and dtype promotion and uint32 PRNGKey arrays (the suite raises on them).
+    # and dtype promotion and uint32 PRNGKey arrays (the suite raises on them),
+    # and drawing random numbers as their releases did (pmapkit run's default).
     with (jax.numpy_rank_promotion("allow"), jax.legacy_prng_key("allow"),
-          jax.numpy_dtype_promotion("standard")):
+          jax.numpy_dtype_promotion("standard"), jax.threefry_partitionable(False)):
         yield
 
 
