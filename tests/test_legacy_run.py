@@ -73,7 +73,7 @@ def test_one_short_stderr_line_counts_what_was_installed(tmp_path):
     assert len(said) == 1, proc.stderr
     assert len(said[0]) <= 160, said[0]
     assert re.fullmatch(r"pmapkit\.legacy \(jax [\d.]+\): served \d+ classic names; "
-                        r"\d+ removed ones raise a clear error "
+                        r"\d+ removed ones raise a clear error; classic jax.random draws "
                         r"\(list: pmapkit run --report\)", said[0]), said[0]
     assert "jax.pmap" not in said[0]
 
@@ -315,7 +315,7 @@ def test_help(tmp_path):
     proc = _run(RUN + ["--help"], tmp_path)
     assert proc.returncode == 0
     assert proc.stdout.startswith(
-        "usage: pmapkit run [--route-pmap] [--report] script.py [args ...]")
+        "usage: pmapkit run [--route-pmap] [--modern-prng] [--report] script.py [args ...]")
     assert "--route-pmap  also make jax.pmap pmapkit's pmap" in proc.stdout
     assert "--report      at exit, list on stderr the classic names" in proc.stdout
 

@@ -612,8 +612,6 @@ OVERRIDES = {
                  "jax.pmap still exists; 0.10 removed the C++ pmap it was"),
     "jax.experimental.pjit.pjit": ("0.4.14 (in_axis_resources)",
                                    "the name stays; its in_axis_resources went"),
-    "jax.experimental.pjit.with_sharding_constraint": (
-        "0.4.14 (pjit era)", "the name stays; pjit's in_axis_resources era went"),
     "jax.Array.device_buffers": ("0.4.27", "a property, not a module name"),
     "jax.Array.device_buffer": ("0.4.27", "a property, not a module name"),
     "jax.Array.local_shards": ("0.4.7", "GlobalDeviceArray's property; jax.Array took "
@@ -698,7 +696,10 @@ def census_records():
             source = sources.get(module)
             ours = _ALL.get(module)
             outside = _outside_object(census.origin(name))
-            if outside is not None:
+            owner_here = not census.missing_here(module) or (
+                ours is not None and (ours.make is not None
+                                      or ours.served_by.startswith("pmapkit.")))
+            if outside is not None and owner_here:
                 # a classic module re-exported it from the standard library
                 # or numpy (``from functools import partial``): that object
                 origin = census.origin(name)
