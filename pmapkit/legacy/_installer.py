@@ -491,8 +491,9 @@ def _chain_getattr(module):
 
 def _has(obj, name):
     """``hasattr`` without JAX's deprecation warnings: a name that is only
-    deprecated still exists; one whose deprecation raises does not."""
-    with warnings.catch_warnings():
+    deprecated still exists; one whose deprecation raises does not. The
+    installer's own look is no use the report counts."""
+    with warnings.catch_warnings(), legacy_report.unseen():
         warnings.simplefilter("ignore")
         return hasattr(obj, name)
 

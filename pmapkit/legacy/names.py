@@ -517,6 +517,8 @@ SYSTEMS = (
     Removed("jax.device_put_sharded", "jax.device_put",
             "jax.device_put(stacked, NamedSharding(mesh, P('x')))",
             "pmapkit.device_put_sharded"),
+    Removed("jax.experimental.pjit.PartitionSpec", "jax.sharding.PartitionSpec",
+            "from jax.sharding import PartitionSpec as P", "jax.sharding.PartitionSpec"),
     Removed("jax.experimental.PartitionSpec", "jax.sharding.PartitionSpec",
             "from jax.sharding import PartitionSpec as P", "jax.sharding.PartitionSpec"),
     Removed("jax.experimental.host_callback.call",

@@ -81,7 +81,23 @@ def _site():
     return "?"
 
 
+class unseen:
+    """Inside it, reads are the installer's own looks (``hasattr``), not
+    the program's uses: neither counted nor listed."""
+
+    def __enter__(self):
+        _quiet.depth = getattr(_quiet, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _quiet.depth -= 1
+
+
+_quiet = threading.local()
+
+
 def note(name, how="calls"):
+    if getattr(_quiet, "depth", 0):
+        return
     with _lock:
         if not _counts.get(name):
             _how[name] = how
@@ -93,6 +109,8 @@ def note(name, how="calls"):
 def seen(name):
     """An import or read of ``name`` that is not a use to count: listed (0
     uses until one), its site the first use."""
+    if getattr(_quiet, "depth", 0):
+        return
     with _lock:
         if name not in _counts:
             _counts[name] = 0
