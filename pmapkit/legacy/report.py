@@ -25,7 +25,7 @@ import threading
 
 from pmapkit.legacy import names as legacy_names
 
-__all__ = ["enable", "enabled", "note", "seen", "counted", "counting_module_getattr",
+__all__ = ["enable", "enabled", "note", "seen", "unseen", "counted", "counting_module_getattr",
            "counting_module", "counts", "entries", "table", "as_json",
            "env_requests_report"]
 
