@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import gc
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -121,6 +122,19 @@ def install(route_pmap: bool = False, report: bool | None = None,
     installed by this call and, when there are any, says so in one line on
     stderr.
     """
+    # The census is tens of thousands of small acyclic objects (pairs,
+    # records): cyclic collections over JAX's heap while building them cost
+    # more than the work itself, so none runs during install.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _install(route_pmap, report, classic_prng)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _install(route_pmap, report, classic_prng):
     if report is None:
         report = legacy_report.env_requests_report()
     if report and not _installed:
