@@ -39,38 +39,9 @@ import os
 import subprocess
 import sys
 
+from pmapkit.legacy.census_modules import PUBLIC_MODULES
+
 __all__ = ["PUBLIC_MODULES", "collect", "main"]
-
-# The modules a classic program imported: JAX's documented API of the 0.4 to
-# 0.9 releases, and the internals libraries of the time reached for
-# (jax.core, jax.interpreters.*, jax.util, jax.lib).
-PUBLIC_MODULES = (
-    "jax", "jax.numpy", "jax.numpy.linalg", "jax.numpy.fft", "jax.lax", "jax.lax.linalg",
-    "jax.random", "jax.nn", "jax.nn.initializers", "jax.scipy", "jax.scipy.linalg",
-    "jax.scipy.special", "jax.scipy.stats", "jax.scipy.signal", "jax.scipy.ndimage",
-    "jax.scipy.optimize", "jax.scipy.sparse", "jax.scipy.sparse.linalg", "jax.scipy.fft",
-    "jax.scipy.integrate", "jax.scipy.cluster", "jax.scipy.cluster.vq", "jax.scipy.interpolate",
-    "jax.scipy.spatial", "jax.scipy.spatial.transform",
-    "jax.tree_util", "jax.tree", "jax.sharding", "jax.stages", "jax.errors", "jax.dtypes",
-    "jax.debug", "jax.profiler", "jax.image", "jax.ops", "jax.dlpack", "jax.distributed",
-    "jax.custom_derivatives", "jax.custom_batching", "jax.custom_transpose", "jax.flatten_util",
-    "jax.monitoring", "jax.typing", "jax.export", "jax.ffi", "jax.ref",
-    "jax.core", "jax.util", "jax.api_util", "jax.linear_util", "jax.abstract_arrays",
-    "jax.lib", "jax.lib.xla_bridge",
-    "jax.interpreters", "jax.interpreters.ad", "jax.interpreters.batching",
-    "jax.interpreters.partial_eval", "jax.interpreters.mlir", "jax.interpreters.xla",
-    "jax.interpreters.pxla",
-    "jax.extend", "jax.extend.core", "jax.extend.linear_util", "jax.extend.random",
-    "jax.extend.backend", "jax.extend.ffi", "jax.extend.mlir", "jax.extend.source_info_util",
-    "jax.example_libraries", "jax.example_libraries.optimizers", "jax.example_libraries.stax",
-    "jax.experimental", "jax.experimental.pjit", "jax.experimental.maps",
-    "jax.experimental.host_callback", "jax.experimental.mesh_utils",
-    "jax.experimental.multihost_utils", "jax.experimental.shard_map",
-    "jax.experimental.checkify", "jax.experimental.custom_partitioning",
-    "jax.experimental.compilation_cache", "jax.experimental.compilation_cache.compilation_cache",
-    "jax.experimental.export", "jax.experimental.ode", "jax.experimental.x64_context",
-)
-
 
 # Runs in the classic environment (as ``python -c``): prints one JSON object.
 _COLLECTOR = r'''

@@ -19,35 +19,14 @@ import ast
 import re
 import tarfile
 
-__all__ = ["ERA_MODULES", "MODULES", "release_modules", "config_options"]
+from pmapkit.legacy.census_modules import ERA_MODULES, PUBLIC_MODULES
 
-# Public modules of the 0.1-0.4.12 releases that today's list
-# (census_collect.PUBLIC_MODULES) lacks: the API modules of the time
-# (jax.api, jax.config, jax.lax_linalg), the internals classic libraries and
-# tutorials imported (jax.abstract_arrays, jax.ad_util, jax.interpreters.*),
-# and the jax.experimental modules of those years.
-ERA_MODULES = (
-    "jax.api", "jax.config", "jax.abstract_arrays", "jax.ad_util", "jax.lax_linalg",
-    "jax.test_util", "jax.lazy", "jax.experimental.optimizers", "jax.experimental.stax",
-    "jax.experimental.loops", "jax.experimental.optix", "jax.experimental.vectorize",
-    "jax.experimental.jet", "jax.experimental.callback", "jax.experimental.doubledouble",
-    "jax.experimental.global_device_array", "jax.experimental.sharded_jit",
-    "jax.experimental.general_map", "jax.experimental.djax", "jax.experimental.sparse",
-    "jax.experimental.array_api", "jax.experimental.gda_serialization",
-    "jax.experimental.jax2tf.jax_export",
-    "jax.interpreters.sharded_jit", "jax.interpreters.masking",
-    "jax.interpreters.invertible_ad", "jax.lib.xla_client",
-)
+__all__ = ["ERA_MODULES", "MODULES", "release_modules", "config_options"]
 
 _TYPING = {"typing", "typing_extensions", "abc", "collections.abc", "__future__", "types"}
 
 
-def _modules():
-    from pmapkit.legacy.census_collect import PUBLIC_MODULES
-    return tuple(dict.fromkeys(PUBLIC_MODULES + ERA_MODULES))
-
-
-MODULES = _modules()
+MODULES = tuple(dict.fromkeys(PUBLIC_MODULES + ERA_MODULES))
 
 
 class _Source:

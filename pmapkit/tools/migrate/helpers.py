@@ -18,6 +18,17 @@ class Helper:
     imports: tuple = ("jax",)     # top-level modules the source refers to
 
 
+CLASSIC_PRNG = Helper("_classic_prng", '''
+def _classic_prng():
+    # jax.random streams as the original drew them (JAX before 0.5, and pmapkit
+    # run): jax_threefry_partitionable off (written by pmapkit migrate).
+    jax.config.update("jax_threefry_partitionable", False)
+
+
+_classic_prng()
+''')
+
+
 PMAP = Helper("_pmap", '''
 _PMAPS = {}
 _PMAP_MESHES = []

@@ -217,6 +217,10 @@ class Migrator(cst.CSTTransformer):
         q = self.qualname(original)
         if q is None or self._start(original) in self.rewritten:
             return updated
+        if q.startswith("jax.random."):
+            # the original draws classic streams (pmapkit run's default): so
+            # must the migrated file
+            self.need_helper(helpers.CLASSIC_PRNG)
         raw = self.raw_qualname(original)
         if raw in _ALIASES and not isinstance(original, cst.Name):
             # ``jax.api`` read as an attribute: its canonical module (what
