@@ -104,6 +104,16 @@ def test_config_example_libraries_array_types_tie_in_shuffle():
         import jax
         import jax.numpy as jnp
 
+
+        def _classic_prng():
+            # jax.random streams as the original drew them (JAX before 0.5, and pmapkit
+            # run): jax_threefry_partitionable off (written by pmapkit migrate).
+            jax.config.update("jax_threefry_partitionable", False)
+
+
+        _classic_prng()
+
+
         config.update("jax_enable_x64", False)
 
 

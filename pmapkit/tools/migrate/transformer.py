@@ -217,7 +217,7 @@ class Migrator(cst.CSTTransformer):
         q = self.qualname(original)
         if q is None or self._start(original) in self.rewritten:
             return updated
-        if q.startswith("jax.random."):
+        if q.startswith("jax.random.") and q not in _RANDOM_TYPES:
             # the original draws classic streams (pmapkit run's default): so
             # must the migrated file
             self.need_helper(helpers.CLASSIC_PRNG)
@@ -393,6 +393,10 @@ class Migrator(cst.CSTTransformer):
                 leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
                 + [line for line in body[at].leading_lines if line.comment])
         return updated_node.with_changes(body=body[:at] + added + body[at:])
+
+
+# jax.random names that draw nothing (types): no classic-stream helper for them
+_RANDOM_TYPES = {"jax.random.KeyArray", "jax.random.PRNGKeyArray"}
 
 
 def _walk(node, kind):
