@@ -602,6 +602,16 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def define_bool_option(name, default, help, validator):
+    """A ``jax_*`` boolean config option of JAX's config (``jax.config.update``,
+    ``jax.config.NAME``, the ``NAME`` environment variable); ``validator(value)``
+    raises for a value it refuses. None where JAX already has it."""
+    from jax._src import config as _config
+    if name in _config.config.values:
+        return None
+    return _config.bool_state(name, default, help, validator=validator)
+
+
 def when_imported(module_name, action):
     """Run ``action()`` once ``module_name`` is imported: now if it already
     is, else right after it is (before the import statement returns). For

@@ -104,6 +104,16 @@ def test_config_example_libraries_array_types_tie_in_shuffle():
         import jax
         import jax.numpy as jnp
 
+
+        def _classic_prng():
+            # jax.random streams as the original drew them (JAX before 0.5, and pmapkit
+            # run): jax_threefry_partitionable off (written by pmapkit migrate).
+            jax.config.update("jax_threefry_partitionable", False)
+
+
+        _classic_prng()
+
+
         config.update("jax_enable_x64", False)
 
 
@@ -118,18 +128,18 @@ def test_config_example_libraries_array_types_tie_in_shuffle():
 
 def test_a_census_name_with_a_modern_spelling_reaches_migrate():
     # The object pmapkit run serves is the modern name's: a rename.
-    same = census.Removed("jax.numpy.row_stack", "0.6.0", "jax.numpy.vstack",
+    same = census.Removed("jax.numpy.row_stack", "jax.numpy.vstack",
                           "jnp.vstack(xs)", "jax.numpy.vstack", lambda: jnp.vstack)
     assert rules_trees_ops.census_rename(same) == "jax.numpy.vstack"
     # A stand-in that is not the modern object (another signature): left.
-    other = census.Removed("jax.sharding.PositionalSharding", "0.6.0",
+    other = census.Removed("jax.sharding.PositionalSharding",
                            "jax.sharding.NamedSharding", "NamedSharding(mesh, P('x'))",
                            "a stand-in", lambda: object)
     assert rules_trees_ops.census_rename(other) is None
     # Marked a drop-in spelling; or a modern spelling this JAX lacks.
-    marked = census.Removed("jax.tree_map", "0.6.0", "jax.tree.map", "", "", None, rename=True)
+    marked = census.Removed("jax.tree_map", "jax.tree.map", "", "", None, rename=True)
     assert rules_trees_ops.census_rename(marked) == "jax.tree.map"
-    missing = census.Removed("jax.nothing", "0.6.0", "jax.not_a_name", "", "", None, rename=True)
+    missing = census.Removed("jax.nothing", "jax.not_a_name", "", "", None, rename=True)
     assert rules_trees_ops.census_rename(missing) is None
     # Every rename the census yields today names a real object.
     moves, _reasons = rules_trees_ops.census_tables()

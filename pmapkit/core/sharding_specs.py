@@ -63,6 +63,7 @@ __all__ = [
     "Unstacked",
     "array_mapping",
     "canonical_pspec",
+    "classic_spec_repr",
     "named_sharding_to_sharding_spec",
     "normalize_partitions",
     "op_sharding_to_indices",
@@ -292,6 +293,16 @@ def sharding_spec_mesh_shape(spec: ShardingSpec) -> tuple[int, ...]:
 
 # --- PartitionSpec parsing -----------------------------------------------------
 
+def classic_spec_repr(spec) -> str:
+    """A PartitionSpec as JAX 0.2 to 0.4 printed it, ``PartitionSpec('x',
+    None)`` (a tuple's repr: ``PartitionSpec('x',)``); JAX 0.10 prints
+    ``P('x', None)``. Classic programs search error texts for
+    ``PartitionSpec(``, so the classic messages keep it."""
+    if isinstance(spec, PartitionSpec):
+        return "PartitionSpec" + repr(tuple(spec))
+    return repr(spec) if isinstance(spec, str) else str(spec)
+
+
 def show_axes(axes) -> str:
     """Classic rendering of a set of mesh axis names: sorted, back-quoted."""
     return ", ".join(sorted(f"`{a}`" for a in axes))
@@ -399,7 +410,8 @@ class ParsedPartitionSpec:
         if repeated:
             raise ValueError(
                 f"A single {arg_name} specification can map every mesh axis "
-                f"to at most one positional dimension, but {self.user_spec} "
+                f"to at most one positional dimension, but "
+                f"{classic_spec_repr(self.user_spec)} "
                 f"has duplicate entries for {show_axes(repeated)}")
 
     def normalized(self, mesh=None) -> ParsedPartitionSpec:
@@ -421,7 +433,7 @@ class ParsedPartitionSpec:
         constraint inside the program may, as in jax)."""
         mesh_shape = _mesh_shape(mesh)
         where = f" ({describe})" if describe else ""
-        spec = self.user_spec
+        spec = classic_spec_repr(self.user_spec)
         if len(shape) < len(self.partitions):
             if sharding is not None:
                 raise ValueError(

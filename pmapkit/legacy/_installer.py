@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import gc
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -21,6 +22,7 @@ import numpy as np
 
 import pmapkit
 from pmapkit.legacy import census as legacy_census
+from pmapkit.legacy import classic_values
 from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy import pmap_sharding
 from pmapkit.legacy import report as legacy_report
@@ -40,6 +42,12 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._own_specs = {}
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.modules and _refused_module(self.modules[fullname]) \
+                and _probing_only():
+            # importlib.util.find_spec of a removed module: not found, as on
+            # the classic releases after it went (importing it still raises
+            # the clear error)
+            return None
         if fullname in self.after_import:
             self.after_import.discard(fullname)
             spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -54,6 +62,11 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         module = self.modules[spec.name]()
         _refuse_census_names(module, spec.name)
+        if module.__name__ == spec.name and not _refused_module(self.modules[spec.name]):
+            # a stand-in built for the classic name: every public name it
+            # serves is what ``from module import *`` gives, as classic
+            # modules without ``__all__`` gave theirs
+            module.__all__ = sorted(n for n in vars(module) if not n.startswith("_"))
         if legacy_report.enabled():
             legacy_report.note(spec.name, "imports")
         self._own_specs[spec.name] = getattr(module, "__spec__", None)
@@ -68,6 +81,22 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 _PACKAGES = {"jax.experimental.jax2tf"}
+
+
+def _refused_module(make):
+    return isinstance(make, functools.partial) and make.func is _raise_import
+
+
+def _probing_only():
+    """Whether the finder is asked by ``importlib.util.find_spec`` (a probe
+    for the module) rather than by an import statement."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == "<frozen importlib._bootstrap>":
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_name != "find_spec":
+        return False
+    where = frame.f_code.co_filename.replace("\\", "/")
+    return where == "<frozen importlib.util>" or where.endswith("importlib/util.py")
 _finder = _AliasFinder()
 
 
@@ -76,9 +105,14 @@ def installed() -> tuple[str, ...]:
     return tuple(_installed)
 
 
-def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, ...]:
+def install(route_pmap: bool = False, report: bool | None = None,
+            classic_prng: bool = False) -> tuple[str, ...]:
     """Installs pmapkit as the modules and names this JAX lacks (see the module
     docstring); with ``route_pmap``, ``jax.pmap`` becomes ``pmapkit.pmap``.
+    With ``classic_prng`` (``pmapkit run`` without ``--modern-prng``),
+    ``jax_threefry_partitionable`` is set to False, its default before JAX
+    0.5, so ``jax.random`` draws are those of the classic releases (unless
+    the ``JAX_THREEFRY_PARTITIONABLE`` environment variable says otherwise).
     With ``report`` (default: the ``PMAPKIT_REPORT`` environment variable) the
     classic names the program uses are counted and, at exit, listed on stderr
     with their modern replacements; counting needs the report on at the first
@@ -88,6 +122,19 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
     installed by this call and, when there are any, says so in one line on
     stderr.
     """
+    # The census is tens of thousands of small acyclic objects (pairs,
+    # records): cyclic collections over JAX's heap while building them cost
+    # more than the work itself, so none runs during install.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _install(route_pmap, report, classic_prng)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _install(route_pmap, report, classic_prng):
     if report is None:
         report = legacy_report.env_requests_report()
     if report and not _installed:
@@ -96,10 +143,8 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
         sys.meta_path.insert(0, _finder)
     new = []
     new += _install_pjit()
-    new += _install_module("jax.experimental.maps", lambda: pmapkit.maps)
+    new += _install_module("jax.experimental.maps", classic_values.maps_module)
     refused = set()
-    if "jax.experimental.maps" in _finder.modules:
-        refused = _refuse_names(pmapkit.maps, "jax.experimental.maps")
     new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
                          _counted("jax.experimental.PartitionSpec",
                                   jax.sharding.PartitionSpec))
@@ -114,11 +159,14 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
             new += _install_name(jax, f"jax.{name}", _counted(f"jax.{name}", ours))
     new += _install_removed_names()
     new += _install_census_names()
+    new += _install_config_options()
     refused = len(refused | _install_refusals())
     _serve_submodules()
     said = [f"served {len(new)} classic names"] if new else []
     if refused:
         said.append(f"{refused} removed ones raise a clear error")
+    if classic_prng and _set_classic_prng():
+        said.append("classic jax.random draws")
     if route_pmap and not _is_ours(jax.pmap, pmapkit.pmap):
         jax.pmap = _counted("jax.pmap", pmapkit.pmap)
         new.append("jax.pmap")
@@ -128,6 +176,17 @@ def install(route_pmap: bool = False, report: bool | None = None) -> tuple[str, 
         print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)} "
               f"(list: pmapkit run --report)", file=sys.stderr, flush=True)
     return tuple(new)
+
+
+def _set_classic_prng():
+    """``jax_threefry_partitionable`` off, as JAX had it before 0.5; an
+    explicit ``JAX_THREEFRY_PARTITIONABLE`` in the environment wins.
+    Whether it changed anything."""
+    import os
+    if "JAX_THREEFRY_PARTITIONABLE" in os.environ or not jax.config.jax_threefry_partitionable:
+        return False
+    jax.config.update("jax_threefry_partitionable", False)
+    return True
 
 
 def _reported(name, ours):
@@ -194,6 +253,34 @@ def _install_removed_names():
     return new
 
 
+def _install_config_options():
+    """The removed config options ``CONFIG_OPTIONS`` serves become options
+    of JAX's config again; ``jax.config.update`` of another removed option
+    raises its clear error instead of "Unrecognized config option"."""
+    from pmapkit import _jax_private as jp
+    new = []
+    for option in legacy_names.CONFIG_OPTIONS:
+        if jp.define_bool_option(option.name, option.default,
+                                 f"Classic option ({option.why}).", option.check) is not None:
+            new.append(option.name)
+    config = jax.config
+    if getattr(config.update, "_pmapkit_classic", False):
+        return new
+    update = config.update
+
+    def classic_update(name, value):
+        if name not in config.values:
+            text = legacy_names.removed_config_text(name)
+            if text is not None:
+                raise legacy_names.RemovedAttributeError(text)
+        return update(name, value)
+
+    classic_update._pmapkit_classic = True
+    classic_update.__doc__ = update.__doc__
+    config.update = classic_update
+    return new
+
+
 def _install_census_names():
     """Census names JAX still has, public, under jax.extend (the same
     objects), set on their classic module where this JAX lacks them."""
@@ -226,9 +313,28 @@ _scheduled: set[str] = set()    # owners whose refusals wait for their import
 
 
 def _refuse_census_names(module, name):
+    """A module being created or imported gets its census names: those
+    served (set where it lacks them) and the refusals of the rest."""
+    for record in _census_served_by_owner().get(name, ()):
+        if not _has(module, record.attr):
+            _install_name(module, record.name, _counted(record.name, record.make()))
     records = _census_refusals_by_owner().get(name)
     if records:
         _refuse_names(module, name, records)
+
+
+def _census_served_by_owner():
+    global _SERVED_BY_OWNER
+    if _SERVED_BY_OWNER is None:
+        by_owner = {}
+        for record in legacy_names.census_records().values():
+            if record.make is not None:
+                by_owner.setdefault(record.owner, []).append(record)
+        _SERVED_BY_OWNER = by_owner
+    return _SERVED_BY_OWNER
+
+
+_SERVED_BY_OWNER = None
 
 
 class _AfterImport(importlib.abc.Loader):
@@ -309,7 +415,7 @@ def _install_refusals():
     for record in modules:
         by_owner.setdefault(record.owner, []).append(record)
     for owner, records in by_owner.items():
-        if owner == "jax.experimental.maps" or owner in _finder.modules:
+        if owner in _finder.modules:
             continue      # served modules: refused as they are created
         if owner in sys.modules:
             refused |= _refuse_names(sys.modules[owner], owner, records)
@@ -399,8 +505,9 @@ def _chain_getattr(module):
 
 def _has(obj, name):
     """``hasattr`` without JAX's deprecation warnings: a name that is only
-    deprecated still exists; one whose deprecation raises does not."""
-    with warnings.catch_warnings():
+    deprecated still exists; one whose deprecation raises does not. The
+    installer's own look is no use the report counts."""
+    with warnings.catch_warnings(), legacy_report.unseen():
         warnings.simplefilter("ignore")
         return hasattr(obj, name)
 
@@ -409,6 +516,10 @@ def _install_name(module, full_name, value):
     attr = full_name.rpartition(".")[2]
     if _has(module, attr):
         return []
+    if isinstance(value, types.FunctionType) and "<locals>" in value.__qualname__:
+        # an adapter made in a builder: pickled by reference to its classic
+        # name, as the classic release's function was
+        value.__module__, _, value.__qualname__ = full_name.rpartition(".")
     if legacy_report.enabled() and isinstance(module, types.ModuleType):
         # served by the module __getattr__, so an import alone is seen
         # (``from jax.experimental import PartitionSpec``)

@@ -3,7 +3,13 @@ answers on this JAX.
 
 ``pmapkit/legacy/census_data/jax-VERSION.txt`` (package data, written by
 ``python -m pmapkit.legacy.census_collect``) lists one ``module name`` pair a
-line. ``classify`` holds each pair against the running JAX:
+line: the releases whose jaxlib installs here, collected by running them
+(``COLLECTED``). ``census_data/eras.txt`` holds the older releases (0.1 to
+0.4.12, ``ERAS``), read from their sources (``census_collect --sources``),
+with the release that removed each name and the outside object a name
+re-exported (``origin``); ``census_data/modules.txt`` the releases whose
+sources have each public module. ``RELEASES`` is both, oldest first.
+``classify`` holds each pair against the running JAX:
 
 - ``native``: this JAX has it (before ``pmapkit.legacy.install()``);
 - ``served``: it works once pmapkit.legacy is installed;
@@ -21,8 +27,9 @@ import os
 import re
 import warnings
 
-__all__ = ["RELEASES", "release_names", "union", "history", "removed_in", "classify",
-           "clear_error", "counts", "OUTCOMES"]
+__all__ = ["RELEASES", "COLLECTED", "ERAS", "release_names", "union", "history",
+           "removed_in", "module_removed_in", "config_removed_in", "origin", "classify", "clear_error", "counts",
+           "OUTCOMES"]
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
@@ -41,14 +48,58 @@ def _releases():
     return tuple(sorted(found, key=_version_key))
 
 
-RELEASES = _releases()
+def _spans(text):
+    """The indices of ``"0-3,5"``."""
+    out = []
+    for run in text.split(","):
+        first, _, last = run.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _eras():
+    """``(releases, {pair: (release indices, removed_in or None, origin or
+    None)})`` of ``eras.txt``."""
+    path = os.path.join(_DATA, "eras.txt")
+    if not os.path.exists(path):
+        return (), {}
+    releases, pairs = (), {}
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line[0] == "#":
+                continue
+            fields = line.split()
+            if fields[0] == "releases":
+                releases = tuple(fields[1:])
+                continue
+            module, name, spans, removed = fields[:4]
+            pairs[(module, name)] = (_spans(spans), None if removed == "-" else removed,
+                                     fields[4] if len(fields) > 4 else None)
+    return releases, pairs
+
+
+COLLECTED = _releases()
+ERAS = _eras()[0]
+RELEASES = tuple(sorted(COLLECTED + ERAS, key=_version_key))
 
 
 @functools.lru_cache(maxsize=None)
 def release_names(release: str) -> tuple[tuple[str, str], ...]:
-    """The ``(module, name)`` pairs of a collected release, sorted."""
+    """The ``(module, name)`` pairs of a release of the census, sorted."""
     if release not in RELEASES:
         raise ValueError(f"release must be one of {', '.join(RELEASES)}; got {release!r}")
+    if release in ERAS:
+        index = ERAS.index(release)
+        return tuple(sorted(p for p, (have, _, _) in _eras()[1].items() if index in have))
+    return collected_names(release)
+
+
+@functools.lru_cache(maxsize=None)
+def collected_names(release: str) -> tuple[tuple[str, str], ...]:
+    """The ``(module, name)`` pairs of a collected release (``COLLECTED``)."""
+    if release not in COLLECTED:
+        raise ValueError(f"release must be one of {', '.join(COLLECTED)}; got {release!r}")
     pairs = []
     with open(os.path.join(_DATA, f"jax-{release}.txt")) as f:
         for line in f:
@@ -61,23 +112,61 @@ def release_names(release: str) -> tuple[tuple[str, str], ...]:
 
 @functools.lru_cache(maxsize=None)
 def union() -> tuple[tuple[str, str], ...]:
-    """Every pair of every collected release, sorted."""
-    return tuple(sorted({p for r in RELEASES for p in release_names(r)}))
+    """Every pair of every release of the census, sorted."""
+    pairs = {p for r in COLLECTED for p in collected_names(r)}
+    pairs.update(_eras()[1])
+    return tuple(sorted(pairs))
 
 
 @functools.lru_cache(maxsize=None)
 def history() -> dict[str, tuple[str, ...]]:
-    """``{"module.name": releases that have it}`` over the collected releases."""
+    """``{"module.name": releases that have it}`` over the census's releases,
+    oldest first."""
     seen = {}
-    for release in RELEASES:
-        for module, name in release_names(release):
+    for (module, name), (have, _, _) in _eras()[1].items():
+        seen[f"{module}.{name}"] = [ERAS[i] for i in have]
+    for release in COLLECTED:
+        for module, name in collected_names(release):
             seen.setdefault(f"{module}.{name}", []).append(release)
     return {k: tuple(v) for k, v in seen.items()}
 
 
+def origin(full_name: str) -> str | None:
+    """The object outside JAX that a classic release's name re-exported
+    (``"functools.partial"`` for ``jax.partial``), else None."""
+    module, _, name = full_name.rpartition(".")
+    found = _eras()[1].get((module, name))
+    return found[2] if found else None
+
+
+@functools.lru_cache(maxsize=None)
+def _module_facts():
+    """``{module: release that removed its file, or None}`` of modules.txt."""
+    path = os.path.join(_DATA, "modules.txt")
+    if not os.path.exists(path):
+        return {}
+    facts = {}
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if not fields or line[0] == "#" or fields[0] == "releases":
+                continue
+            facts[fields[0]] = None if fields[2] == "-" else fields[2]
+    return facts
+
+
+def module_removed_in(module: str) -> str | None:
+    """The release that removed the sources of ``module`` (the module
+    itself: ``jax.config`` the module went in 0.4.29 while ``jax.config``
+    the attribute stays), a window "A..B" where releases between the read
+    ones were not read; None where the last read release has it or it was
+    never read."""
+    return _module_facts().get(module)
+
+
 def removal_window(full_name: str) -> tuple[str, str | None] | None:
-    """``(last release with it, first collected release after that without
-    it or None)`` for a collected name; None for one never collected."""
+    """``(last release with it, first release of the census after that
+    without it or None)`` for a census name; None for one never seen."""
     have = history().get(full_name)
     if not have:
         return None
@@ -87,12 +176,39 @@ def removal_window(full_name: str) -> tuple[str, str | None] | None:
 
 
 @functools.lru_cache(maxsize=None)
+def config_options() -> dict[str, str | None]:
+    """``{jax_* option: the release that removed it, or None}`` of the
+    options the read releases defined (``census_data/config.txt``)."""
+    path = os.path.join(_DATA, "config.txt")
+    if not os.path.exists(path):
+        return {}
+    found = {}
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if not fields or line[0] == "#" or fields[0] == "releases":
+                continue
+            found[fields[0]] = None if fields[2] == "-" else fields[2]
+    return found
+
+
+def config_removed_in(option: str) -> str | None:
+    """The release that removed config option ``option`` (a window "A..B"
+    between read releases), None where this JAX has it or none read did."""
+    return config_options().get(option)
+
+
+@functools.lru_cache(maxsize=None)
 def _removals():
     path = os.path.join(_DATA, "removed_in.txt")
     if not os.path.exists(path):
         return {}
     with open(path) as f:
-        return dict(line.split() for line in f if line.strip() and line[0] != "#")
+        found = dict(line.split() for line in f if line.strip() and line[0] != "#")
+    for (module, name), (_, removed, _) in _eras()[1].items():
+        if removed:
+            found.setdefault(f"{module}.{name}", removed)
+    return found
 
 
 def missing_here(full_name: str) -> bool:
@@ -107,6 +223,14 @@ def removed_in(full_name: str) -> str | None:
     it: ``census_data/removed_in.txt``), else the census window it went in
     ("after 0.6.2, by 0.9.2"); None for a name the census never saw."""
     exact = _removals().get(full_name)
+    if exact and ".." in exact:
+        # a window across releases whose jaxlib does not install: a module's
+        # sources (modules.txt) may name the very release
+        narrowed = module_removed_in(full_name)
+        low, _, high = exact.partition("..")
+        if narrowed and ".." not in narrowed and \
+                _version_key(low) <= _version_key(narrowed) <= _version_key(high):
+            return narrowed
     if exact:
         return exact
     window = removal_window(full_name)

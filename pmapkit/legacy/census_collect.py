@@ -4,6 +4,7 @@
     python -m pmapkit.legacy.census_collect --out DIR VENV_PYTHON ...
     python -m pmapkit.legacy.census_collect --probe VENV_PYTHON --out DIR
     python -m pmapkit.legacy.census_collect --removals DIR [--gaps V1,V2]
+    python -m pmapkit.legacy.census_collect --sources SDIST [SDIST ...]
 
 Each ``VENV_PYTHON`` is the interpreter of a scratch virtual environment with
 one classic jax/jaxlib installed. In it, each module of ``PUBLIC_MODULES`` the
@@ -19,6 +20,15 @@ deprecated names reached through a module ``__getattr__`` count) and
 release from the census's first up to this JAX) and writes
 ``census_data/removed_in.txt``: the release that removed each census name
 this JAX lacks.
+``--sources`` reads ``jax`` source distributions (``pip download --no-deps
+--no-binary :all: jax==0.2.28``) of releases whose jaxlib no longer installs
+(``pmapkit.legacy.census_sources``) and writes ``census_data/eras.txt``: the
+public names of each release before the first collected one, with the
+release that removed each name this JAX lacks (probed here, without
+pmapkit) and the outside object a name re-exported; and
+``census_data/modules.txt``: the releases whose sources have each public
+module (sdists of later releases add their module facts only); and
+``census_data/config.txt``: the ``jax_*`` config options each defines.
 Nothing of pmapkit is imported in the classic environment: the collecting
 code travels as source.
 """
@@ -29,38 +39,9 @@ import os
 import subprocess
 import sys
 
+from pmapkit.legacy.census_modules import PUBLIC_MODULES
+
 __all__ = ["PUBLIC_MODULES", "collect", "main"]
-
-# The modules a classic program imported: JAX's documented API of the 0.4 to
-# 0.9 releases, and the internals libraries of the time reached for
-# (jax.core, jax.interpreters.*, jax.util, jax.lib).
-PUBLIC_MODULES = (
-    "jax", "jax.numpy", "jax.numpy.linalg", "jax.numpy.fft", "jax.lax", "jax.lax.linalg",
-    "jax.random", "jax.nn", "jax.nn.initializers", "jax.scipy", "jax.scipy.linalg",
-    "jax.scipy.special", "jax.scipy.stats", "jax.scipy.signal", "jax.scipy.ndimage",
-    "jax.scipy.optimize", "jax.scipy.sparse", "jax.scipy.sparse.linalg", "jax.scipy.fft",
-    "jax.scipy.integrate", "jax.scipy.cluster", "jax.scipy.cluster.vq", "jax.scipy.interpolate",
-    "jax.scipy.spatial", "jax.scipy.spatial.transform",
-    "jax.tree_util", "jax.tree", "jax.sharding", "jax.stages", "jax.errors", "jax.dtypes",
-    "jax.debug", "jax.profiler", "jax.image", "jax.ops", "jax.dlpack", "jax.distributed",
-    "jax.custom_derivatives", "jax.custom_batching", "jax.custom_transpose", "jax.flatten_util",
-    "jax.monitoring", "jax.typing", "jax.export", "jax.ffi", "jax.ref",
-    "jax.core", "jax.util", "jax.api_util", "jax.linear_util", "jax.abstract_arrays",
-    "jax.lib", "jax.lib.xla_bridge",
-    "jax.interpreters", "jax.interpreters.ad", "jax.interpreters.batching",
-    "jax.interpreters.partial_eval", "jax.interpreters.mlir", "jax.interpreters.xla",
-    "jax.interpreters.pxla",
-    "jax.extend", "jax.extend.core", "jax.extend.linear_util", "jax.extend.random",
-    "jax.extend.backend", "jax.extend.ffi", "jax.extend.mlir", "jax.extend.source_info_util",
-    "jax.example_libraries", "jax.example_libraries.optimizers", "jax.example_libraries.stax",
-    "jax.experimental", "jax.experimental.pjit", "jax.experimental.maps",
-    "jax.experimental.host_callback", "jax.experimental.mesh_utils",
-    "jax.experimental.multihost_utils", "jax.experimental.shard_map",
-    "jax.experimental.checkify", "jax.experimental.custom_partitioning",
-    "jax.experimental.compilation_cache", "jax.experimental.compilation_cache.compilation_cache",
-    "jax.experimental.export", "jax.experimental.ode", "jax.experimental.x64_context",
-)
-
 
 # Runs in the classic environment (as ``python -c``): prints one JSON object.
 _COLLECTOR = r'''
@@ -228,9 +209,137 @@ def removals(releases_dir: str, out_dir: str, gaps=()) -> str:
     return path
 
 
+def _version_key(v):
+    return tuple(int(p) for p in v.split("."))
+
+
+def _all_releases(python):
+    """Every jax release on the package index, oldest first (the windows of
+    removals between read releases); the read ones where the index cannot
+    be asked."""
+    proc = subprocess.run([python, "-m", "pip", "index", "versions", "jax"],
+                          capture_output=True, text=True, timeout=300)
+    for line in proc.stdout.splitlines():
+        if line.strip().startswith("Available versions:"):
+            found = [v.strip() for v in line.partition(":")[2].split(",")]
+            return sorted((v for v in found if v.replace(".", "").isdigit()),
+                          key=_version_key)
+    return []
+
+
+def _spans(indices):
+    runs, start = [], None
+    for i in indices:
+        if start is None or i != prev + 1:
+            if start is not None:
+                runs.append((start, prev))
+            start = i
+        prev = i
+    runs.append((start, prev))
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def sources(sdists, out_dir):
+    """Writes ``eras.txt`` and ``modules.txt`` from ``sdists`` (see the
+    module docstring); returns their paths."""
+    from pmapkit.legacy import census, census_sources
+    first_collected = census.COLLECTED[0]
+    read, options = {}, {}
+    for path in sdists:
+        version, modules = census_sources.release_modules(path)
+        read[version] = modules
+        options[version] = census_sources.config_options(path)[1]
+    order = sorted(read, key=_version_key)
+    eras = [v for v in order if _version_key(v) < _version_key(first_collected)]
+    pairs, origins = {}, {}
+    for i, version in enumerate(eras):
+        for module, names in read[version].items():
+            for name, origin in names.items():
+                pairs.setdefault((module, name), []).append(i)
+                if origin:
+                    origins[(module, name)] = origin
+    collected = {p for r in census.COLLECTED for p in census.collected_names(r)}
+    unknown = [p for p in pairs if p not in collected]
+    here = probe(sys.executable, unknown)["modules"]
+    answers = {(m, n) for m, names in here.items() for n in names}
+    every = _all_releases(sys.executable) or order
+    everything = sorted(set(every) | set(order) | set(census.COLLECTED), key=_version_key)
+
+    def window(last, first_without):
+        """The releases that may have removed what ``last`` still had:
+        ``first_without`` itself when no release lies between."""
+        after = everything[everything.index(last) + 1]
+        if first_without is None:      # read releases end with it still there
+            return f"{after}..{everything[-1]}"
+        return first_without if after == first_without else f"{after}..{first_without}"
+
+    def names_of(version):
+        return {(m, n) for m, names in read[version].items() for n in names}
+
+    present = {v: names_of(v) for v in order}
+    lines = []
+    for pair in sorted(pairs):
+        have = pairs[pair]
+        removed = "-"
+        if pair not in collected and pair not in answers:
+            # the last read release with it (later sources count too: the
+            # collected census lists a module's dir(), not its files)
+            last = max((v for v in order if pair in present[v]), key=_version_key)
+            later_reads = order[order.index(last) + 1:]
+            removed = window(last, later_reads[0] if later_reads else None)
+        origin = origins.get(pair, "")
+        lines.append(f"{pair[0]} {pair[1]} {_spans(have)} {removed} {origin}".rstrip())
+    eras_path = os.path.join(out_dir, "eras.txt")
+    with open(eras_path, "w") as f:
+        f.write("# public names of jax releases read from their sources "
+                "(pmapkit.legacy.census_sources): python -m pmapkit.legacy.census_collect "
+                "--sources SDIST...\n")
+        f.write("# columns: module name releases (indices into the list below) removed_in "
+                "('-': this JAX has it, or the collected census says) [origin: the outside "
+                "object it re-exported]\n")
+        f.write("releases " + " ".join(eras) + "\n")
+        f.write("\n".join(lines) + "\n")
+    modules_path = os.path.join(out_dir, "modules.txt")
+    with open(modules_path, "w") as f:
+        f.write("# the read releases whose sources have each public module: python -m "
+                "pmapkit.legacy.census_collect --sources SDIST...\n")
+        f.write("releases " + " ".join(order) + "\n")
+        for module in sorted({m for v in order for m in read[v]}):
+            have = [i for i, v in enumerate(order) if module in read[v]]
+            gone = "-" if have[-1] == len(order) - 1 else window(
+                order[have[-1]], order[have[-1] + 1])
+            f.write(f"{module} {_spans(have)} {gone}\n")
+    import jax
+    config_path = os.path.join(out_dir, "config.txt")
+    with open(config_path, "w") as f:
+        f.write("# the read releases whose sources define each jax_* config option "
+                "(indices into the list below), and the release that removed it ('-': "
+                "this JAX has it): python -m pmapkit.legacy.census_collect --sources "
+                "SDIST...\n")
+        f.write("releases " + " ".join(order) + "\n")
+        for option in sorted(set().union(*options.values())):
+            have = [i for i, v in enumerate(order) if option in options[v]]
+            if option in jax.config.values:
+                gone = "-"
+            else:
+                later = order[have[-1] + 1:]
+                gone = window(order[have[-1]], later[0] if later else None)
+            f.write(f"{option} {_spans(have)} {gone}\n")
+    return eras_path, modules_path, config_path
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
+    if argv[:1] == ["--sources"]:
+        missing = [p for p in argv[1:] if not os.path.isfile(p)]
+        if len(argv) < 2 or missing:
+            print("census_collect: --sources needs jax sdist files"
+                  + (f"; no file {missing[0]!r}" if missing else ""), file=sys.stderr)
+            return 2
+        for path in sources(argv[1:], out_dir):
+            print(path)
+        return 0
     if argv[:1] == ["--removals"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--gaps"]):
         gaps = argv[3].split(",") if len(argv) == 4 else ()
         print(removals(argv[1], out_dir, gaps))

@@ -64,13 +64,28 @@ def x64_context_module():
 
 # -- backends -------------------------------------------------------------------
 
+def _host_ids():
+    def host_ids(backend=None):
+        """Classic ``jax.lib.xla_bridge.host_ids``: every process index."""
+        return list(range(jax.process_count(backend)))
+    host_ids.__module__ = "jax.lib.xla_bridge"
+    return host_ids
+
+
 def xla_bridge_module():
     import jax.extend.backend as backend
     import jaxlib.xla_client as xla_client
-    return _module("jax.lib.xla_bridge", "jax.lib.xla_bridge as JAX 0.4 had it: "
-                   "jax.extend.backend's functions.",
+    # The device queries of classic xla_bridge were the functions jax's own
+    # (jax.device_count, ...) called: the same signatures, backend=None.
+    return _module("jax.lib.xla_bridge", "jax.lib.xla_bridge as JAX 0.1 to 0.4 had "
+                   "it: jax.extend.backend's functions and the device queries.",
                    get_backend=backend.get_backend, default_backend=jax.default_backend,
-                   get_compile_options=backend.get_compile_options, xla_client=xla_client)
+                   get_compile_options=backend.get_compile_options, xla_client=xla_client,
+                   device_count=jax.device_count, local_device_count=jax.local_device_count,
+                   devices=jax.devices, local_devices=jax.local_devices,
+                   process_index=jax.process_index, process_count=jax.process_count,
+                   host_id=jax.process_index, host_count=jax.process_count,
+                   host_ids=_host_ids())
 
 
 def xla_client():
@@ -81,6 +96,43 @@ def xla_client():
 def clear_backends():
     import jax.extend.backend
     return jax.extend.backend.clear_backends
+
+
+def linear_util_module():
+    import jax.extend.linear_util as lu
+    names = [n for n in vars(lu) if not n.startswith("_")]
+    return _module("jax.linear_util", "jax.linear_util as JAX before 0.4.24 had it: "
+                   "jax.extend.linear_util's objects (the same ones).",
+                   **{n: getattr(lu, n) for n in names})
+
+
+def zeros_like_array():
+    def zeros_like_array(x):
+        """Classic ``jax.lax.zeros_like_array``: zeros of ``x``'s shape and
+        dtype, weak type kept (``lax.full_like(x, 0)``)."""
+        return jax.lax.full_like(x, 0)
+    zeros_like_array.__module__ = "jax.lax"
+    return zeros_like_array
+
+
+def functools_partial():
+    import functools
+    return functools.partial
+
+
+def maps_module():
+    """``jax.experimental.maps`` as classic programs imported it: pmapkit's
+    maps (``Mesh``, ``mesh``, ``ResourceEnv``, ``EMPTY_ENV``), with JAX's
+    own ``thread_resources``, as the classic module shared it with
+    ``jax.interpreters.pxla`` (both see ``with mesh:``)."""
+    from jax.interpreters import pxla
+
+    from pmapkit.pjit import maps
+    values = {n: getattr(maps, n) for n in maps.__all__}
+    values["EMPTY_ENV"] = maps.EMPTY_ENV
+    values["thread_resources"] = pxla.thread_resources
+    return _module("jax.experimental.maps", "jax.experimental.maps as JAX 0.2 to 0.4 "
+                   "had it, for pjit: pmapkit.pjit.maps.", **values)
 
 
 # -- jax.util -------------------------------------------------------------------

@@ -22,7 +22,8 @@ from pmapkit.legacy import census
 from pmapkit.legacy import classic_values as cv
 from pmapkit.legacy import pmap_sharding
 
-__all__ = ["INTERNAL", "census_records", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
+__all__ = ["INTERNAL", "census_records", "CONFIG_OPTIONS", "ConfigOption",
+           "RemovedConfigValueError", "removed_config_text", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
            "REFUSED_MODULES",
            "SYSTEMS", "by_name"]
@@ -50,7 +51,6 @@ class RemovedModuleError(RemovedFromJax, ImportError):
 @dataclasses.dataclass(frozen=True)
 class Removed:
     name: str          # the classic public name, e.g. "jax.tree_map"
-    removed_in: str    # the JAX release without it
     modern: str        # what to use on JAX 0.10
     example: str       # one line of the modern spelling
     served_by: str = ""   # what pmapkit installs ("" for a refused name)
@@ -59,6 +59,12 @@ class Removed:
     # name on this JAX and: True, a drop-in spelling; None, only if it is the
     # very object ``make`` serves; False, never.
     rename: bool | None = None
+
+    @property
+    def removed_in(self):
+        """The JAX release without it: derived from the census
+        (``removal_release``), never written here."""
+        return removal_release(self.name)
 
     @property
     def attr(self):
@@ -118,7 +124,8 @@ def _shuffle():
         """jax.random.shuffle as JAX before 0.4.31 had it: each vector along
         ``axis`` shuffled independently (permutation(..., independent=True))."""
         return jax.random.permutation(key, x, axis, independent=True)
-    shuffle.__module__ = "jax.random"
+    # pickled by reference, as jax.random.shuffle (where it is served)
+    shuffle.__module__, shuffle.__qualname__ = "jax.random", "shuffle"
     return shuffle
 
 
@@ -140,6 +147,11 @@ def _device_buffers(self):
     if not mapped:
         return buffers
     return [jnp.squeeze(b, mapped) for b in buffers]
+
+
+def _local_shards():
+    from pmapkit.legacy import global_device_array
+    return global_device_array.local_shards
 
 
 def _device_buffer(self):
@@ -177,10 +189,11 @@ def _abstract_arrays_module():
     def missing(attr):
         raise RemovedAttributeError(
             f"jax.abstract_arrays.{attr} was removed with jax.abstract_arrays in JAX "
-            "0.4.17; pmapkit.legacy serves only jax.abstract_arrays.ShapedArray "
-            "(jax.core.ShapedArray). Use jax.core instead.")
+            f"{removal_release('jax.abstract_arrays')}; pmapkit.legacy serves only "
+            "jax.abstract_arrays.ShapedArray (jax.core.ShapedArray). Use jax.core instead.")
     return stand_in_module("jax.abstract_arrays", "jax.abstract_arrays as JAX before "
-                           "0.4.17 had it: ShapedArray only.", missing,
+                           f"{removal_release('jax.abstract_arrays')} had it: ShapedArray "
+                           "only.", missing,
                            ShapedArray=jax.core.ShapedArray)
 
 
@@ -200,73 +213,68 @@ def _import(name):
     return make
 
 
-def _release(name, default="0.10.0"):
-    """The release that removed a census name (see pmapkit.legacy.census)."""
-    return census.removed_in(name) or default
-
-
 def _served(name, modern, example, served_by, make):
-    return Removed(name, _release(name), modern, example, served_by, make)
+    return Removed(name, modern, example, served_by, make)
 
 
 def _refused(name, modern, example):
-    return Removed(name, _release(name), modern, example)
+    return Removed(name, modern, example)
 
 
 # -- the census -----------------------------------------------------------------
 # Names installed on an existing JAX module (set only where it lacks them).
 _TREE = "jax.tree_util.{0}"
 NAMES = tuple(
-    [Removed(f"jax.{n}", "0.6.0", f"jax.tree.{n.removeprefix('tree_')}",
+    [Removed(f"jax.{n}", f"jax.tree.{n.removeprefix('tree_')}",
              f"jax.tree.{n.removeprefix('tree_')}(...)  # or jax.tree_util.{n}",
              _TREE.format(n), _tree(n), rename=True)
      for n in ("tree_map", "tree_leaves", "tree_flatten", "tree_unflatten",
                "tree_structure", "tree_transpose")]
-    + [Removed("jax.treedef_is_leaf", "0.6.0", "jax.tree_util.treedef_is_leaf",
+    + [Removed("jax.treedef_is_leaf", "jax.tree_util.treedef_is_leaf",
                "jax.tree_util.treedef_is_leaf(treedef)",
                "jax.tree_util.treedef_is_leaf", _tree("treedef_is_leaf")),
-       Removed("jax.tree_multimap", "0.3.16", "jax.tree.map",
+       Removed("jax.tree_multimap", "jax.tree.map",
                "jax.tree.map(lambda a, b: a + b, xs, ys)", "jax.tree_util.tree_map",
                _tree("tree_map"), rename=True),
-       Removed("jax.tree_util.tree_multimap", "0.3.16", "jax.tree_util.tree_map",
+       Removed("jax.tree_util.tree_multimap", "jax.tree_util.tree_map",
                "jax.tree_util.tree_map(lambda a, b: a + b, xs, ys)",
                "jax.tree_util.tree_map", _tree("tree_map")),
-       Removed("jax.ops.index", "0.3.2", "plain index expressions with .at[]",
+       Removed("jax.ops.index", "plain index expressions with .at[]",
                "x.at[1:3].set(0.0)", "numpy.s_", lambda: np.s_)]
-    + [Removed(f"jax.ops.{name}", "0.3.2", f"x.at[idx].{method}(y)",
+    + [Removed(f"jax.ops.{name}", f"x.at[idx].{method}(y)",
                f"x = x.at[0, 1:].{method}(y)", f"x.at[idx].{method}(y)",
                _index_op(method, name))
        for name, method in (("index_update", "set"), ("index_add", "add"),
                             ("index_mul", "multiply"), ("index_min", "min"),
                             ("index_max", "max"))]
-    + [Removed("jax.numpy.DeviceArray", "0.4.14", "jax.Array",
+    + [Removed("jax.numpy.DeviceArray", "jax.Array",
                "isinstance(x, jax.Array)", "jax.Array", _array_type),
-       Removed("jax.interpreters.xla.DeviceArray", "0.4.11", "jax.Array",
+       Removed("jax.interpreters.xla.DeviceArray", "jax.Array",
                "isinstance(x, jax.Array)", "jax.Array", _array_type),
-       Removed("jax.interpreters.pxla.ShardedDeviceArray", "0.4.14", "jax.Array",
+       Removed("jax.interpreters.pxla.ShardedDeviceArray", "jax.Array",
                "isinstance(x, jax.Array)", "jax.Array", _array_type),
-       Removed("jax.random.KeyArray", "0.4.24", "jax.Array",
+       Removed("jax.random.KeyArray", "jax.Array",
                "def init(key: jax.Array): ...", "jax.Array", _array_type),
-       Removed("jax.random.PRNGKeyArray", "0.4.24", "jax.Array",
+       Removed("jax.random.PRNGKeyArray", "jax.Array",
                "def init(key: jax.Array): ...", "jax.Array", _array_type),
-       Removed("jax.random.shuffle", "0.4.31",
+       Removed("jax.random.shuffle",
                "jax.random.permutation(..., independent=True)",
                "jax.random.permutation(key, x, axis=0, independent=True)",
                "jax.random.permutation(key, x, axis, independent=True)", _shuffle),
-       Removed("jax.profiler.TraceContext", "0.3.15", "jax.profiler.TraceAnnotation",
+       Removed("jax.profiler.TraceContext", "jax.profiler.TraceAnnotation",
                "with jax.profiler.TraceAnnotation('name'): ...",
                "jax.profiler.TraceAnnotation", _profiler_alias("TraceAnnotation")),
-       Removed("jax.profiler.StepTraceContext", "0.3.15", "jax.profiler.StepTraceAnnotation",
+       Removed("jax.profiler.StepTraceContext", "jax.profiler.StepTraceAnnotation",
                "with jax.profiler.StepTraceAnnotation('train', step_num=i): ...",
                "jax.profiler.StepTraceAnnotation", _profiler_alias("StepTraceAnnotation")),
-       Removed("jax.profiler.trace_function", "0.3.15", "jax.profiler.annotate_function",
+       Removed("jax.profiler.trace_function", "jax.profiler.annotate_function",
                "f = jax.profiler.annotate_function(f)",
                "jax.profiler.annotate_function", _profiler_alias("annotate_function")),
-       Removed("jax.sharding.PmapSharding", "0.10.0", "jax.sharding.NamedSharding",
+       Removed("jax.sharding.PmapSharding", "jax.sharding.NamedSharding",
                "NamedSharding(Mesh(devices, ('i',)), P('i'))",
                "pmapkit.legacy.pmap_sharding.PmapSharding (pmap layouts as NamedSharding)",
                lambda: pmap_sharding.PmapSharding),
-       Removed("jax.lax.tie_in", "0.4.29", "nothing (a no-op since JAX 0.2.0)",
+       Removed("jax.lax.tie_in", "nothing (a no-op since JAX 0.2.0)",
                "y  # instead of lax.tie_in(x, y)", "a no-op returning y", _tie_in)]
     + [_served(n, modern, example, by, make) for n, modern, example, by, make in (
         ("jax.experimental.enable_x64", "jax.enable_x64",
@@ -337,45 +345,75 @@ NAMES = tuple(
          cv.clear_backends),
         ("jax.lib.xla_client", "jaxlib.xla_client (internal)", "from jaxlib import xla_client",
          "jaxlib.xla_client", cv.xla_client),
-    )])
+        ("jax.partial", "functools.partial", "functools.partial(f, x)",
+         "functools.partial", cv.functools_partial),
+        ("jax.lax.zeros_like_array", "jax.numpy.zeros_like", "jnp.zeros_like(x)",
+         "lax.full_like(x, 0)", cv.zeros_like_array),
+        ("jax.example_libraries.stax.normalize", "jax.nn.standardize",
+         "jax.nn.standardize(x, axis=-1)", "jax.nn.standardize", cv.standardize),
+    )]
+    # classic modules re-exported jax.tree_util's functions: the same objects
+    + [_served(f"{owner}.{attr}", f"jax.tree_util.{attr}", f"jax.tree_util.{attr}(...)",
+               f"jax.tree_util.{attr} (the same object)", _tree(attr))
+       for owner, attrs in (
+           ("jax.example_libraries.optimizers",
+            ("tree_map", "tree_flatten", "tree_unflatten", "register_pytree_node")),
+           ("jax.experimental.multihost_utils", ("tree_map",)))
+       for attr in attrs])
 
 # Properties installed on JAX's array type.
 PROPERTIES = (
-    Removed("jax.Array.device_buffers", "0.4.27", "x.addressable_shards",
+    Removed("jax.Array.device_buffers", "x.addressable_shards",
             "[s.data for s in x.addressable_shards]",
             "[s.data for s in x.addressable_shards]",
             lambda: _device_buffers),
-    Removed("jax.Array.device_buffer", "0.4.27", "x.addressable_data(0)",
+    Removed("jax.Array.local_shards", "x.addressable_shards", "x.addressable_shards",
+            "x.addressable_shards", lambda: _local_shards()),
+    Removed("jax.Array.device_buffer", "x.addressable_data(0)",
             "x.addressable_data(0)", "the one addressable shard's data",
             lambda: _device_buffer),
 )
 
 # Properties installed on JAX's NamedSharding (pmap layouts only).
 SHARDING_PROPERTIES = (
-    Removed("jax.sharding.PmapSharding.devices", "0.10.0", "sharding.mesh.devices",
+    Removed("jax.sharding.PmapSharding.devices", "sharding.mesh.devices",
             "list(x.sharding.mesh.devices.flat)", "the pmap layout's mesh devices",
             lambda: pmap_sharding.pmap_devices),
 )
 
 # Modules served by pmapkit.legacy's finder (jax.config: see _installer.py).
 MODULES = (
-    Removed("jax.experimental.optimizers", "0.3.16", "jax.example_libraries.optimizers",
+    Removed("jax.experimental.optimizers", "jax.example_libraries.optimizers",
             "from jax.example_libraries import optimizers",
             "jax.example_libraries.optimizers", _import("jax.example_libraries.optimizers")),
-    Removed("jax.experimental.stax", "0.3.16", "jax.example_libraries.stax",
+    Removed("jax.experimental.stax", "jax.example_libraries.stax",
             "from jax.example_libraries import stax",
             "jax.example_libraries.stax", _import("jax.example_libraries.stax")),
-    Removed("jax.config", "0.4.29", "the jax.config attribute",
+    Removed("jax.config", "the jax.config attribute",
             "import jax; jax.config.update('jax_enable_x64', True)",
             "a module whose config is jax.config", _config_module),
-    Removed("jax.abstract_arrays", "0.4.17", "jax.core.ShapedArray",
+    Removed("jax.abstract_arrays", "jax.core.ShapedArray",
             "jax.core.ShapedArray((2, 3), jnp.float32)",
             "a module with ShapedArray = jax.core.ShapedArray", _abstract_arrays_module),
-    Removed("jax.api", "0.2.21", "the jax package", "from jax import jit, grad, vmap",
+    Removed("jax.api", "the jax package", "from jax import jit, grad, vmap",
             "a module forwarding to jax's public names", _api_module),
     _served("jax.lib.xla_bridge", "jax.extend.backend",
             "jax.extend.backend.get_backend(); jax.default_backend()",
             "a module of jax.extend.backend's functions", cv.xla_bridge_module),
+    _served("jax.experimental.global_device_array",
+            "jax.Array with jax.make_array_from_callback",
+            "jax.make_array_from_callback(shape, NamedSharding(mesh, P('x')), "
+            "lambda idx: data[idx])",
+            "pmapkit.legacy.global_device_array (GDAs are jax.Arrays)",
+            _import("pmapkit.legacy.global_device_array")),
+    _served("jax.interpreters.sharded_jit", "jax.jit with in_shardings/out_shardings",
+            "jax.jit(f, in_shardings=NamedSharding(mesh, P('x')))",
+            "pmapkit.legacy.sharded_jit (pjit over a mesh of the partitions)",
+            _import("pmapkit.legacy.sharded_jit")),
+    _served("jax.linear_util", "jax.extend.linear_util",
+            "from jax.extend import linear_util as lu",
+            "a module of jax.extend.linear_util's objects (the same ones)",
+            cv.linear_util_module),
     _served("jax.util", INTERNAL,
             "", "a module of the helpers JAX "
             "still has (jax._src.util: the same objects)", cv.util_module),
@@ -388,19 +426,19 @@ MODULES = (
 
 # Names that get a clear error where they are touched.
 REFUSED_NAMES = (
-    Removed("jax.experimental.maps.xmap", "0.4.31", "jax.shard_map",
+    Removed("jax.experimental.maps.xmap", "jax.shard_map",
             "jax.shard_map(f, mesh=mesh, in_specs=P('x'), out_specs=P('x'))"),
-    Removed("jax.experimental.maps.serial_loop", "0.4.31", "jax.lax.scan / jax.lax.map",
+    Removed("jax.experimental.maps.serial_loop", "jax.lax.scan / jax.lax.map",
             "jax.lax.map(f, xs, batch_size=8)"),
-    Removed("jax.experimental.maps.SerialLoop", "0.4.31", "jax.lax.scan / jax.lax.map",
+    Removed("jax.experimental.maps.SerialLoop", "jax.lax.scan / jax.lax.map",
             "jax.lax.map(f, xs, batch_size=8)"),
-    Removed("jax.xla_computation", "0.4.34", "the AOT API",
+    Removed("jax.xla_computation", "the AOT API",
             "jax.jit(f).lower(*args).as_text()"),
-    Removed("jax.soft_pmap", "0.3.18", "jax.vmap, or jax.shard_map over a mesh",
+    Removed("jax.soft_pmap", "jax.vmap, or jax.shard_map over a mesh",
             "jax.shard_map(f, mesh=mesh, in_specs=P('i'), out_specs=P('i'))"),
-    Removed("jax.custom_transforms", "0.2.12", "jax.custom_jvp / jax.custom_vjp",
+    Removed("jax.custom_transforms", "jax.custom_jvp / jax.custom_vjp",
             "f = jax.custom_jvp(f); f.defjvp(f_jvp)"),
-    Removed("jax.interpreters.pxla.make_sharded_device_array", "0.4.14",
+    Removed("jax.interpreters.pxla.make_sharded_device_array",
             "jax.make_array_from_single_device_arrays",
             "jax.make_array_from_single_device_arrays(shape, sharding, arrays)"),
 ) + tuple(_refused(*r) for r in (
@@ -439,16 +477,6 @@ REFUSED_NAMES = (
     ("jax.lax.pvary", "jax.lax.pcast(x, axis_name, to='varying')",
      "jax.lax.pcast(x, 'i', to='varying')"),
     ("jax.lax.all_gather_invariant", "jax.lax.all_gather", "jax.lax.all_gather(x, 'i')"),
-    ("jax.lax.zeros_like_array", "jax.numpy.zeros_like", "jnp.zeros_like(x)"),
-    ("jax.example_libraries.optimizers.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
-    ("jax.example_libraries.optimizers.tree_flatten", "jax.tree.flatten",
-     "leaves, treedef = jax.tree.flatten(tree)"),
-    ("jax.example_libraries.optimizers.tree_unflatten", "jax.tree.unflatten",
-     "jax.tree.unflatten(treedef, leaves)"),
-    ("jax.example_libraries.optimizers.register_pytree_node",
-     "jax.tree_util.register_pytree_node",
-     "jax.tree_util.register_pytree_node(T, flatten, unflatten)"),
-    ("jax.experimental.multihost_utils.tree_map", "jax.tree.map", "jax.tree.map(f, tree)"),
     ("jax.experimental.multihost_utils.pjit", "jax.jit with in_shardings/out_shardings",
      "jax.jit(f, out_shardings=NamedSharding(mesh, P()))"),
     ("jax.extend.backend.add_clear_backends_callback", "nothing public: "
@@ -457,78 +485,189 @@ REFUSED_NAMES = (
 ))
 
 REFUSED_MODULES = (
-    Removed("jax.experimental.global_device_array", "0.4.7",
-            "jax.Array with jax.make_array_from_callback",
-            "jax.make_array_from_callback(shape, NamedSharding(mesh, P('x')), "
-            "lambda idx: data[idx])"),
-    Removed("jax.experimental.loops", "0.3.16", "jax.lax.fori_loop / jax.lax.scan",
+    Removed("jax.experimental.loops", "jax.lax.fori_loop / jax.lax.scan",
             "jax.lax.fori_loop(0, n, body, init)"),
-    Removed("jax.experimental.optix", "0.2.7", "the optax package",
+    Removed("jax.experimental.optix", "the optax package",
             "import optax; opt = optax.adam(1e-3)"),
-    Removed("jax.experimental.sharded_jit", "0.3.16", "jax.jit with in_shardings",
+    Removed("jax.experimental.sharded_jit", "jax.jit with in_shardings",
             "jax.jit(f, in_shardings=NamedSharding(mesh, P('x')))"),
-    Removed("jax.linear_util", "0.4.24", "jax.extend.linear_util (JAX internals)",
-            "from jax.extend import linear_util as lu"),
 )
 
 # The classic systems pmapkit itself provides (for the report only).
 SYSTEMS = (
-    Removed("jax.experimental.pjit.pjit", "0.4.14 (in_axis_resources)",
+    Removed("jax.experimental.pjit.pjit",
             "jax.jit with in_shardings/out_shardings (in_axis_resources -> in_shardings, "
             "out_axis_resources -> out_shardings)",
             "jax.jit(f, in_shardings=NamedSharding(mesh, P('x')))", "pmapkit.pjit"),
-    Removed("jax.experimental.pjit.with_sharding_constraint", "0.4.14 (pjit era)",
+    Removed("jax.experimental.pjit.with_sharding_constraint",
             "jax.lax.with_sharding_constraint",
             "jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P('x')))",
             "pmapkit.with_sharding_constraint"),
-    Removed("jax.experimental.maps", "0.4.31", "jax.sharding.Mesh + jax.set_mesh",
+    Removed("jax.experimental.maps", "jax.sharding.Mesh + jax.set_mesh",
             "with jax.set_mesh(jax.sharding.Mesh(devs, ('x',))): ...", "pmapkit.pjit.maps"),
-    Removed("jax.experimental.host_callback", "0.8.0", "jax.debug.callback / "
+    Removed("jax.experimental.host_callback", "jax.debug.callback / "
             "jax.experimental.io_callback", "jax.debug.callback(print, x)",
             "pmapkit.host_callback"),
-    Removed("jax.experimental.jax2tf.jax_export", "0.4.22", "jax.export",
+    Removed("jax.experimental.jax2tf.jax_export", "jax.export",
             "jax.export.export(jax.jit(f))(*specs)", "pmapkit.export"),
-    Removed("jax.experimental.export", "0.4.36", "jax.export",
+    Removed("jax.experimental.export", "jax.export",
             "jax.export.export(jax.jit(f))(*specs)", "pmapkit.export"),
-    Removed("jax.device_put_replicated", "0.10.0", "jax.device_put",
+    Removed("jax.device_put_replicated", "jax.device_put",
             "jax.device_put(x, NamedSharding(mesh, P()))", "pmapkit.device_put_replicated"),
-    Removed("jax.device_put_sharded", "0.10.0", "jax.device_put",
+    Removed("jax.device_put_sharded", "jax.device_put",
             "jax.device_put(stacked, NamedSharding(mesh, P('x')))",
             "pmapkit.device_put_sharded"),
-    Removed("jax.experimental.PartitionSpec", "0.4.1", "jax.sharding.PartitionSpec",
+    Removed("jax.experimental.pjit.PartitionSpec", "jax.sharding.PartitionSpec",
             "from jax.sharding import PartitionSpec as P", "jax.sharding.PartitionSpec"),
-    Removed("jax.experimental.host_callback.call", "0.8.0",
+    Removed("jax.experimental.PartitionSpec", "jax.sharding.PartitionSpec",
+            "from jax.sharding import PartitionSpec as P", "jax.sharding.PartitionSpec"),
+    Removed("jax.experimental.host_callback.call",
             "jax.pure_callback (returns values; NOT jax.debug.callback)",
             "y = jax.pure_callback(f, jax.ShapeDtypeStruct(x.shape, x.dtype), x)",
             "pmapkit.host_callback.call"),
-    Removed("jax.experimental.host_callback.id_tap", "0.8.0", "jax.debug.callback",
+    Removed("jax.experimental.host_callback.id_tap", "jax.debug.callback",
             "jax.debug.callback(tap, x)  # returns nothing: keep using x",
             "pmapkit.host_callback.id_tap"),
-    Removed("jax.experimental.host_callback.id_print", "0.8.0", "jax.debug.print",
+    Removed("jax.experimental.host_callback.id_print", "jax.debug.print",
             "jax.debug.print('x = {}', x)", "pmapkit.host_callback.id_print"),
-    Removed("jax.experimental.host_callback.barrier_wait", "0.8.0",
+    Removed("jax.experimental.host_callback.barrier_wait",
             "jax.effects_barrier", "jax.effects_barrier()",
             "pmapkit.host_callback.barrier_wait"),
-    Removed("jax.experimental.jax2tf.jax_export.call_exported", "0.4.22",
+    Removed("jax.experimental.jax2tf.jax_export.call_exported",
             "Exported.call", "exp.call(*args)", "pmapkit.export.call_exported"),
-    Removed("jax.experimental.jax2tf.jax_export.serialize", "0.4.22",
+    Removed("jax.experimental.jax2tf.jax_export.serialize",
             "Exported.serialize", "blob = exp.serialize()", "pmapkit.export.serialize"),
-    Removed("jax.experimental.jax2tf.jax_export.export", "0.4.22",
+    Removed("jax.experimental.jax2tf.jax_export.export",
             "jax.export.export (lowering_platforms= is platforms=)",
             "jax.export.export(jax.jit(f), platforms=['cpu'])(*specs)",
             "pmapkit.export.export"),
-    Removed("jax.experimental.export.call_exported", "0.4.36", "Exported.call",
+    Removed("jax.experimental.export.call_exported", "Exported.call",
             "exp.call(*args)", "pmapkit.export.call_exported"),
-    Removed("jax.experimental.export.serialize", "0.4.36", "Exported.serialize",
+    Removed("jax.experimental.export.serialize", "Exported.serialize",
             "blob = exp.serialize()", "pmapkit.export.serialize"),
-    Removed("jax.experimental.export.export", "0.4.36",
+    Removed("jax.experimental.export.export",
             "jax.export.export (lowering_platforms= is platforms=)",
             "jax.export.export(jax.jit(f), platforms=['cpu'])(*specs)",
             "pmapkit.export.export"),
-    Removed("jax.pmap", "0.10.0 (the C++ pmap)", "jax.shard_map under jax.jit",
+    Removed("jax.pmap", "jax.shard_map under jax.jit",
             "jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P('i'), out_specs=P('i')))",
             "pmapkit.pmap"),
 )
+
+@dataclasses.dataclass(frozen=True)
+class ConfigOption:
+    """A ``jax_*`` config option JAX removed whose every accepted value asks
+    for what JAX 0.10 always does: served as an option of JAX's config that
+    changes nothing; a value that asks for the removed behaviour raises."""
+    name: str
+    default: bool
+    accepted: tuple      # the values that describe JAX 0.10's behaviour
+    why: str             # why those values change nothing today
+
+    @property
+    def removed_in(self):
+        return census.config_removed_in(self.name) or "0.10.0"
+
+    def check(self, value):
+        if bool(value) not in self.accepted:
+            raise RemovedConfigValueError(
+                f"{self.name}={bool(value)} was removed in JAX {self.removed_in}: "
+                f"{self.why}; pmapkit.legacy accepts only "
+                f"{' or '.join(map(str, self.accepted))}. Use the default instead, "
+                f"e.g. drop the jax.config.update('{self.name}', ...) line")
+
+
+class RemovedConfigValueError(RemovedFromJax, ValueError):
+    """A removed config option set to the behaviour JAX no longer has."""
+
+
+CONFIG_OPTIONS = (
+    ConfigOption("jax_parallel_functions_output_gda", False, (True, False),
+                 "pjit's outputs were GlobalDeviceArrays (True) or ShardedDeviceArrays; "
+                 "every output is now a jax.Array, which serves both APIs"),
+    ConfigOption("jax_array", True, (True,),
+                 "every value is a jax.Array; DeviceArray/ShardedDeviceArray/GDA are gone"),
+    ConfigOption("jax_jit_pjit_api_merge", True, (True,),
+                 "jax.jit and pjit are one API"),
+    ConfigOption("jax_omnistaging", True, (True,),
+                 "JAX stages every operation under jit"),
+    ConfigOption("jax_enable_mlir", True, (True,), "JAX lowers through MLIR only"),
+)
+
+
+def removed_config_text(option):
+    """The error for ``jax.config.update(option, ...)`` of a removed option
+    pmapkit.legacy does not serve, or None for one the census never saw."""
+    removed = census.config_removed_in(option)
+    if removed is None:
+        return None
+    return (f"{option} was removed in JAX {removed} and has no faithful equivalent on "
+            f"JAX {jax.__version__}, so pmapkit.legacy does not provide it: use "
+            f"nothing instead (drop the jax.config.update('{option}', ...) line)")
+
+
+# Where the census's fact is not the one a record states, the record's own
+# release with the reason (tests/test_legacy_census.py holds each against the
+# census: a name the census never saw, or a fact about another thing).
+OVERRIDES = {
+    "jax.pmap": ("0.10.0 (the C++ pmap)",
+                 "jax.pmap still exists; 0.10 removed the C++ pmap it was"),
+    "jax.experimental.pjit.pjit": ("0.4.14 (in_axis_resources)",
+                                   "the name stays; its in_axis_resources went"),
+    "jax.Array.device_buffers": ("0.4.27", "a property, not a module name"),
+    "jax.Array.device_buffer": ("0.4.27", "a property, not a module name"),
+    "jax.Array.local_shards": ("0.4.7", "GlobalDeviceArray's property; jax.Array took "
+                               "the GDA's place"),
+    "jax.sharding.PmapSharding.devices": ("0.10.0", "a property of a removed class"),
+    "jax.device_put_replicated": ("0.10.0", "probed: deprecated names answered until 0.10"),
+    "jax.device_put_sharded": ("0.10.0", "probed: deprecated names answered until 0.10"),
+    # modules JAX 0.10 still answers for (an empty or deprecated module)
+    "jax.experimental.export": ("0.4.36", "0.10 keeps the package; its functions went"),
+    "jax.experimental.export.call_exported": ("0.4.36", "as the module above"),
+    "jax.experimental.export.serialize": ("0.4.36", "as the module above"),
+    "jax.experimental.export.export": ("0.4.36", "as the module above"),
+    "jax.experimental.jax2tf.jax_export": ("0.4.22", "jax2tf needs TensorFlow: not probed"),
+    "jax.experimental.jax2tf.jax_export.serialize": ("0.4.22", "as the module above"),
+}
+# The release notes name the very release inside a census window (releases
+# between the read or installable ones): each must lie in its window.
+_NARROWED = {
+    "jax.tree_multimap": "0.3.16", "jax.tree_util.tree_multimap": "0.3.16",
+    "jax.ops.index": "0.3.2", "jax.ops.index_update": "0.3.2", "jax.ops.index_add": "0.3.2",
+    "jax.ops.index_mul": "0.3.2", "jax.ops.index_min": "0.3.2", "jax.ops.index_max": "0.3.2",
+    "jax.numpy.DeviceArray": "0.4.14",
+    "jax.interpreters.xla.DeviceArray": "0.4.11",
+    "jax.interpreters.pxla.ShardedDeviceArray": "0.4.14",
+    "jax.profiler.TraceContext": "0.3.15", "jax.profiler.StepTraceContext": "0.3.15",
+    "jax.profiler.trace_function": "0.3.15", "jax.experimental.optimizers": "0.3.16",
+    "jax.experimental.stax": "0.3.16", "jax.api": "0.2.21", "jax.soft_pmap": "0.3.18",
+    "jax.custom_transforms": "0.2.12",
+    "jax.interpreters.pxla.make_sharded_device_array": "0.4.14",
+    "jax.experimental.global_device_array": "0.4.7", "jax.experimental.loops": "0.3.16",
+    "jax.experimental.optix": "0.2.7", "jax.experimental.sharded_jit": "0.3.16",
+    "jax.experimental.maps": "0.4.31", "jax.experimental.host_callback": "0.8.0",
+}
+OVERRIDES.update((n, (r, "the release notes narrow the census window"))
+                 for n, r in _NARROWED.items())
+
+# Records of modules: their fact is the module's sources (census_data/
+# modules.txt) where they tell, as ``jax.config`` the module went in 0.4.29
+# while ``jax.config`` the attribute stays.
+_MODULE_RECORDS = {r.name for r in MODULES + REFUSED_MODULES}
+
+
+def removal_release(name):
+    """The release that removed ``name``: ``OVERRIDES``, else the census,
+    else (a module record) its sources; "0.10.0" for a name the census has
+    no removal for (JAX 0.10 lists it, but not as the classic one was)."""
+    override = OVERRIDES.get(name)
+    if override is not None:
+        return override[0]
+    found = census.removed_in(name)
+    if (found is None or found.startswith("after")) and name in _MODULE_RECORDS:
+        found = census.module_removed_in(name) or found
+    return found or "0.10.0"
+
 
 _ALL = {r.name: r for group in (NAMES, PROPERTIES, SHARDING_PROPERTIES, MODULES,
                                 REFUSED_NAMES, REFUSED_MODULES, SYSTEMS) for r in group}
@@ -558,27 +697,54 @@ def census_records():
                 continue
             source = sources.get(module)
             ours = _ALL.get(module)
-            if ours is not None and ours.served_by.startswith("pmapkit."):
+            outside = _outside_object(census.origin(name))
+            owner_here = not census.missing_here(module) or (
+                ours is not None and (ours.make is not None
+                                      or ours.served_by.startswith("pmapkit.")))
+            if outside is not None and owner_here:
+                # a classic module re-exported it from the standard library
+                # or numpy (``from functools import partial``): that object
+                origin = census.origin(name)
+                records[name] = Removed(name, origin, f"import {origin.rpartition('.')[0]}",
+                                        f"{origin} (the same object)",
+                                        lambda value=outside: value)
+            elif ours is not None and ours.served_by.startswith("pmapkit."):
                 # a module pmapkit serves: its own name where it has one
-                records[name] = Removed(name, _release(name), INTERNAL, "",
+                records[name] = Removed(name, INTERNAL, "",
                                         f"{ours.served_by}.{attr}, where pmapkit has it")
             elif ours is not None and ours.make is not None:
                 # a module served from today's API: the name where it has it
-                records[name] = Removed(name, _release(name), ours.modern, ours.example,
+                records[name] = Removed(name, ours.modern, ours.example,
                                         f"{module}.{attr} in {ours.served_by}, where it has it")
             elif source is not None and attr in vars(source):
                 where = f"{source.__name__}.{attr}"
                 records[name] = Removed(
-                    name, _release(name), where, f"from {source.__name__} import {attr}",
+                    name, where, f"from {source.__name__} import {attr}",
                     f"{where} (the same object)",
                     lambda source=source, attr=attr: getattr(source, attr))
             else:
-                records[name] = Removed(name, _release(name), INTERNAL, "")
+                records[name] = Removed(name, INTERNAL, "")
         _CENSUS = records
     return _CENSUS
 
 
 _CENSUS = None
+
+
+def _outside_object(origin):
+    """The object ``origin`` ("functools.partial") names, where it is the
+    standard library's or numpy's and its module is already imported (no
+    import for a census record); else None."""
+    if not origin:
+        return None
+    import sys
+    module, _, attr = origin.rpartition(".")
+    root = module.partition(".")[0]
+    if root not in ("numpy",) and (root not in sys.stdlib_module_names
+                                   or root == "distutils"):
+        return None
+    loaded = sys.modules.get(module)
+    return getattr(loaded, attr, None) if loaded is not None else None
 
 
 def by_name(name):

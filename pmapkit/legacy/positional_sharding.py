@@ -30,7 +30,7 @@ class PositionalSharding(NamedSharding):
     """``PositionalSharding(devices)``: ``devices`` an ndarray (or nested
     sequence) of distinct devices, one cell each."""
 
-    def __init__(self, devices, *, memory_kind=None, _cells=None):
+    def __init__(self, devices, *, memory_kind=None, _cells=None, _order=None):
         if _cells is None:
             array = np.array(devices, dtype=object)
             if array.size == 0:
@@ -51,13 +51,25 @@ class PositionalSharding(NamedSharding):
         copies = {len(c) for c in _cells.flat}
         if len(copies) != 1:
             raise ValueError("PositionalSharding: every cell must hold as many devices")
-        grid = np.array([devices[i] for cell in _cells.flat for i in sorted(cell)],
-                        dtype=object).reshape(*_cells.shape, copies.pop())
-        names = tuple(_axis(i) for i in range(_cells.ndim)) + (_REPLICA_AXIS,)
-        super().__init__(Mesh(grid, names), PartitionSpec(*names[:-1]),
-                         memory_kind=memory_kind)
+        if _order is not None:
+            # a transpose of a layout with one device a cell: the mesh stays
+            # the untransposed one (devices in their given order), its axes
+            # taken in the new order, so jit sees one device order for both
+            # (as JAX 0.4 had it: in_shardings=s.T, out_shardings=s)
+            base, perm = _order
+            names = tuple(_axis(i) for i in range(len(base))) + (_REPLICA_AXIS,)
+            grid = np.array(devices, dtype=object).reshape(*base, 1)
+            super().__init__(Mesh(grid, names), PartitionSpec(*(names[p] for p in perm)),
+                             memory_kind=memory_kind)
+        else:
+            grid = np.array([devices[i] for cell in _cells.flat for i in sorted(cell)],
+                            dtype=object).reshape(*_cells.shape, copies.pop())
+            names = tuple(_axis(i) for i in range(_cells.ndim)) + (_REPLICA_AXIS,)
+            super().__init__(Mesh(grid, names), PartitionSpec(*names[:-1]),
+                             memory_kind=memory_kind)
         self._positional_devices = tuple(devices)
         self._cells = _cells
+        self._order = _order
 
     def _remake(self, cells):
         return PositionalSharding(self._positional_devices, memory_kind=self.memory_kind,
@@ -75,7 +87,20 @@ class PositionalSharding(NamedSharding):
         return self._remake(self._cells.reshape(*shape))
 
     def transpose(self, *axes):
-        return self._remake(self._cells.transpose(*axes))
+        cells = self._cells.transpose(*axes)
+        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+            axes = tuple(axes[0])
+        axes = [a % self.ndim for a in axes] if axes else reversed(range(self.ndim))
+        base, perm = self._order or (self._cells.shape, tuple(range(self.ndim)))
+        order = (base, tuple(perm[a] for a in axes))
+        one_each = all(len(c) == 1 for c in self._cells.flat)
+        ordered = [c[0] for c in self._cells.flat] == list(range(self._cells.size))
+        if not one_each or (self._order is None and not ordered):
+            return self._remake(cells)
+        if order[1] == tuple(range(len(base))):
+            order = None        # back to the untransposed layout
+        return PositionalSharding(self._positional_devices, memory_kind=self.memory_kind,
+                                  _cells=cells, _order=order)
 
     T = property(transpose)
 
@@ -96,7 +121,7 @@ class PositionalSharding(NamedSharding):
 
     def with_memory_kind(self, kind):
         return PositionalSharding(self._positional_devices, memory_kind=kind,
-                                  _cells=self._cells)
+                                  _cells=self._cells, _order=self._order)
 
     def named_sharding(self) -> NamedSharding:
         """The plain ``NamedSharding`` this layout is."""
@@ -112,11 +137,11 @@ class PositionalSharding(NamedSharding):
     def __reduce__(self):
         # devices by id: a Device object does not pickle
         ids = tuple(d.id for d in self._positional_devices)
-        return (_rebuild, (ids, self._cells, self.memory_kind))
+        return (_rebuild, (ids, self._cells, self.memory_kind, self._order))
 
 
-def _rebuild(ids, cells, memory_kind):
+def _rebuild(ids, cells, memory_kind, order=None):
     import jax
     by_id = {d.id: d for d in jax.devices()}
     return PositionalSharding(tuple(by_id[i] for i in ids), memory_kind=memory_kind,
-                              _cells=cells)
+                              _cells=cells, _order=order)

@@ -29,7 +29,7 @@ import threading
 
 from pmapkit.legacy import names as legacy_names
 
-__all__ = ["enable", "enabled", "note", "seen", "counted", "counting_module_getattr",
+__all__ = ["enable", "enabled", "note", "seen", "unseen", "counted", "counting_module_getattr",
            "counting_module", "counts", "entries", "table", "format_entries", "as_json",
            "env_requests_report"]
 
@@ -91,7 +91,23 @@ def _site():
     return "?"
 
 
+class unseen:
+    """Inside it, reads are the installer's own looks (``hasattr``), not
+    the program's uses: neither counted nor listed."""
+
+    def __enter__(self):
+        _quiet.depth = getattr(_quiet, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _quiet.depth -= 1
+
+
+_quiet = threading.local()
+
+
 def note(name, how="calls"):
+    if getattr(_quiet, "depth", 0):
+        return
     with _lock:
         if not _counts.get(name):
             _how[name] = how
@@ -103,6 +119,8 @@ def note(name, how="calls"):
 def seen(name):
     """An import or read of ``name`` that is not a use to count: listed (0
     uses until one), its site the first use."""
+    if getattr(_quiet, "depth", 0):
+        return
     with _lock:
         if name not in _counts:
             _counts[name] = 0
@@ -131,6 +149,9 @@ def counted(name, value, how="calls"):
         def counting(*args, **kwargs):
             note(name, how)
             return value(*args, **kwargs)
+        # pickled by reference to the classic name, which answers with this
+        # very function (as jax.tree_map pickled on the classic release)
+        counting.__module__, _, counting.__qualname__ = name.rpartition(".")
         return counting
     return value
 

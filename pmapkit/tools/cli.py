@@ -36,8 +36,8 @@ options:
 '{prog} COMMAND --help' shows a command's options, e.g. '{prog} bench --help'."""
 
 RUN_USAGE = """\
-usage: {prog} [--route-pmap] [--report[=FORM]] script.py [args ...]
-       {prog} [--route-pmap] [--report[=FORM]] -m module [args ...]
+usage: {prog} [--route-pmap] [--modern-prng] [--report[=FORM]] script.py [args ...]
+       {prog} [--route-pmap] [--modern-prng] [--report[=FORM]] -m module [args ...]
 
 Runs an old JAX script unedited, as 'python script.py' / 'python -m module'
 would (sys.argv, __main__, exit status; a folder or zip file with a
@@ -48,12 +48,15 @@ pmapkit's classic APIs stand in for the modules and names this JAX lacks
 .jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
 other removed names classic programs use (jax.tree_map, jax.ops.index_update,
 Array.device_buffers, jax.experimental.optimizers/stax, jax.config, ...):
-every public name of jax 0.4.13 to 0.9.2 works, or raises an error naming
+every public name of jax 0.1.77 to 0.9.2 works, or raises an error naming
 the release that removed it and its replacement (docs/classic-names.md).
-One short line on stderr counts what was installed.
+jax.random draws are the classic releases' (jax_threefry_partitionable off,
+as before JAX 0.5). One short line on stderr counts what was installed.
 
 options:
   --route-pmap  also make jax.pmap pmapkit's pmap
+  --modern-prng keep today's jax_threefry_partitionable=True (jax.random
+                draws as JAX 0.10 makes them, not as classic releases did)
   --report      at exit, list on stderr the classic names the script used
                 (uses, file:line of the first use), what served them and
                 their modern replacements, within 100 columns
@@ -149,6 +152,7 @@ def run(argv, prog="pmapkit run"):
     """``pmapkit run``: options end at the script or ``-m module``; everything
     after it is the script's, as with ``python``."""
     route_pmap, report, module, rest = False, None, None, list(argv)
+    classic_prng = True
     while rest and rest[0].startswith("-") and rest[0] != "-" and module is None:
         option = rest.pop(0)
         if option in ("-h", "--help"):
@@ -156,6 +160,8 @@ def run(argv, prog="pmapkit run"):
             return 0
         if option == "--route-pmap":
             route_pmap = True
+        elif option == "--modern-prng":
+            classic_prng = False
         elif option == "--report":
             report = True
         elif option.startswith("--report="):
@@ -179,7 +185,7 @@ def run(argv, prog="pmapkit run"):
             return _usage_error(prog, f"no such script: {script!r}")
     from pmapkit.tools import run as run_as_main
     from pmapkit import legacy
-    legacy.install(route_pmap=route_pmap, report=report)
+    legacy.install(route_pmap=route_pmap, report=report, classic_prng=classic_prng)
     if module is not None:
         run_as_main.run_module(module, rest)
     elif script == "-":

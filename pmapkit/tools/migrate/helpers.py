@@ -19,6 +19,17 @@ class Helper:
     imports: tuple = ("jax",)     # top-level modules the source refers to
 
 
+CLASSIC_PRNG = Helper("_classic_prng", '''
+def _classic_prng():
+    # jax.random streams as the original drew them (JAX before 0.5, and pmapkit
+    # run): jax_threefry_partitionable off (written by pmapkit migrate).
+    jax.config.update("jax_threefry_partitionable", False)
+
+
+_classic_prng()
+''')
+
+
 PMAP = Helper("_pmap", '''
 _PMAP_WRAPPERS = {}   # id(fun) -> (a weak reference to fun, {options: _pmap_program(...)})
 
@@ -339,7 +350,8 @@ def _with_sharding_constraint(x, shardings):
     # jax.lax.with_sharding_constraint that, as classic pjit's did, raises an
     # error naming the axis when a PartitionSpec has no mesh to refer to: the
     # 0.2/0.3 ValueError and the 0.4 NotImplementedError in one (jax.lax's
-    # raises a RuntimeError) (written by pmapkit migrate).
+    # raises a RuntimeError), the spec printed as they printed it
+    # (PartitionSpec(...)) (written by pmapkit migrate).
     P = jax.sharding.PartitionSpec
     if jax.sharding.get_abstract_mesh().empty:
         for spec in jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, P)):
@@ -350,7 +362,8 @@ def _with_sharding_constraint(x, shardings):
                     pass
                 raise MeshUndefinedError(
                     f"One of with_sharding_constraint arguments was given the resource "
-                    f"assignment of {spec}, but resource axis {names[0]} is undefined. "
+                    f"assignment of PartitionSpec{tuple(spec)!r}, but resource axis "
+                    f"{names[0]} is undefined. "
                     "Did you forget to declare the mesh? (JAX 0.4: with_sharding_constraint() "
                     "should only be called inside pjit() (or another traced function such "
                     "as jax.jit).)")

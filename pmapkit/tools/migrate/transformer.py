@@ -286,6 +286,10 @@ class Migrator(cst.CSTTransformer):
         q = self.qualname(original)
         if q is None or self._start(original) in self.rewritten:
             return updated
+        if q.startswith("jax.random.") and q not in _RANDOM_TYPES:
+            # the original draws classic streams (pmapkit run's default): so
+            # must the migrated file
+            self.need_helper(helpers.CLASSIC_PRNG)
         raw = self.raw_qualname(original)
         if q == rules_pmap.PMAP and id(original) not in self.pmap_callees:
             # jax.pmap as a value (``pmap_fn = jax.pmap``): _pmap takes every argument.
@@ -476,6 +480,10 @@ def _with_helpers(module, new):
             leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
             + [line for line in body[at].leading_lines if line.comment])
     return module.with_changes(body=body[:at] + added + body[at:])
+
+
+# jax.random names that draw nothing (types): no classic-stream helper for them
+_RANDOM_TYPES = {"jax.random.KeyArray", "jax.random.PRNGKeyArray"}
 
 
 def _walk(node, kind):
