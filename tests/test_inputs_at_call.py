@@ -132,3 +132,19 @@ def test_the_callers_array_is_never_the_programs_buffer():
     for _ in range(3):
         np.testing.assert_array_equal(np.asarray(f(x)), np.full((1, SMALL), 6.0))
     np.testing.assert_array_equal(x, np.full((1, SMALL), 5.0))
+
+
+def test_a_broadcast_view_put_on_many_devices():
+    # Classic code replicated parameters with ``np.broadcast_to`` (one buffer
+    # seen by every device's slice): jaxlib refuses to read such slices
+    # "during the call only", so HostSpec puts a private copy; the value is
+    # still the one at the call.
+    base = np.ones((3,), np.float32)
+    stacked = np.broadcast_to(base, (8, 3))
+    f = pmapkit.pmap(lambda p: p * 2)
+    want = np.asarray(jax.pmap(lambda p: p * 2)(stacked))
+    for _ in range(3):          # the miss path, then the hit path
+        y = f(stacked)
+        base[...] = 99.0
+        np.testing.assert_array_equal(np.asarray(y), want)
+        base[...] = 1.0

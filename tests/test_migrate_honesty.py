@@ -34,9 +34,12 @@ def _left(source):
     ("import jax\nc = jax.core.call\n", 2, "jax.core.call", "deprecated in JAX 0.10.2"),
     # not a name of any census era, and gone
     ("import jax\nx = jax.interpreters.sharded_jit\n", 2, "jax.interpreters.sharded_jit",
-     "not in JAX 0.10.2"),
+     "removed in JAX 0.3.11..0.3.25"),
     ("from jax.interpreters.sharded_jit import sharded_jit\n", 1,
-     "jax.interpreters.sharded_jit", "not in JAX 0.10.2"),
+     "jax.interpreters.sharded_jit", "removed in JAX 0.3.11..0.3.25"),
+    # a name no census release had and this JAX lacks
+    ("import jax\nx = jax.experimental.no_such_thing\n", 2, "jax.experimental.no_such_thing",
+     "not in JAX 0.10.2"),
 ])
 def test_whatever_classic_stays_in_the_output_is_a_left_line(source, line, name, why):
     new, left, report = _left(source)

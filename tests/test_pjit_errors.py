@@ -48,8 +48,8 @@ def raises(exc, *fragments):
 def test_rank_smaller_than_in_spec(mesh):
     f = pmapkit.pjit(double, P("x", "y", None), None)
     with mesh, raises(ValueError, "One of pjit arguments was given the resource "
-                      "assignment of PartitionSpec('x', 'y', None), which implies that it has "
-                      "a rank of at least 3, but it is 2", "PartitionSpec('x', 'y', None) is only "
+                      "assignment of PartitionSpec('x', 'y', None) = P('x', 'y', None), which implies that it has "
+                      "a rank of at least 3, but it is 2", "P('x', 'y', None) is only "
                       "valid for values of rank at least 3, but was applied to a value "
                       "of rank 2", "argument 'x'"):
         f(farange(8, 4))
@@ -112,7 +112,7 @@ def test_shape_errors_also_raised_by_lower_and_under_jit(mesh):
 def test_output_rank_smaller_than_spec(mesh):
     f = pmapkit.pjit(lambda a: a.sum(), None, P("x"))
     with mesh, raises(ValueError, "One of pjit outputs was given the resource "
-                      "assignment of PartitionSpec('x',), which implies that it has a rank "
+                      "assignment of PartitionSpec('x',) = P('x',), which implies that it has a rank "
                       "of at least 1, but it is 0"):
         f(farange(8))
 
@@ -263,7 +263,7 @@ def test_with_sharding_constraint_undefined_axis_inside_pjit(mesh):
     f = pmapkit.pjit(lambda a: pmapkit.with_sharding_constraint(a * 2, P("z")),
                      None, None)
     with mesh, raises(ValueError, "One of with_sharding_constraint arguments was "
-                      "given the resource assignment of PartitionSpec('z',), but resource axis "
+                      "given the resource assignment of PartitionSpec('z',) = P('z',), but resource axis "
                       "z is undefined. Did you forget to declare the mesh?"):
         f(farange(8))
 
@@ -304,7 +304,7 @@ def test_with_sharding_constraint_under_jit_without_a_mesh():
         f(farange(8))
     # JAX 0.2/0.3 raised a ValueError here, and code of that era catches it.
     with raises(ValueError, "One of with_sharding_constraint arguments was given the "
-                "resource assignment of PartitionSpec('x',), but resource axis x is undefined. "
+                "resource assignment of PartitionSpec('x',) = P('x',), but resource axis x is undefined. "
                 "Did you forget to declare the mesh?"):
         f(farange(8))
 

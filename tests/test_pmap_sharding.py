@@ -30,6 +30,9 @@ def test_pmap_layouts_are_instances_and_others_are_not():
     assert isinstance(pmapkit.device_put_replicated(np.ones(3), jax.devices()).sharding,
                       PmapSharding)
     mesh = Mesh(np.array(jax.devices()), ("x",))
+    # A pmap over axis "x" lays its results out with a sharding equal to the
+    # jit's below: only the pmap's own objects are pmap layouts.
+    pmapkit.pmap(lambda v: v, axis_name="x")(jnp.arange(N))
     jitted = jax.jit(lambda v: v + 1, out_shardings=NamedSharding(mesh, P("x")))(jnp.arange(N))
     assert not isinstance(jitted.sharding, PmapSharding)
     assert not isinstance(jax.devices()[0], PmapSharding)

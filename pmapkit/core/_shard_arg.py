@@ -47,8 +47,14 @@ class HostSpec:
             return self.put_own(x.astype(self.dtype))
         if self.copy_first:
             return self.put_own(x.copy())
-        return self.device_put(self.aval, self.sharding, self._slices(x),
-                               self.devices, True, False, self.read_during_call)
+        try:
+            return self.device_put(self.aval, self.sharding, self._slices(x),
+                                   self.devices, True, False, self.read_during_call)
+        except RuntimeError:
+            # jaxlib fails that put ("bad_function_call") wherever two devices'
+            # slices share memory, e.g. a stacked ``np.broadcast_to`` view, as
+            # classic code replicated parameters: put a private copy instead.
+            return self.put_own(x.copy())
 
     def put_own(self, x):
         """The device array of ``x``, a numpy array nobody else holds (made

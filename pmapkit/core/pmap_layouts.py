@@ -38,13 +38,12 @@ lowering.watch_program_shardings(_note)
 
 
 def is_pmap_layout(sharding) -> bool:
-    """Whether ``sharding`` is a pmap's layout: a pmapkit.pmap output's, or a
-    NamedSharding over a one-axis mesh with pmap's internal axis name
-    (jax.pmap's outputs without an axis name, ``device_put_sharded``)."""
-    if not isinstance(sharding, NamedSharding):
-        return False
-    return (sharding in _pmap_results
-            or sharding.mesh.axis_names == (specs.INTERNAL_AXIS_NAME,))
+    """Whether ``sharding`` is a pmap's layout: a pmapkit.pmap output's (the
+    very object, which JAX's eager operations pass on to their results: an
+    equal sharding a ``jax.jit`` made is not one), or a NamedSharding over a
+    one-axis mesh with pmap's internal axis name (jax.pmap's outputs without
+    an axis name, ``device_put_sharded``)."""
+    return is_pmap_output(sharding)
 
 
 def is_pmap_output(sharding) -> bool:

@@ -63,7 +63,7 @@ __all__ = [
     "Unstacked",
     "array_mapping",
     "canonical_pspec",
-    "classic_spec_repr",
+    "classic_spec_repr", "spec_both_ways",
     "named_sharding_to_sharding_spec",
     "normalize_partitions",
     "op_sharding_to_indices",
@@ -303,6 +303,17 @@ def classic_spec_repr(spec) -> str:
     return repr(spec) if isinstance(spec, str) else str(spec)
 
 
+def spec_both_ways(spec) -> str:
+    """A PartitionSpec in both spellings, the classic one first:
+    ``PartitionSpec('x', None) = P('x', None)``. Classic programs search
+    error texts for ``PartitionSpec(``; JAX's own pjit suites, run today, put
+    ``str(spec)`` (``P(...)``) into their regexes, followed by the words after
+    it: both hold."""
+    classic = classic_spec_repr(spec)
+    today = str(spec) if isinstance(spec, PartitionSpec) else classic
+    return classic if today == classic else f"{classic} = {today}"
+
+
 def show_axes(axes) -> str:
     """Classic rendering of a set of mesh axis names: sorted, back-quoted."""
     return ", ".join(sorted(f"`{a}`" for a in axes))
@@ -411,7 +422,7 @@ class ParsedPartitionSpec:
             raise ValueError(
                 f"A single {arg_name} specification can map every mesh axis "
                 f"to at most one positional dimension, but "
-                f"{classic_spec_repr(self.user_spec)} "
+                f"{spec_both_ways(self.user_spec)} "
                 f"has duplicate entries for {show_axes(repeated)}")
 
     def normalized(self, mesh=None) -> ParsedPartitionSpec:
@@ -433,7 +444,8 @@ class ParsedPartitionSpec:
         constraint inside the program may, as in jax)."""
         mesh_shape = _mesh_shape(mesh)
         where = f" ({describe})" if describe else ""
-        spec = classic_spec_repr(self.user_spec)
+        spec = spec_both_ways(self.user_spec)
+        today = str(self.user_spec)
         if len(shape) < len(self.partitions):
             if sharding is not None:
                 raise ValueError(
@@ -445,7 +457,7 @@ class ParsedPartitionSpec:
             raise ValueError(
                 f"One of {what} was given the resource assignment of "
                 f"{spec}, which implies that it has a rank of at "
-                f"least {len(self.partitions)}, but it is {len(shape)}: {spec} is "
+                f"least {len(self.partitions)}, but it is {len(shape)}: {today} is "
                 f"only valid for values of rank at least {len(self.partitions)}, "
                 f"but was applied to a value of rank {len(shape)}{where}")
         given = (f"the sharding of {sharding}" if sharding is not None else
@@ -457,7 +469,7 @@ class ParsedPartitionSpec:
                     # The 0.4 wording first, then the 0.3 one (code and
                     # tests of both releases match their own).
                     raise ValueError(
-                        f"Resource axis: {axis} of {spec} is undefined. One of "
+                        f"Resource axis: {axis} of {today} is undefined. One of "
                         f"{what} was given the resource assignment of {spec}, "
                         f"but resource axis {axis} is undefined. Did you "
                         f"forget to declare the mesh?{where}")
