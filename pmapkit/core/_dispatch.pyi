@@ -1,5 +1,8 @@
 from typing import Any, Callable
 
+#: The sources' hash a compiled build carries (None: the pure build).
+BUILT_FROM: str | None
+
 FASTPATH_VERSION: int
 PICKLE_VERSION: int
 KWARGS_MARK: str

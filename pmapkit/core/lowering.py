@@ -311,7 +311,7 @@ class CompiledProgram:
         """
         return same_layout(x, self.physical_in_shardings[i])
 
-    def moves(self):
+    def input_mover(self):
         """This program's ``moves.Mover`` (one per program: its plans are
         shared by every signature running it): the hit path's batched moves
         and ``shard_fallback``."""
@@ -326,7 +326,7 @@ class CompiledProgram:
         """What moves misplaced device arrays on the hit path; None for
         programs across processes, which take each process's data (their
         ``shard_fallback`` does)."""
-        return None if self.spans_processes else self.moves()
+        return None if self.spans_processes else self.input_mover()
 
     def host_call(self):
         """JAX's C++ call of this program (``jp.compiled_cpp_call``), to which
@@ -375,7 +375,7 @@ class CompiledProgram:
     def shard_fallback(self, x, i):
         """Python path for flat leaf ``i`` when the fast path cannot take it
         (``moves.Mover.fallback``)."""
-        return self.moves().fallback(x, i)
+        return self.input_mover().fallback(x, i)
 
     def run_flat(self, args):
         """Run with flat arguments (Python path); returns flat outputs,
