@@ -120,7 +120,7 @@ cdef class DispatchFunction:
     cdef readonly SharedCaches _shared
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
-                   signed=tuple, top=bint, shared=SharedCaches)
+                   signed=tuple, top=bint)
     cdef object _dispatch(self, tuple args, dict kwargs)
     cdef object _python_call(self, tuple args, dict kwargs)
     cdef tuple _select_context(self, object ctx, object extra)

@@ -550,9 +550,8 @@ class DispatchFunction:
             return self._python_call(args, kwargs)
         # One clock per shared cache, whichever wrapper ticks it: the least
         # recently used entry is the one evicted, across every sharer.
-        shared = self._shared
-        shared.clock += 1
-        entry.last_used = shared.clock
+        self._shared.clock += 1
+        entry.last_used = self._shared.clock
         if entry.donated is not None:
             if entry.aliases_donated(leaves):
                 # The miss path names both positions in its error, before running.
