@@ -4,6 +4,7 @@ fresh process."""
 import hashlib
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -142,8 +143,6 @@ def test_resealed_header_edits_are_still_caught(blob):
         pe.deserialize(_edit_header(blob, lambda h: h.pop("payload")))
     with pytest.raises(pe.DeserializationError, match="unknown payload format"):
         pe.deserialize(_edit_header(blob, lambda h: h["payload"].update(format="pickle")))
-    with pytest.raises(pe.DeserializationError, match="records fun_name='other'"):
-        pe.deserialize(_edit_header(blob, lambda h: h["exported"].update(fun_name="other")))
     garbage = b"\x01" * 100
 
     def new_payload(h):
@@ -151,6 +150,41 @@ def test_resealed_header_edits_are_still_caught(blob):
 
     with pytest.raises(pe.DeserializationError, match="not a valid jax.export artifact"):
         pe.deserialize(_edit_header(blob, new_payload, payload=garbage))
+
+
+# Every field of the header's summary that the payload records too, resealed
+# to say otherwise: (field, a value the payload of ``blob`` does not hold).
+_RESEALED_SUMMARIES = [
+    ("fun_name", "other"),
+    ("nr_devices", 4),  # would otherwise load as a one-device artifact
+    ("platforms", ["tpu"]),
+    ("strict_checks", False),
+    ("vjp_order", 1),
+]
+
+
+def test_resealed_summary_fields_are_checked_against_the_payload(blob):
+    summary = json.loads(blob[PREAMBLE_END:_layout(blob)[1]])["exported"]
+    # Every field the header summarizes is covered here.
+    assert sorted(summary) == sorted(field for field, _ in _RESEALED_SUMMARIES)
+    for field, value in _RESEALED_SUMMARIES:
+        assert summary[field] != value
+        crafted = _edit_header(blob, lambda h: h["exported"].update({field: value}))
+        with pytest.raises(pe.DeserializationError,
+                           match=re.escape(f"header records {field}={value!r} but the payload")):
+            pe.deserialize(crafted)
+    assert pe.deserialize(blob).nr_devices == 1
+
+
+def test_resealed_vjp_order_is_checked_both_ways():
+    exported = pe.export(jnp.sin)(sds((3,)))
+    with_vjp = pe.serialize(exported, vjp_order=1)
+    assert pe.deserialize(with_vjp).has_vjp()
+    for claimed in (0, 2):
+        crafted = _edit_header(with_vjp, lambda h: h["exported"].update(vjp_order=claimed))
+        with pytest.raises(pe.DeserializationError,
+                           match=f"records vjp_order={claimed} but the payload has 1"):
+            pe.deserialize(crafted)
 
 
 def test_no_pickle_anywhere():

@@ -30,6 +30,8 @@ def test_dispatch_and_error_suites_pass_in_pure_python_mode():
     paths = ["tests/test_dispatch.py", "tests/test_pmap_errors.py",
              "tests/test_input_origins.py", "tests/test_miss_failures.py",
              "tests/test_donation_moved_alias.py",
+             # The key format, the one rules, the one LRU clock.
+             "tests/test_cache_keys.py", "tests/test_cache_eviction.py",
              "tests/test_debugging_tools.py::test_cached_wrapper_hit_path_after_flag",
              # The core's shared caches (wrappers of one function).
              "tests/test_fresh_wrappers.py::test_fresh_pmap_wrappers_trace_and_compile_once",

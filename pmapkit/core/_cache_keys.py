@@ -2,18 +2,19 @@
 are put into words here (``f._debug_cache_keys()``).
 
 One rule runs through them: a static value is keyed with its type
-(``static_key``): ``1``, ``1.0`` and ``True`` are ``==`` but trace
-differently. The dispatch core (``_dispatch.py``, which imports nothing of
-pmapkit) writes the rule inline in its signing; that twin is checked equal
-to ``static_key`` by ``tests/test_cache_keys.py``. ARCHITECTURE.md lists
-every cache, what keys it, what bounds it and what clears it.
+(``static_entry``, defined in the dispatch core, which imports nothing of
+pmapkit, and used here): ``1``, ``1.0`` and ``True`` are ``==`` but trace
+differently. ARCHITECTURE.md lists every cache, what keys it, what bounds it
+and what clears it.
 
 The core keys a call by interned leaf-signature ids (see
-``_dispatch.DispatchFunction._sign``); ``describe`` turns them back into the
-classic description: a header "The cache contains N elements:" and, per
-element, its static arguments, the signature of every dynamic leaf, keyword
-names, tree structures, the shardings the entry was compiled for, and the
-parts of JAX's trace context that select a cache. Off the hot path.
+``_dispatch.DispatchFunction._sign``) and reads its keys back with
+``_dispatch.decode_key``, beside the signing; ``describe`` turns the parts
+into the classic description: a header "The cache contains N elements:"
+and, per element, its static arguments, the signature of every dynamic
+leaf, keyword names, tree structures, the shardings the entry was compiled
+for, and the parts of JAX's trace context that select a cache. Off the hot
+path.
 """
 from __future__ import annotations
 
@@ -26,13 +27,12 @@ from pmapkit.core._compiled import dispatch as _dispatch_mod
 
 # -- building keys -------------------------------------------------------------
 
-def static_key(value):
-    """A static argument's key: its type and its value."""
-    return (type(value), value)
+#: ``static_entry(where, value)``: a static argument's key (see the core).
+static_entry = _dispatch_mod.static_entry
 
 
 def same_static(a, b):
-    """Whether two static values key alike (``static_key``): the same type
+    """Whether two static values key alike (``static_entry``): the same type
     and equal (an ``__eq__`` that raises means not the same)."""
     if type(a) is not type(b):
         return False
@@ -43,8 +43,8 @@ def same_static(a, b):
 
 
 def static_keywords_key(static_kw):
-    """Static keyword arguments (a dict) as sorted ``(name, type, value)``."""
-    return tuple(sorted((name, *static_key(v)) for name, v in static_kw.items()))
+    """Static keyword arguments (a dict) as their sorted ``static_entry``s."""
+    return tuple(sorted(static_entry(name, v) for name, v in static_kw.items()))
 
 
 class Unkeyable(Exception):
@@ -110,7 +110,7 @@ def trace_key(static, args, kwargs, extra):
     if static and static[-1] >= nargs:
         return None
     static_set = set(static)
-    statics = tuple(static_key(args[i]) for i in static)
+    statics = tuple(static_entry(i, args[i]) for i in static)
     dyn = tuple(a for i, a in enumerate(args) if i not in static_set)
     flat, in_tree = jax.tree_util.tree_flatten((dyn, kwargs))
     try:
@@ -127,7 +127,7 @@ def global_trace_key(in_tree, in_avals, in_shardings, static, statics, nargs,
     """The key of pjit's traces of calls across processes
     (``_PjitSpec.global_traces``), or None when a part is unhashable."""
     key = (in_tree, tuple(in_avals), tuple(in_shardings), tuple(static),
-           tuple(static_key(v) for v in statics), nargs,
+           tuple(static_entry(i, v) for i, v in zip(static, statics)), nargs,
            static_keywords_key(static_kw), tuple(donated), mesh,
            jp.trace_context(), jp.debug_nans.value)
     try:
@@ -194,18 +194,20 @@ def _is_extended_context(ctx):
 
 
 def _describe_element(ctx, key, entry, signatures, static_argnums, names, varying):
-    statics, static_kw, dyn_trees, kw_names, leaf_ids = _decode(key, static_argnums)
+    parts = _dispatch_mod.decode_key(key, bool(static_argnums))
+    leaf_ids = parts["leaf_ids"]
     leaves = [_leaf_words(signatures, i) for i in leaf_ids]
     static_words = ", ".join(
-        f"{pos}={value!r} ({tp.__name__})" for pos, tp, value in statics)
+        f"{pos}={value!r} ({tp.__name__})" for pos, tp, value in parts["statics"])
     static_kw_words = ", ".join(
-        f"{name}={value!r} ({tp.__name__})" for name, tp, value in static_kw)
+        f"{name}={value!r} ({tp.__name__})" for name, tp, value in parts["static_keywords"])
+    trees, kw_names = _trees(parts)
     lines = [
         f"static args (positional): {static_words or 'none'}",
         f"static args (keyword): {static_kw_words or 'none'}",
         "dynamic arg signatures (positional + keyword): " + (", ".join(leaves) or "none"),
         "dynamic arg keyword names: " + (", ".join(kw_names) or "none"),
-        "dynamic arg treedefs: " + ("| ".join(str(t) for t in dyn_trees) or "none"),
+        "dynamic arg treedefs: " + ("| ".join(str(t) for t in trees) or "none"),
         "dynamic arg shardings (compiled for; other placements are resharded, "
         "not recompiled): " + _shardings_words(entry, len(leaf_ids)),
         "state: " + _state_words(entry),
@@ -214,70 +216,25 @@ def _describe_element(ctx, key, entry, signatures, static_argnums, names, varyin
     return "\n".join(lines)
 
 
-def _decode(key, static_argnums):
-    """``(statics, static keywords, per-argument treedefs, keyword names,
-    leaf ids)``; see ``DispatchFunction._sign`` for the key layouts."""
-    if type(key[0]) is int:
-        return _decode_simple(key)
-    treedef = key[0]
-    rest = list(key[1:])
-    statics = ()
-    if static_argnums:
-        statics = rest.pop(0)
-    static_kw = ()
-    has_kwargs = bool(rest) and rest[0] == _dispatch_mod.KWARGS_MARK
-    if has_kwargs:
-        rest.pop(0)
-        static_kw = rest.pop(0)
+def _trees(parts):
+    """``(per dynamic argument its tree structure, dynamic keyword names)``
+    from ``decode_key``'s parts."""
+    treedef = parts["treedef"]
+    if treedef is None:
+        leaf = jax.tree_util.tree_structure(0)
+        trees = [leaf if form == "leaf" else jax.tree_util.tree_structure(
+            [0] * form[1] if form[0] == "list" else (0,) * form[1])
+            for form in parts["arguments"]]
+        return trees + [leaf] * len(parts["keywords"]), parts["keywords"]
     try:
         shape = treedef.unflatten([0] * treedef.num_leaves)
     except Exception:  # noqa: BLE001 - a custom node that rejects placeholders
-        return statics, static_kw, [treedef], [], rest
-    dyn, kwargs = shape if has_kwargs else (shape, {})
+        return [treedef], []
+    # A keyword call flattened (positional arguments, keyword arguments).
+    dyn, kwargs = shape if parts["kwargs_marked"] else (shape, {})
     trees = [jax.tree_util.tree_structure(a) for a in dyn]
     trees += [jax.tree_util.tree_structure(v) for v in kwargs.values()]
-    return statics, static_kw, trees, list(kwargs), rest
-
-
-def _decode_simple(key):
-    # (nargs, item, ..., [KWARGS_MARK, kw, ...]): an item is a leaf id (>= 0),
-    # a static argument (position, type, value), or a negative marker
-    # -2 - 2n (a list of n leaves) / -3 - 2n (a tuple of n leaves) followed
-    # by the n leaf ids; a keyword is its name and leaf id, or (name, type,
-    # value) when static.
-    nargs = key[0]
-    pos = 1
-    trees, leaf_ids, statics = [], [], []
-    for _ in range(nargs):
-        item = key[pos]
-        pos += 1
-        if type(item) is tuple:
-            statics.append(item)
-            continue
-        if item >= 0:
-            trees.append(jax.tree_util.tree_structure(0))
-            leaf_ids.append(item)
-            continue
-        is_list = item % 2 == 0
-        n = (-item - (2 if is_list else 3)) // 2
-        container = [0] * n if is_list else (0,) * n
-        trees.append(jax.tree_util.tree_structure(container))
-        leaf_ids.extend(key[pos:pos + n])
-        pos += n
-    static_kw, kw_names = [], []
-    if pos < len(key) and key[pos] == _dispatch_mod.KWARGS_MARK:
-        pos += 1
-        while pos < len(key):
-            item = key[pos]
-            if type(item) is tuple:
-                static_kw.append(item)
-                pos += 1
-                continue
-            kw_names.append(item)
-            trees.append(jax.tree_util.tree_structure(0))
-            leaf_ids.append(key[pos + 1])
-            pos += 2
-    return tuple(statics), tuple(static_kw), trees, kw_names, leaf_ids
+    return trees, list(kwargs)
 
 
 def _leaf_words(signatures, leaf_id):

@@ -4,15 +4,30 @@
 ``_dispatch`` and ``_shard_arg`` under private names even when the compiled
 extensions are installed; otherwise the extensions are used, and where they
 are missing Python's import finds the same sources, so behaviour is identical.
+
+A compiled extension carries the hash of the sources it was built from
+(``BUILT_FROM``, stamped by setup.py). One whose sources beside it hash
+otherwise (a ``.py`` edited, not rebuilt) is refused with an ImportError
+naming the rebuild command: it would run the old code while the tests read
+the new. Refused, not replaced by the pure build: a silent fallback would
+report the compiled core as tested when it was not, and change the speed
+of every call without a word. ``PMAPKIT_PUREPYTHON=1`` is the explicit way
+to run the sources without rebuilding.
 """
 import importlib
 import importlib.util
 import os
 import sys
 
+from pmapkit.core import _source_hash
+
 PURE_PYTHON_REQUESTED = os.environ.get("PMAPKIT_PUREPYTHON", "") not in ("", "0")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class StaleBuildError(ImportError):
+    """A compiled module built from other sources than those beside it."""
 
 
 def _load_source(name):
@@ -29,7 +44,33 @@ def _load_source(name):
 def _load(name):
     if PURE_PYTHON_REQUESTED:
         return _load_source(name)
-    return importlib.import_module(f"pmapkit.core.{name}")
+    module = importlib.import_module(f"pmapkit.core.{name}")
+    if _is_extension(module):
+        check_fresh(module, name)
+    return module
+
+
+def check_fresh(module, name):
+    """Raise ``StaleBuildError`` unless compiled ``module`` was built from
+    the sources of ``name`` here, those the pure build runs (none here:
+    nothing to compare, accepted)."""
+    directory = _HERE
+    sources = _source_hash.source_hash(directory, name)
+    if sources is None:
+        return
+    built = getattr(module, "BUILT_FROM", None)
+    if built == sources:
+        return
+    what = ("carries no source hash (built without pmapkit's setup.py)"
+            if not built else "was built from other sources than "
+            + " and ".join(os.path.basename(p)
+                           for p in _source_hash.source_paths(directory, name))
+            + f" in {directory} (edited since the last build)")
+    raise StaleBuildError(
+        f"pmapkit: the compiled module {module.__file__} {what}: it would run "
+        f"old code. Rebuild it from the checkout root with "
+        f"`{_source_hash.REBUILD_COMMAND}` (needs `pip install -e '.[dev]'`), "
+        "or set PMAPKIT_PUREPYTHON=1 to run the pure-Python sources.")
 
 
 def _is_extension(module):

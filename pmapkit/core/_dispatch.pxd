@@ -62,7 +62,6 @@ cdef class CacheEntry:
     cdef object _first_sight(self, object x, object physical, object have,
                              Py_ssize_t i, Py_ssize_t j)
 
-    @cython.locals(leaf_types=LeafTypes, donated=tuple, first=dict, j=Py_ssize_t)
     cpdef bint aliases_donated(self, leaves) except -1
 
 
@@ -116,7 +115,6 @@ cdef class DispatchFunction:
     cdef dict _caches
     cdef tuple _current
     cdef readonly Py_ssize_t _cache_size_limit
-    cdef unsigned long long _clock
     cdef readonly Py_ssize_t _misses
     cdef readonly Py_ssize_t _evictions
     cdef object _lock
@@ -134,6 +132,7 @@ cdef class DispatchFunction:
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
                                dict cache, object key, object leaves)
     cdef bint _fill(self, CacheEntry entry, object fastpath, object leaves) except -1
+    @cython.locals(shared=SharedCaches)
     cdef _finish(self, CacheEntry entry, dict cache, object key, bint drop)
     @cython.locals(fresh=CacheEntry, replace=bint)
     cdef object _retry_failed(self, CacheEntry failed, tuple args, dict kwargs,
@@ -164,6 +163,10 @@ cdef class DispatchFunction:
 
 
 cdef bint _COMPILED
+cdef Py_ssize_t LIST_MARK
+cdef Py_ssize_t TUPLE_MARK
+
+cpdef tuple static_entry(object where, object value)
 cdef tuple _special_flags
 
 cdef extern from *:
@@ -190,3 +193,20 @@ cpdef object execute_donating(CacheEntry entry, object leaves)
 cdef tuple _remember(tuple seen, object sharding)
 
 cdef list _pend(list pending, Py_ssize_t j)
+
+@cython.locals(first=dict, j=Py_ssize_t, i=Py_ssize_t)
+cpdef object find_donated_alias(object leaves, tuple donated, LeafTypes leaf_types,
+                                object in_place)
+
+cdef extern from *:
+    """
+    /* setup.py defines it: the SHA-256 of the sources this module was built
+       from (pmapkit/core/_source_hash.py); empty when built otherwise. */
+    #ifndef PMAPKIT_SOURCE_HASH
+    #define PMAPKIT_SOURCE_HASH ""
+    #endif
+    static PyObject *pmapkit_source_hash(void) {
+        return PyUnicode_FromString(PMAPKIT_SOURCE_HASH);
+    }
+    """
+    object _built_hash "pmapkit_source_hash" ()

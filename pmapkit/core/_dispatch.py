@@ -37,9 +37,29 @@ class ArgumentAliasError(ValueError):
     one call, not on its signature, so it never marks a cache entry."""
 # Bumped whenever the pickled state of a DispatchFunction changes shape.
 PICKLE_VERSION = 1
+
+# -- the key format ------------------------------------------------------------
+# Bumped with every change to what ``DispatchFunction._sign*`` puts in a key;
+# ``decode_key`` (at the end of this file) reads exactly this version, and tests/test_key_format.py holds a
+# literal key of every form to it: a change to one without the other fails
+# there, never silently in ``_debug_cache_keys``.
+KEY_VERSION = 1
 # Marks the keys of calls with keyword arguments: ``f(x, k=y)`` flattens to
 # the same treedef as ``f((x,), {"k": y})`` and must not share its entry.
 KWARGS_MARK = "**kwargs"
+# A list/tuple argument of n leaves in a simple key: ``LIST_MARK - 2 * n`` /
+# ``TUPLE_MARK - 2 * n`` (negative: leaf ids are >= 0; the parity tells them
+# apart).
+LIST_MARK = -2
+TUPLE_MARK = -3
+
+
+def static_entry(where, value):
+    """A static argument's key: where it came (its position, or its keyword
+    name), its type and its value. The type too: ``1``, ``1.0`` and ``True``
+    are ``==`` but trace differently. The one rule for statics: every key of
+    pmapkit keys them with it (``_cache_keys`` uses this function)."""
+    return (where, type(value), value)
 
 
 class LeafTypes:
@@ -145,25 +165,10 @@ class CacheEntry:
         self.donated = tuple(donated) if donated else None
 
     def aliases_donated(self, leaves):
-        """Whether a donated leaf (an array) is also another leaf of the call:
-        executing would hand one buffer to two inputs, one of them donated."""
-        leaf_types = self.types
-        donated = self.donated
-        first = {}
-        for i in donated:
-            x = leaves[i]
-            t = type(x)
-            if t is leaf_types.array_type or t is leaf_types.key_type:
-                if id(x) in first:
-                    return True
-                first[id(x)] = i
-        if not first:
-            return False
-        for j in range(len(leaves)):
-            i = first.get(id(leaves[j]), j)
-            if i != j:
-                return True
-        return False
+        """Whether a donated leaf (an array) is also another leaf of the call
+        (``find_donated_alias``, counting every donated array: the miss path
+        it then hands the call to leaves out those that move)."""
+        return find_donated_alias(leaves, self.donated, self.types, None) is not None
 
     def run(self, leaves):
         """The flat outputs of one call of ``leaves`` (not donating)."""
@@ -348,6 +353,36 @@ class CacheEntry:
         return self.shard_fallback(x, i)
 
 
+def find_donated_alias(leaves, donated, leaf_types, in_place):
+    """``(i, j)``, ``i < j``: leaves ``i`` and ``j`` are one device array (of
+    ``leaf_types``' array or key type) and one of them is donated
+    (``donated``: flat indices); None when no donated array appears twice.
+    Executing would hand one buffer to two inputs, one of them donated.
+
+    The one alias rule: the hit path asks it with ``in_place`` None (every
+    donated array counts), the miss path (``lowering.find_donated_alias``)
+    with ``in_place(x, i)``: whether donated array ``x`` is laid out as
+    input ``i`` takes it. One that is not is moved, and a donated input that
+    moves is a copy (``moves.Mover``), so it aliases nothing."""
+    first = {}
+    for i in donated:
+        x = leaves[i]
+        t = type(x)
+        if t is leaf_types.array_type or t is leaf_types.key_type:
+            if in_place is not None and not in_place(x, i):
+                continue
+            if id(x) in first:
+                return (first[id(x)], i)
+            first[id(x)] = i
+    if not first:
+        return None
+    for j in range(len(leaves)):
+        i = first.get(id(leaves[j]), j)
+        if i != j:
+            return (i, j) if i < j else (j, i)
+    return None
+
+
 def _pend(pending, j):
     """``pending`` (a list or None) with kept input ``j`` appended."""
     if pending is None:
@@ -470,7 +505,6 @@ class DispatchFunction:
         self._current = shared.current
         self._context_state = context_state
         self._cache_size_limit = DEFAULT_CACHE_SIZE if cache_size is None else int(cache_size)
-        self._clock = shared.clock
         self._misses = 0
         self._evictions = 0
         self._lock = shared.lock
@@ -536,8 +570,10 @@ class DispatchFunction:
             if entry.failure is not None:
                 return self._retry_failed(entry, args, kwargs, cache, key, leaves)
             return self._python_call(args, kwargs)
-        self._clock += 1
-        entry.last_used = self._clock
+        # One clock per shared cache, whichever wrapper ticks it: the least
+        # recently used entry is the one evicted, across every sharer.
+        self._shared.clock += 1
+        entry.last_used = self._shared.clock
         try:
             if entry.donated is not None:
                 if entry.aliases_donated(leaves):
@@ -615,10 +651,9 @@ class DispatchFunction:
     def _finish(self, entry, cache, key, drop):
         """Mark ``entry`` ready (waking its waiters); drop it from ``cache``
         or keep the cache within its bound."""
-        self._clock += 1
-        entry.last_used = self._clock
-        if self._shared.clock < self._clock:
-            self._shared.clock = self._clock  # a new sharer starts from here
+        shared = self._shared
+        shared.clock += 1
+        entry.last_used = shared.clock
         entry.ready = True
         entry.event.set()
         with self._lock:
@@ -685,8 +720,7 @@ class DispatchFunction:
             dyn = []
             for i in range(nargs):
                 if i in self._static_set:
-                    # The type too: 1, 1.0 and True are == but trace differently.
-                    statics.append((i, type(args[i]), args[i]))
+                    statics.append(static_entry(i, args[i]))
                 else:
                     dyn.append(args[i])
             key = [None, tuple(statics)]
@@ -721,12 +755,12 @@ class DispatchFunction:
         other shape (``_sign`` then flattens).
 
         Such keys start with an int (the argument count) and mark each
-        list/tuple with a negative int encoding its type and length (leaf ids
-        are >= 0), so they never collide with the treedef-keyed ones; a
-        static argument is (position, type, value) (the type too: 1, 1.0 and
-        True are == but trace differently); keywords follow KWARGS_MARK in
-        name order (JAX's order for a dict), each as its name and leaf id, or
-        as (name, type, value) when static."""
+        list/tuple with a negative int encoding its type and length
+        (``LIST_MARK``/``TUPLE_MARK``; leaf ids are >= 0), so they never
+        collide with the treedef-keyed ones; a static argument is its
+        ``static_entry``; keywords follow KWARGS_MARK in name order (JAX's
+        order for a dict), each as its name and leaf id, or as its
+        ``static_entry`` when static. ``decode_key`` reads them back."""
         nargs = len(args)
         if nargs == 1 and self._max_static < 0 and not kwargs:
             key1 = self._sign_one(args[0])
@@ -737,11 +771,11 @@ class DispatchFunction:
         for i in range(nargs):
             x = args[i]
             if self._max_static >= i and i in self._static_set:
-                key.append((i, type(x), x))
+                key.append(static_entry(i, x))
                 continue
             t = type(x)
             if t is list or t is tuple:
-                key.append((-2 if t is list else -3) - 2 * len(x))
+                key.append((LIST_MARK if t is list else TUPLE_MARK) - 2 * len(x))
                 for y in x:
                     leaf_id = self._leaf_id(y)
                     if leaf_id < 0:
@@ -759,7 +793,7 @@ class DispatchFunction:
             for name in sorted(kwargs):
                 x = kwargs[name]
                 if name in self._static_names:
-                    key.append((name, type(x), x))
+                    key.append(static_entry(name, x))
                     continue
                 leaf_id = self._leaf_id(x)
                 if leaf_id < 0:
@@ -792,7 +826,7 @@ class DispatchFunction:
         dyn_kw = {}
         for name, value in kwargs.items():
             if name in self._static_names:
-                static_kw.append((name, type(value), value))
+                static_kw.append(static_entry(name, value))
             else:
                 dyn_kw[name] = value
         static_kw.sort(key=_first)
@@ -891,6 +925,10 @@ class DispatchFunction:
         signed = self._sign(args, kwargs)
         return None if signed is None else signed[0]
 
+    def _debug_decode_key(self, key):
+        """``decode_key`` of one of this function's keys."""
+        return decode_key(key, self._max_static >= 0)
+
     def _debug_dispatch_stats(self):
         """Counters of the slow paths: calls that ran Python (``misses``),
         inputs moved or put by the Python fallback on hit-path calls
@@ -946,6 +984,136 @@ class DispatchFunction:
 
 def _first(item):
     return item[0]
+
+
+class KeyFormatError(ValueError):
+    """A key that is not of the format ``KEY_VERSION`` describes: the
+    encoder changed without ``decode_key``."""
+
+
+def decode_key(key, has_static_argnums):
+    """The parts of a key made by ``DispatchFunction._sign*`` (format
+    ``KEY_VERSION``), read back exactly, never guessed: a dict of
+    ``version``; ``statics`` and ``static_keywords`` (their
+    ``static_entry``s); ``kwargs_marked``: the call had keyword arguments
+    (``KWARGS_MARK``); ``arguments``: per dynamic positional argument of a
+    simple key, ``"leaf"`` or ``("list" | "tuple", n)`` (None for a
+    flattened key, whose ``treedef`` is the whole structure);
+    ``keywords``: the names of dynamic keyword leaves of a simple key, in
+    order; ``leaf_ids``: every dynamic leaf's signature id, in order.
+    ``has_static_argnums``: the function has static positions (a flattened
+    key then holds their slot). Raises ``KeyFormatError`` for anything
+    else."""
+    if type(key) is not tuple or not key:
+        _bad_key(key, "not a non-empty tuple")
+    if type(key[0]) is int:
+        return _decode_simple(key)
+    return _decode_flattened(key, has_static_argnums)
+
+
+def _decode_simple(key):
+    # (nargs, per argument: a leaf id | a static_entry | a container mark and
+    # its leaf ids, [KWARGS_MARK, per keyword: name, leaf id | static_entry])
+    nargs = key[0]
+    pos = 1
+    statics = []
+    arguments = []
+    leaf_ids = []
+    for i in range(nargs):
+        if pos >= len(key):
+            _bad_key(key, f"ends before argument {i} of {nargs}")
+        item = key[pos]
+        pos += 1
+        if type(item) is tuple:
+            if len(item) != 3 or item[0] != i or not isinstance(item[1], type):
+                _bad_key(key, f"argument {i}: {item!r} is no static_entry({i}, value)")
+            statics.append(item)
+        elif type(item) is not int:
+            _bad_key(key, f"argument {i}: {item!r} is neither a leaf id, a static "
+                     "nor a container mark")
+        elif item >= 0:
+            arguments.append("leaf")
+            leaf_ids.append(item)
+        else:
+            kind = "list" if (item - LIST_MARK) % 2 == 0 else "tuple"
+            n = ((LIST_MARK if kind == "list" else TUPLE_MARK) - item) // 2
+            if n < 0:
+                _bad_key(key, f"argument {i}: mark {item} encodes no container")
+            ids = key[pos:pos + n]
+            if len(ids) != n or not all([_is_leaf_id(x) for x in ids]):
+                _bad_key(key, f"argument {i}: a {kind} of {n} leaves wants {n} leaf ids")
+            arguments.append((kind, n))
+            leaf_ids.extend(ids)
+            pos += n
+    static_kw = []
+    keywords = []
+    marked = pos < len(key)
+    if marked:
+        if key[pos] != KWARGS_MARK:
+            _bad_key(key, f"item {pos}: {key[pos]!r} after the {nargs} arguments, "
+                     "where only KWARGS_MARK may follow")
+        pos += 1
+        while pos < len(key):
+            item = key[pos]
+            if type(item) is tuple and len(item) == 3 and type(item[0]) is str:
+                static_kw.append(item)
+                pos += 1
+            elif type(item) is str and pos + 1 < len(key) and _is_leaf_id(key[pos + 1]):
+                keywords.append(item)
+                leaf_ids.append(key[pos + 1])
+                pos += 2
+            else:
+                _bad_key(key, f"item {pos}: {item!r} is no keyword (a name and its "
+                         "leaf id, or a static_entry)")
+    return {"version": KEY_VERSION, "statics": tuple(statics),
+            "static_keywords": tuple(static_kw), "kwargs_marked": marked,
+            "arguments": arguments, "treedef": None, "keywords": keywords,
+            "leaf_ids": leaf_ids}
+
+
+def _decode_flattened(key, has_static_argnums):
+    # (treedef, [statics: (static_entry, ...)], [KWARGS_MARK, static
+    # keywords: (static_entry, ...)], leaf id, ...)
+    treedef = key[0]
+    pos = 1
+    statics = ()
+    if has_static_argnums:
+        statics = key[pos] if pos < len(key) else None
+        if type(statics) is not tuple or not all(
+                [type(e) is tuple and len(e) == 3 and type(e[0]) is int for e in statics]):
+            _bad_key(key, f"item 1: {statics!r} is no tuple of positional static_entry's")
+        pos += 1
+    static_kw = ()
+    marked = pos < len(key) and type(key[pos]) is str
+    if marked:
+        if key[pos] != KWARGS_MARK:
+            _bad_key(key, f"item {pos}: {key[pos]!r} where KWARGS_MARK or a leaf id belongs")
+        static_kw = key[pos + 1] if pos + 1 < len(key) else None
+        if type(static_kw) is not tuple or not all(
+                [type(e) is tuple and len(e) == 3 and type(e[0]) is str for e in static_kw]):
+            _bad_key(key, f"item {pos + 1}: {static_kw!r} is no tuple of keyword "
+                     "static_entry's")
+        pos += 2
+    leaf_ids = list(key[pos:])
+    if not all([_is_leaf_id(x) for x in leaf_ids]):
+        _bad_key(key, f"items {pos}..: {leaf_ids!r} are not all leaf ids")
+    n_leaves = getattr(treedef, "num_leaves", None)
+    if n_leaves is not None and n_leaves != len(leaf_ids):
+        _bad_key(key, f"its treedef has {n_leaves} leaves, the key {len(leaf_ids)} leaf ids")
+    return {"version": KEY_VERSION, "statics": statics, "static_keywords": static_kw,
+            "kwargs_marked": marked, "arguments": None, "treedef": treedef,
+            "keywords": [], "leaf_ids": leaf_ids}
+
+
+def _is_leaf_id(x):
+    return type(x) is int and x >= 0
+
+
+def _bad_key(key, why):
+    raise KeyFormatError(
+        f"pmapkit internal error: cache key {key!r} is not of key format "
+        f"{KEY_VERSION} ({why}); the signing in _dispatch.py changed without "
+        "decode_key (bump KEY_VERSION and update both).")
 
 
 # None until jax_debug_nans or jax_debug_infs is first turned on (see
@@ -1011,3 +1179,7 @@ def _same_items(a, b, start):
 # Cython turns module-level functions into its own function type; the plain
 # interpreter keeps ``function``.
 _COMPILED = type(_first).__name__ != "function"
+
+#: The hash of the sources the compiled module was built from (stamped by
+#: setup.py; ``_compiled`` refuses a stale one); None in the pure build.
+BUILT_FROM = _built_hash() if _COMPILED else None

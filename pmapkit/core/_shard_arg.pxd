@@ -13,4 +13,18 @@ cdef class HostSpec:
     cpdef object put_own(self, object x)
     cdef list _slices(self, object x)
 
-cdef bint _is_everything(object index) except -1
+cpdef bint _is_everything(object index) except -1
+cdef bint _COMPILED
+
+cdef extern from *:
+    """
+    /* setup.py defines it: the SHA-256 of the sources this module was built
+       from (pmapkit/core/_source_hash.py); empty when built otherwise. */
+    #ifndef PMAPKIT_SOURCE_HASH
+    #define PMAPKIT_SOURCE_HASH ""
+    #endif
+    static PyObject *pmapkit_source_hash(void) {
+        return PyUnicode_FromString(PMAPKIT_SOURCE_HASH);
+    }
+    """
+    object _built_hash "pmapkit_source_hash" ()

@@ -89,3 +89,11 @@ def _repeats(indices):
             return True
         seen.add(key)
     return False
+
+
+# Cython turns module-level functions into its own function type.
+_COMPILED = type(_is_everything).__name__ != "function"
+
+#: The hash of the sources the compiled module was built from (stamped by
+#: setup.py; ``_compiled`` refuses a stale one); None in the pure build.
+BUILT_FROM = _built_hash() if _COMPILED else None

@@ -1,5 +1,8 @@
 from typing import Any, Callable, Sequence
 
+#: The sources' hash a compiled build carries (None: the pure build).
+BUILT_FROM: str | None
+
 class HostSpec:
     aval: Any
     dtype: Any

@@ -343,17 +343,22 @@ class CompiledProgram:
         """
         return same_layout(x, self.physical_in_shardings[i])
 
-    def mover(self):
-        """What moves misplaced device arrays on the hit path (one per
-        program: its plans are shared by every signature running it); None
-        for programs across processes, which take each process's data."""
-        if self.spans_processes:
-            return None
+    def input_mover(self):
+        """This program's ``moves.Mover`` (one per program: its plans are
+        shared by every signature running it): the hit path's batched moves
+        and ``shard_fallback``."""
         mover = self.__dict__.get("_mover")
         if mover is None:
             mover = self._mover = moves.Mover(
-                self.physical_in_shardings, self.in_avals, self.donated)
+                self.in_shardings, self.physical_in_shardings, self.in_avals,
+                self.host_specs, self.donated)
         return mover
+
+    def mover(self):
+        """What moves misplaced device arrays on the hit path; None for
+        programs across processes, which take each process's data (their
+        ``shard_fallback`` does)."""
+        return None if self.spans_processes else self.input_mover()
 
     def host_call(self):
         """JAX's C++ call of this program (``jp.compiled_cpp_call``), to which
@@ -429,29 +434,9 @@ class CompiledProgram:
         return True
 
     def shard_fallback(self, x, i):
-        """Python path for flat leaf ``i`` when the fast path cannot take it."""
-        sharding = self.in_shardings[i]
-        aval = self.in_avals[i]
-        # A donated input that moves is a copy (as the Mover's): the
-        # caller's array, maybe passed elsewhere in the call too, lives on.
-        alias = None if self.donated is None or i not in self.donated else False
-        if isinstance(x, jp.PRNGKeyArray):
-            if x.is_deleted():
-                jp.raise_if_deleted(x._base_array)
-            if x.sharding != sharding:
-                x = jax.device_put(x, sharding, may_alias=alias)
-            return x._base_array
-        if isinstance(x, jp.ArrayImpl):
-            if x.is_deleted():
-                jp.raise_if_deleted(x)
-            if (x.sharding.is_equivalent_to(sharding, x.ndim)
-                    and x.aval.dtype == aval.dtype):
-                # Same devices and slices under another name: re-view, no copy.
-                return x._rewrap_with_aval_and_sharding(x.aval, sharding)
-            return jax.device_put(x, sharding, may_alias=alias)
-        if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
-            return self.host_specs[i].put(np.asarray(x))
-        return jax.device_put(x, sharding)
+        """Python path for flat leaf ``i`` when the fast path cannot take it
+        (``moves.Mover.fallback``)."""
+        return self.input_mover().fallback(x, i)
 
     def run_flat(self, args):
         """Run with flat arguments (Python path); returns flat outputs,
@@ -583,29 +568,22 @@ def same_layout(x, want):
 
 
 def find_donated_alias(flat, donated, in_shardings=None):
-    """``(i, j)``: flat leaf ``i`` is donated and the same array as leaf
-    ``j``; None when no donated array appears twice.
+    """``(i, j)``: flat leaves ``i`` and ``j`` are one array, at least one of
+    them donated; None when no donated array appears twice
+    (``_dispatch.find_donated_alias``, the one rule, which the hit path
+    asks too).
 
     With ``in_shardings`` (the program's, per flat input), only a donated
     array laid out as its position takes it counts: its own buffers would be
-    donated. One that must move is donated as its moved copy (``moves``,
-    ``shard_fallback``: always a copy), so the caller's array, wherever else
+    donated. One that must move is donated as its moved copy
+    (``moves.Mover``: always a copy), so the caller's array, wherever else
     it is passed, is never handed to the program to overwrite (as jax.pmap
     and jax.jit run such calls)."""
-    first = {}
-    for i in donated:
-        x = flat[i]
-        if isinstance(x, jax.Array) and not isinstance(x, jp.Tracer):
-            if in_shardings is not None and not same_layout(x, in_shardings[i]):
-                continue
-            if id(x) in first:
-                return first[id(x)], i
-            first[id(x)] = i
-    for j, x in enumerate(flat):
-        i = first.get(id(x), j)
-        if i != j:
-            return (i, j) if i < j else (j, i)
-    return None
+    in_place = None
+    if in_shardings is not None:
+        def in_place(x, i):
+            return same_layout(x, in_shardings[i])
+    return _dispatch_mod.find_donated_alias(flat, tuple(donated), LEAF_TYPES, in_place)
 
 
 def check_donated_aliases(flat, donated, describe=None, api="pmapkit",

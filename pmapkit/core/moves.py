@@ -17,13 +17,16 @@ remembers it (bounded):
   CPU devices: its bytes
   are read in place (a zero-copy host view, once the array is ready) and the
   program's slices put in one ``batched_device_put`` that copies them.
-* anything else, or a source not ready yet: the program's Python fallback
-  (``jax.device_put``), as before.
+* anything else, or a source not ready yet: ``Mover.fallback``, the Python
+  move of one leaf (``jax.device_put``; a re-view where only the names
+  differ; host values by the program's host specs), which is also the
+  program's ``shard_fallback`` for every leaf the hit path cannot take.
 
 Moved inputs are new buffers, or buffers (or host views) of the caller's
-array that the program only reads: a donated input is always a copy, so
-donating a moved array never consumes or overwrites the caller's one (the
-caller's array stays alive, as the fallback has always left it).
+array that the program only reads: a donated input is always a copy
+(``Mover.copies``, the one rule for every way of moving), so donating a
+moved array never consumes or overwrites the caller's one (the caller's
+array stays alive).
 """
 from __future__ import annotations
 
@@ -125,21 +128,27 @@ def _special_dtype(aval):
 
 
 class Mover:
-    """Moves one program's misplaced inputs; plans per (input, source
-    sharding), decided once.
+    """Moves one program's misplaced inputs: plans per (input, source
+    sharding), decided once, for the batched moves; ``fallback`` for one
+    leaf no plan covers.
 
     Args:
-      in_shardings: the program's sharding per flat input (physical, for keys).
+      in_shardings: the program's sharding per flat input (logical: a key
+        input's is its key array's).
+      physical_in_shardings: the same, physical (a key input's buffers).
       in_avals: the program's aval per flat input.
+      host_specs: per flat input, what puts a host value there.
       donated: flat indices of donated inputs (copied, never aliased).
       check: optional ``check(x, i)`` run first on each leaf (pjit refuses a
         committed array on devices its computation does not use).
     """
 
-    def __init__(self, in_shardings, in_avals, donated=None, check=None,
-                 plans=None):
+    def __init__(self, in_shardings, physical_in_shardings, in_avals, host_specs,
+                 donated=None, check=None, plans=None):
         self.in_shardings = in_shardings
+        self.physical_in_shardings = physical_in_shardings
         self.in_avals = in_avals
+        self.host_specs = host_specs
         self.donated = frozenset(donated or ())
         self.check = check
         # Shared by the checking variant: the same program, the same plans.
@@ -147,10 +156,17 @@ class Mover:
         self.copy_semantics = (jp.ArrayCopySemantics.REUSE_INPUT,
                                jp.ArrayCopySemantics.ALWAYS_COPY)
 
+    def copies(self, i):
+        """Whether input ``i``, when it moves, must be a copy: a donated one
+        (the program may overwrite what it is given, and the caller's array,
+        maybe passed elsewhere in the call too, lives on). Every way of
+        moving below asks this, and nothing else."""
+        return i in self.donated
+
     def checking(self, check):
         """This mover, running ``check(x, i)`` on each leaf before moving it."""
-        return Mover(self.in_shardings, self.in_avals, self.donated, check,
-                     self.plans)
+        return Mover(self.in_shardings, self.physical_in_shardings, self.in_avals,
+                     self.host_specs, self.donated, check, self.plans)
 
     def _plan(self, i, physical):
         have = physical.sharding
@@ -158,7 +174,7 @@ class Mover:
         plan = plans.get(have)
         if plan is None:
             aval = self.in_avals[i]
-            plan = plan_move(have, self.in_shardings[i], aval, physical.aval)
+            plan = plan_move(have, self.physical_in_shardings[i], aval, physical.aval)
             if len(plans) >= MAX_PLANS:
                 # pop, not del: another thread may have dropped it already.
                 plans.pop(next(iter(plans), None), None)
@@ -167,8 +183,10 @@ class Mover:
 
     def move(self, xs, flat_indices, fallback):
         """The program's arrays for leaves ``xs`` (flat inputs
-        ``flat_indices``), in order; ``fallback(x, i)`` moves what no plan
-        covers (and raises JAX's errors for deleted arrays)."""
+        ``flat_indices``), in order; ``fallback(x, i)`` (the program's
+        ``shard_fallback``: this mover's ``fallback`` or a program's own)
+        moves what no plan covers, and raises JAX's errors for deleted
+        arrays."""
         out = [None] * len(xs)
         copies = None
         for k, (x, i) in enumerate(zip(xs, flat_indices)):
@@ -179,7 +197,7 @@ class Mover:
                 continue
             plan = self._plan(i, x)
             kind = plan.kind
-            donated = i in self.donated
+            copy = self.copies(i)
             if kind is COPY:
                 if copies is None:
                     copies = ([], [], [], [], [])
@@ -187,22 +205,21 @@ class Mover:
                 copies[1].append(x)
                 copies[2].append(plan.device_list)
                 copies[3].append(plan.sharding)
-                copies[4].append(self.copy_semantics[donated])
+                copies[4].append(self.copy_semantics[copy])
             elif kind is PICK:
                 shards = x._arrays  # its single-device arrays, in its device order
                 out[k] = jp.batched_device_put(
                     plan.aval, plan.sharding, [shards[p] for p in plan.positions],
-                    plan.devices, True, force_copy=donated)
+                    plan.devices, True, force_copy=copy)
             elif kind is HOST and x.is_ready():
                 # A zero-copy view of the CPU buffer, whose slices the put may
-                # alias (the program only reads them); a donated input's
-                # slices are copies, one per device: the program may write
-                # into what it is given.
+                # alias (the program only reads them); a copied input's
+                # slices are copies, one per device.
                 # (Not force_copy=: jaxlib fails on it for host slices that
                 # repeat, as partly replicated shardings have.)
                 view = np.asarray(x)
                 slices = [view[idx] for idx in plan.indices]
-                if donated:
+                if copy:
                     slices = [piece.copy() for piece in slices]
                 out[k] = jp.batched_device_put(
                     plan.aval, plan.sharding, slices, plan.devices, True)
@@ -214,3 +231,28 @@ class Mover:
             for k, y in zip(copies[0], moved):
                 out[k] = y
         return out
+
+    def fallback(self, x, i):
+        """Flat leaf ``i`` as the program takes it (its physical buffers for
+        a key), moved in Python: whatever no plan covers (deleted arrays
+        raise JAX's error here)."""
+        sharding = self.in_shardings[i]
+        aval = self.in_avals[i]
+        alias = False if self.copies(i) else None  # None: JAX's default
+        if isinstance(x, jp.PRNGKeyArray):
+            if x.is_deleted():
+                jp.raise_if_deleted(x._base_array)
+            if x.sharding != sharding:
+                x = jax.device_put(x, sharding, may_alias=alias)
+            return x._base_array
+        if isinstance(x, jp.ArrayImpl):
+            if x.is_deleted():
+                jp.raise_if_deleted(x)
+            if (x.sharding.is_equivalent_to(sharding, x.ndim)
+                    and x.aval.dtype == aval.dtype):
+                # Same devices and slices under another name: re-view, no copy.
+                return x._rewrap_with_aval_and_sharding(x.aval, sharding)
+            return jax.device_put(x, sharding, may_alias=alias)
+        if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
+            return self.host_specs[i].put(np.asarray(x))
+        return jax.device_put(x, sharding)

@@ -174,16 +174,39 @@ def parse_payload(unpacked):
     if exported.calling_convention_version != recorded:
         _fail(f"the header records calling convention version {recorded} but "
               f"the payload has {exported.calling_convention_version}.")
-    for key, value in (("fun_name", exported.fun_name),
-                       ("nr_devices", exported.nr_devices),
-                       ("platforms", list(exported.platforms))):
-        if key in summary and summary[key] != value:
-            _fail(f"the header records {key}={summary[key]!r} but the payload "
-                  f"has {value!r}.")
+    for key, read in _PAYLOAD_RECORDS.items():
+        if key in summary:
+            value = read(exported, summary[key])
+            if summary[key] != value:
+                _fail(f"the header records {key}={summary[key]!r} but the payload "
+                      f"has {value!r}.")
     # The module itself is parsed once, by the first call's compile (parsing
     # it here too would double a new process's load time); a module that
     # does not parse is reported then (``check_module_parses``).
     return exported
+
+
+def _vjp_order(exported, recorded):
+    """How many orders of VJP the payload holds, counted up to one past
+    ``recorded`` (each order is a nested payload, deserialized to count it:
+    only artifacts serialized with VJPs pay for it)."""
+    order = 0
+    while order <= recorded and exported.has_vjp():
+        exported = exported.vjp()
+        order += 1
+    return order
+
+
+#: Every field of the header's ``exported`` summary that the payload records
+#: too, and how to read it there (``read(jax Exported, header value)``):
+#: a header resealed to say otherwise is refused, never believed.
+_PAYLOAD_RECORDS = {
+    "fun_name": lambda e, _: e.fun_name,
+    "nr_devices": lambda e, _: e.nr_devices,
+    "platforms": lambda e, _: list(e.platforms),
+    "strict_checks": lambda e, _: not e.disabled_safety_checks,
+    "vjp_order": _vjp_order,
+}
 
 
 def check_module_parses(jax_exported, error):
