@@ -6,9 +6,9 @@ devices, which names the pmap's axis (pmap's internal name without an
 ``axis_name``). With an ``axis_name`` nothing but the object itself tells a
 pmap result from an array a caller laid out over an equal mesh, so the
 objects are noted: pmapkit.pmap's from its programs' shardings, JAX's own
-``jax.pmap``'s when a call picks its program (from this module's import on;
-its results made before then are known only by the internal name). Two rooms ask: pjit, which took such
-an array as an uncommitted value and moved it (classic jit and pjit ignored
+``jax.pmap``'s when a call picks its program (and, when this module loads,
+those of the programs JAX holds already). Two rooms ask: pjit, which took
+such an array as an uncommitted value and moved it (classic jit and pjit ignored
 a ``PmapSharding`` when placing a computation) and refused such a sharding
 as one of its own; and ``pmapkit.legacy`` (``PmapSharding``,
 ``Array.device_buffers``).

@@ -270,10 +270,10 @@ def _raise_with_classic_tree_mismatch(exc, compiled_tree, args, kwargs):
                     f"with {called_tree}") from None
 
 
-# How jax.pmap's own compiled objects named the arguments of a type mismatch,
-# where not as the user did (JAX <= 0.7.0 and 0.8-0.9 on the C++ path):
-# (the header's words, the name of flat argument k). Code and tests written
-# for those releases match their own.
+# jax.pmap's compiled objects named the arguments of a type mismatch as the
+# user did through JAX 0.7.0 (as pmapkit does); two later releases named
+# them otherwise, and code and tests written for those match their own:
+# (the header's words, the name of flat argument k).
 _JAX_PMAP_ARGUMENT_NAMES = (
     ("named by flat position, as JAX 0.10's jax.pmap names them",
      lambda k: f"flat_args[{k}]"),
