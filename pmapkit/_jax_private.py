@@ -429,6 +429,59 @@ def fast_dispatch_despite(effect_type):
     _pjit_lib._get_fastpath_data = _get_fastpath_data
 
 
+def watch_jax_pmap_outputs(hook):
+    """Call ``hook(out_shardings)`` each time ``jax.pmap`` (JAX's own, a
+    ``jit`` of a ``shard_map``) picks the program for a call or a lower:
+    ``out_shardings`` is the pytree (prefix) of the ``NamedSharding``
+    objects its results carry, the same objects on every call of that
+    program. They are the only mark of a pmap result: with an
+    ``axis_name`` the sharding is equal to one a caller builds over a
+    one-axis mesh of that name. Installed once; the hook must be cheap.
+    Called now too for the programs JAX holds already (calls made before)."""
+    from jax._src import pmap as _pmap_lib
+    original = _pmap_lib._cached_shard_map
+    hooks = getattr(original, "_pmapkit_hooks", None)
+    if hooks is not None:
+        hooks.append(hook)
+    else:
+        _install_jax_pmap_hook(_pmap_lib, original, hook)
+    for cached in _jax_pmap_programs(_pmap_lib._cached_shard_map):
+        hook(cached.out_global_shardings)
+
+
+def _jax_pmap_programs(watched):
+    """The programs ``jax.pmap`` holds (its ``lu.cache``: per function, a
+    dict of ``(program, stores)``); none where that cache is laid out
+    otherwise (then only calls from now on are seen)."""
+    original = getattr(watched, "_pmapkit_original", watched)
+    tables = getattr(getattr(original, "cache_clear", None), "__self__", None)
+    if tables is None or not hasattr(tables, "values"):
+        return []
+    found = []
+    for table in list(tables.values()):
+        for entry in list(table.values()) if isinstance(table, dict) else ():
+            cached = entry[0] if isinstance(entry, tuple) and entry else None
+            if hasattr(cached, "out_global_shardings"):
+                found.append(cached)
+    return found
+
+
+def _install_jax_pmap_hook(_pmap_lib, original, hook):
+    """Put a wrapper of JAX's ``_cached_shard_map`` (its ``infer_params``
+    reads the module global at each call) that hands each program's output
+    shardings to the hooks."""
+
+    def _cached_shard_map(*args):
+        cached = original(*args)
+        for h in _cached_shard_map._pmapkit_hooks:
+            h(cached.out_global_shardings)
+        return cached
+
+    _cached_shard_map._pmapkit_hooks = [hook]
+    _cached_shard_map._pmapkit_original = original
+    _pmap_lib._cached_shard_map = _cached_shard_map
+
+
 def in_named_axis_scope():
     """Whether the code being traced runs per device: inside a manual
     region (``shard_map``, a pmap body) or under a named axis."""

@@ -92,6 +92,19 @@ def test_an_easylm_program_s_constraints_see_the_mesh(tmp_path):
                      "constrained True", "values True", "after True"]
 
 
+@pytest.mark.parametrize("name, lines", [("pmap_cookbook_02.py", 5),
+                                         ("flax_style_pmap_train_2021.py", 6)])
+def test_device_buffers_of_jax_s_own_pmap_read_as_routed(tmp_path, name, lines):
+    """Without --route-pmap a script's jax.pmap is JAX 0.10's own: the
+    ``device_buffers`` of its results (with an ``axis_name`` too) are one
+    buffer per device without the mapped axis, as classic pmap's were, so
+    the script prints what it prints with pmapkit's pmap."""
+    script = os.path.join(SCRIPTS, name)
+    plain = _ok(_run(RUN + [script], tmp_path))
+    routed = _ok(_run(RUN + ["--route-pmap", script], tmp_path))
+    assert len(plain) == lines and plain == routed
+
+
 def test_a_03_program_catches_the_classic_value_error(tmp_path):
     lines = _ok(_run(RUN + [os.path.join(SCRIPTS, "classic_constraint_error_03.py")],
                      tmp_path))

@@ -95,9 +95,16 @@ def test_device_put_sharded_of_placed_shards_transfers_nothing():
         pmapkit.device_put_sharded([np.zeros(3, np.float32)] * N, devices)  # host → device
 
 
-def test_no_devices_error_at_creation():
-    with pytest.raises(ValueError, match="'devices' argument to pmap must be non-empty, or None."):
-        pmapkit.pmap(lambda x: x - jax.lax.psum(x, "i"), axis_name="i", devices=[])
+def test_no_devices_error_at_the_call():
+    # Classic pmap_test testNoDevicesError (jax-v0.7.2): building the wrapper
+    # succeeds; calling or lowering it raises (jax 0.10's own pmap raises
+    # at construction instead: the classic vintage is the reference).
+    f = pmapkit.pmap(lambda x: x - jax.lax.psum(x, "i"), axis_name="i", devices=[])
+    x = np.arange(N * 4, dtype=np.float32).reshape(N, 4)
+    for call in (f, f.lower, jax.jit(f)):
+        with pytest.raises(ValueError,
+                           match=r"^'devices' argument to pmap must be non-empty, or None\."):
+            call(x)
 
 
 def test_nested_pmap_with_devices_classic_message():

@@ -275,8 +275,9 @@ def test_error_does_not_poison_the_function():
 # ------------------------------------------------------- decoration options --
 
 def test_empty_devices():
+    f = pmapkit.pmap(lambda x: x, devices=[])  # refused at the call, as classic pmap did
     with pytest.raises(ValueError, match="must be non-empty"):
-        pmapkit.pmap(lambda x: x, devices=[])
+        f(np.ones((1, 2), np.float32))
 
 
 def test_repeated_device():

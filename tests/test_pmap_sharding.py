@@ -17,6 +17,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
 from pmapkit.core import sharding_specs as ss
+from pmapkit.core import pmap_layouts
+from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy.pmap_sharding import PmapSharding, is_pmap_layout, pmap_devices
 
 N = len(jax.devices())
@@ -115,9 +117,18 @@ _BEFORE_LEGACY = """
     import jax, pmapkit
     f = pmapkit.pmap(lambda x: x * 2, axis_name="i")
     early = f(np.ones((8, 2), np.float32))  # before pmapkit.legacy is loaded
+    jax_f = jax.pmap(lambda x: x * 3, axis_name="k")
+    jax_early = jax_f(np.ones((8, 2), np.float32))  # JAX's own pmap, before too
     from pmapkit.legacy import pmap_sharding
     from pmapkit.core import pmap_layouts
-    print("early", pmap_sharding.is_pmap_layout(early.sharding))
+    print("early", pmap_sharding.is_pmap_layout(early.sharding),
+          pmap_layouts.is_pmap_output(jax_early.sharding))
+    # jax.pmap's noted programs past the bound: noted again at their next call.
+    pmap_layouts._jax_pmap_trees.update(
+        (k, k) for k in range(pmap_layouts._PMAP_RESULTS_BOUND + 1))
+    jax.pmap(lambda x: x - 1, axis_name="m")(np.ones((8, 1), np.float32))
+    print("jax after", pmap_layouts.is_pmap_output(jax_f(np.ones((8, 2), np.float32)).sharding),
+          len(pmap_layouts._jax_pmap_trees) < 100)
     # Past the bound the set starts again from the programs lowering holds:
     # a cached program's results still read as a pmap's.
     pmap_layouts._pmap_results.update(
@@ -137,4 +148,41 @@ def test_pmap_results_made_before_legacy_loads_and_past_the_bound():
     proc = subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(_BEFORE_LEGACY)],
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split("\n")[:2] == ["early True", "after True True True"], proc.stdout
+    assert proc.stdout.split("\n")[:3] == ["early True True", "jax after True True",
+                                           "after True True True"], proc.stdout
+
+
+def _buffer_shapes(x):
+    return {tuple(b.shape) for b in legacy_names._device_buffers(x)}
+
+
+def test_jax_s_own_pmap_results_are_pmap_results_by_identity():
+    """JAX 0.10's own ``jax.pmap`` with an ``axis_name`` lays its results out
+    with a sharding equal to one a caller builds over a one-axis mesh of that
+    name: its results are told apart by the object (classic: a
+    ``PmapSharding``, its ``device_buffers`` without the mapped axis; a
+    caller's ``NamedSharding``, buffers of the shard's shape)."""
+    x = np.arange(N * 4, dtype=np.float32).reshape(N, 4)
+    out = jax.pmap(lambda v: v * 2, axis_name="batch")(x)
+    moved = jax.pmap(lambda v: v[None], axis_name="batch", out_axes=1)(x)
+    summed = jax.pmap(lambda v: jax.lax.psum(v, "batch"), axis_name="batch",
+                      out_axes=None)(x)
+    own = jax.device_put(x, NamedSharding(Mesh(np.array(jax.devices()), ("batch",)),
+                                          P("batch")))
+    assert own.sharding == out.sharding and own.sharding is not out.sharding
+    assert pmap_layouts.is_pmap_output(out.sharding)
+    assert isinstance(out.sharding, PmapSharding)
+    assert not pmap_layouts.is_pmap_output(own.sharding)
+    assert _buffer_shapes(out) == {(4,)}
+    assert _buffer_shapes(moved) == {(1, 4)} and moved.shape == (1, N, 4)
+    assert _buffer_shapes(summed) == {(4,)}
+    assert _buffer_shapes(own) == {(1, 4)}
+    buffers = [float(b[0]) for b in legacy_names._device_buffers(out)]
+    assert buffers == (2 * x[:, 0]).tolist()
+    # Given to pjit it is classic pjit's pmap output: refused as one of its
+    # shardings, and moved as an uncommitted value (jax 0.4.30's golden).
+    with pytest.raises(ValueError, match="leaf specifications got sharding .* not allowed"):
+        pmapkit.pjit(lambda v: v, in_shardings=out.sharding)
+    placed = pmapkit.pjit(lambda v: v + 1)(out)
+    assert placed.sharding.device_set == {jax.devices()[0]} and not placed._committed
+    np.testing.assert_array_equal(np.asarray(placed), 2 * x + 1)

@@ -197,7 +197,7 @@ def test_parsed_partition_spec_errors():
         ParsedPartitionSpec.from_user_input(P(("x", 2)), "in_axis_resources")
     with pytest.raises(ValueError, match=r"A single in_axis_resources specification "
                        r"can map every mesh axis to at most one positional "
-                       r"dimension, but PartitionSpec\('x', 'y', \('x', 'y'\)\) = P\('x', 'y', \('x', 'y'\)\) has duplicate "
+                       r"dimension, but PartitionSpec\('x', 'y', \('x', 'y'\)\) has duplicate "
                        r"entries for `x`, `y`"):
         ParsedPartitionSpec.from_user_input(P("x", "y", ("x", "y")), "in_axis_resources")
     with pytest.raises(ValueError, match="UNCONSTRAINED"):

@@ -76,9 +76,11 @@ def plain_avals(tree):
 
 
 def without_classic_lines(text):
-    """An AOT argument-type error without the lines classic pjit raised
-    (after JAX's own message)."""
-    return text.split("\nComputation was compiled for different input types")[0]
+    """An AOT argument-type error without the lines earlier releases raised
+    (after JAX's own message): classic pjit's, and a pmap's mismatches as
+    later jax.pmap releases named them."""
+    text = text.split("\nComputation was compiled for different input types")[0]
+    return text.split("\nArgument types differ (")[0]
 
 
 def pytree_mismatch_like_jax_and_classic(mine, ref, compiled_tree, called_tree):
@@ -252,6 +254,14 @@ def test_pmap_compiled_wrong_dtype_raises_jax_message():
     # then classic pjit's lines.
     assert without_classic_lines(str(mine)) == str(ref).replace("'flat_args[0]'", "'a'")
     assert "Argument 'a' compiled with float32[8,2] and called with int32[8,2]" in str(mine)
+    # Then the same mismatch as jax.pmap of JAX 0.10 names it (its own
+    # message's lines) and as the C++ pmap of 0.7.2 did: the regexes of both
+    # releases' pmap_test testLowerCompileArgTypeMismatch match.
+    assert str(ref).split("mismatches are:\n")[1] in str(mine)
+    for name in (r"'flat_args\[0\]'", "''"):
+        assert re.search(r"Argument types differ .*The mismatches are:\n"
+                         rf"Argument {name} compiled with.*float32.*and called with.*int32.*",
+                         str(mine)), str(mine)
 
 
 def test_pmap_compiled_lists_every_mismatch_by_name():

@@ -63,7 +63,7 @@ __all__ = [
     "Unstacked",
     "array_mapping",
     "canonical_pspec",
-    "classic_spec_repr", "spec_both_ways",
+    "classic_spec_repr",
     "named_sharding_to_sharding_spec",
     "normalize_partitions",
     "op_sharding_to_indices",
@@ -303,15 +303,17 @@ def classic_spec_repr(spec) -> str:
     return repr(spec) if isinstance(spec, str) else str(spec)
 
 
-def spec_both_ways(spec) -> str:
-    """A PartitionSpec in both spellings, the classic one first:
-    ``PartitionSpec('x', None) = P('x', None)``. Classic programs search
-    error texts for ``PartitionSpec(``; JAX's own pjit suites, run today, put
-    ``str(spec)`` (``P(...)``) into their regexes, followed by the words after
-    it: both hold."""
-    classic = classic_spec_repr(spec)
-    today = str(spec) if isinstance(spec, PartitionSpec) else classic
-    return classic if today == classic else f"{classic} = {today}"
+def in_both_notations(spec, sentence) -> str:
+    """``sentence(text)`` with ``spec`` written as classic JAX wrote it
+    (``PartitionSpec('x', None)``, what classic programs and the 0.2-0.4
+    suites look for), then, where JAX 0.10's ``str`` writes it otherwise
+    (``P('x', None)``, what code building its expected text with ``str(spec)``
+    on today's JAX looks for), the same sentence so written."""
+    classic = sentence(classic_spec_repr(spec))
+    modern = sentence(repr(spec) if isinstance(spec, str) else str(spec))
+    if modern == classic:
+        return classic
+    return f"{classic}\n(as JAX 0.10 writes the spec) {modern}"
 
 
 def show_axes(axes) -> str:
@@ -419,11 +421,10 @@ class ParsedPartitionSpec:
         counts = Counter(itertools.chain.from_iterable(self.partitions))
         repeated = [a for a, c in counts.items() if c > 1]
         if repeated:
-            raise ValueError(
+            raise ValueError(in_both_notations(self.user_spec, lambda spec: (
                 f"A single {arg_name} specification can map every mesh axis "
-                f"to at most one positional dimension, but "
-                f"{spec_both_ways(self.user_spec)} "
-                f"has duplicate entries for {show_axes(repeated)}")
+                f"to at most one positional dimension, but {spec} "
+                f"has duplicate entries for {show_axes(repeated)}")))
 
     def normalized(self, mesh=None) -> ParsedPartitionSpec:
         return ParsedPartitionSpec(self.user_spec,
@@ -444,8 +445,7 @@ class ParsedPartitionSpec:
         constraint inside the program may, as in jax)."""
         mesh_shape = _mesh_shape(mesh)
         where = f" ({describe})" if describe else ""
-        spec = spec_both_ways(self.user_spec)
-        today = str(self.user_spec)
+        user_spec = self.user_spec
         if len(shape) < len(self.partitions):
             if sharding is not None:
                 raise ValueError(
@@ -454,32 +454,34 @@ class ParsedPartitionSpec:
                     f"for values of rank at least {len(self.partitions)}, but "
                     f"was applied to a value of rank {len(shape)}{where}")
             # The seed's words, then 0.4's (code and tests of both match).
-            raise ValueError(
+            raise ValueError(in_both_notations(user_spec, lambda spec: (
                 f"One of {what} was given the resource assignment of "
                 f"{spec}, which implies that it has a rank of at "
-                f"least {len(self.partitions)}, but it is {len(shape)}: {today} is "
+                f"least {len(self.partitions)}, but it is {len(shape)}: {spec} is "
                 f"only valid for values of rank at least {len(self.partitions)}, "
-                f"but was applied to a value of rank {len(shape)}{where}")
-        given = (f"the sharding of {sharding}" if sharding is not None else
-                 f"the resource assignment of {spec}")
+                f"but was applied to a value of rank {len(shape)}{where}")))
         for i, axes in enumerate(self.partitions):
             size = 1
             for axis in axes:
                 if axis not in mesh_shape:
                     # The 0.4 wording first, then the 0.3 one (code and
                     # tests of both releases match their own).
-                    raise ValueError(
-                        f"Resource axis: {axis} of {today} is undefined. One of "
+                    raise ValueError(in_both_notations(user_spec, lambda spec: (
+                        f"Resource axis: {axis} of {spec} is undefined. One of "
                         f"{what} was given the resource assignment of {spec}, "
                         f"but resource axis {axis} is undefined. Did you "
-                        f"forget to declare the mesh?{where}")
+                        f"forget to declare the mesh?{where}")))
                 size *= mesh_shape[axis]
             if even and shape[i] % size:
-                raise ValueError(
-                    f"One of {what} was given {given}, which implies that the "
-                    f"size of its dimension {i} should be divisible by {size}, "
-                    f"but it is equal to {shape[i]} (full shape: "
-                    f"{tuple(shape)}){where}")
+                def divisible(given):
+                    return (f"One of {what} was given {given}, which implies that "
+                            f"the size of its dimension {i} should be divisible by "
+                            f"{size}, but it is equal to {shape[i]} (full shape: "
+                            f"{tuple(shape)}){where}")
+                if sharding is not None:
+                    raise ValueError(divisible(f"the sharding of {sharding}"))
+                raise ValueError(in_both_notations(user_spec, lambda spec: divisible(
+                    f"the resource assignment of {spec}")))
 
     def __eq__(self, other):
         if not isinstance(other, ParsedPartitionSpec):

@@ -209,6 +209,8 @@ class ProgramExecutable(jp.StagesExecutable):
         try:
             jp.check_arg_avals_for_call(program.in_avals, avals, self._debug_info)
         except TypeError as exc:
+            if self._debug_info.traced_for == "pmap":
+                exc = _with_jax_pmap_names(exc, program.in_avals, avals, self._debug_info)
             raise _with_classic_type_mismatch(exc, program.in_avals, avals) from None
         committed_inputs.check(args_flat, program.in_shardings, self._strict,
                                self._debug_info.arg_names.__getitem__, compiled=True)
@@ -266,6 +268,34 @@ def _raise_with_classic_tree_mismatch(exc, compiled_tree, args, kwargs):
         return
     raise TypeError(f"{exc}\nfunction compiled for {compiled_tree}, called "
                     f"with {called_tree}") from None
+
+
+# jax.pmap's compiled objects named the arguments of a type mismatch as the
+# user did through JAX 0.7.0 (as pmapkit does); two later releases named
+# them otherwise, and code and tests written for those match their own:
+# (the header's words, the name of flat argument k).
+_JAX_PMAP_ARGUMENT_NAMES = (
+    ("named by flat position, as JAX 0.10's jax.pmap names them",
+     lambda k: f"flat_args[{k}]"),
+    ("unnamed, as the C++ jax.pmap of JAX 0.7.2 reported them", lambda k: ""),
+)
+
+
+def _with_jax_pmap_names(exc, want, got, debug_info):
+    """A pmap's compiled call with arguments of other types: JAX's message
+    naming the arguments as the user did, then the same mismatches named
+    as later jax.pmap releases named them."""
+    parts = [str(exc)]
+    for words, name in _JAX_PMAP_ARGUMENT_NAMES:
+        renamed = jp.DebugInfo(debug_info.traced_for, debug_info.func_name,
+                               tuple(name(k) for k in range(len(want))), None)
+        try:
+            jp.check_arg_avals_for_call(want, got, renamed)
+        except TypeError as again:
+            mismatches = str(again).split("mismatches are:\n", 1)[-1]
+            parts.append(f"Argument types differ ({words}). The mismatches are:\n"
+                         f"{mismatches}")
+    return TypeError("\n".join(parts))
 
 
 def _with_classic_type_mismatch(exc, want, got):

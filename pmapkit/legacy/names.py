@@ -140,8 +140,9 @@ def _array_type():
 def _device_buffers(self):
     # The array's devices in its sharding's order (a pmap's devices for a
     # pmap output), one single-device array each. A pmap output's buffers
-    # have no mapped axes, as classic pmap's had none (each is one device's
-    # value); others keep the shard's shape, as 0.4-era jax.Array had it.
+    # (pmapkit.pmap's or jax.pmap's, with or without an axis name) have no
+    # mapped axes, as classic pmap's had none (each is one device's value);
+    # others keep the shard's shape, as 0.4-era jax.Array had it.
     buffers = [shard.data for shard in self.addressable_shards]
     mapped = pmap_sharding.mapped_dims(self.sharding)
     if not mapped:

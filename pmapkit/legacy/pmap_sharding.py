@@ -33,8 +33,11 @@ is_pmap_layout = pmap_layouts.is_pmap_layout
 
 
 def mapped_dims(sharding) -> tuple[int, ...]:
-    """The dimensions a pmap layout splits over its devices (() otherwise)."""
-    if not is_pmap_layout(sharding):
+    """The dimensions a pmap result's layout splits over its devices (()
+    otherwise). By identity (``is_pmap_output``): a caller's array laid out
+    with an equal sharding is not a pmap's result, and classic
+    ``device_buffers`` kept its shards' shape."""
+    if not pmap_layouts.is_pmap_output(sharding):
         return ()
     return tuple(dim for dim, entry in enumerate(sharding.spec) if entry is not None)
 

@@ -35,7 +35,7 @@ from pmapkit.pjit import _across as pjit_across
 from pmapkit.core import pmap_layouts, stages, wrapper_cache
 from pmapkit.core._compiled import dispatch as _dispatch_mod
 from pmapkit.core.mesh import active_mesh
-from pmapkit.core.sharding_specs import spec_both_ways
+from pmapkit.core.sharding_specs import classic_spec_repr
 from pmapkit.core.primitives import in_pmap_body, no_mesh, pjit_p, plain_avals
 
 _UNSET = object()
@@ -1025,7 +1025,7 @@ def _undefined_axis_text(resources):
         names = [n for a in axes for n in (a if isinstance(a, tuple) else (a,))]
         if names:
             return (f"One of with_sharding_constraint arguments was given the "
-                    f"resource assignment of {spec_both_ways(leaf.user_spec)}, "
+                    f"resource assignment of {classic_spec_repr(leaf.user_spec)}, "
                     f"but resource axis "
                     f"{names[0]} is undefined. Did you forget to declare the mesh? ")
     return ""

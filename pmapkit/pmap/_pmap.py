@@ -74,10 +74,9 @@ class _PmapSpec:
             raise TypeError(f"pmap requires a callable 'fun', got {fun!r} of "
                             f"type {type(fun).__name__}.")
         if devices is not None:
+            # An empty list is refused at the call (``_prepare``), as the
+            # classic pmap did: building the wrapper succeeds.
             devices = _check_devices(devices)
-            if not devices:
-                raise ValueError(
-                    "'devices' argument to pmap must be non-empty, or None.")
             if len(set(devices)) != len(devices):
                 raise ValueError(
                     "'devices' argument to pmap must not list a device more "
@@ -168,6 +167,8 @@ def _check_devices(devices):
 # -- per call (miss path) ------------------------------------------------------
 def _prepare(spec, args, kwargs):
     """Validate one call and trace the per-device body (once per miss)."""
+    if spec.devices is not None and not spec.devices:
+        raise ValueError("'devices' argument to pmap must be non-empty, or None.")
     nargs = len(args)
     if spec.static and spec.static[-1] >= nargs:
         raise ValueError(
