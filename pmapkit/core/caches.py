@@ -45,9 +45,10 @@ _sizes = {"per_function": _env_size("PMAPKIT_CACHE_SIZE", DEFAULT_PER_FUNCTION),
           "programs": _env_size("PMAPKIT_PROGRAM_CACHE_SIZE", DEFAULT_PROGRAMS)}
 # Weak references to the live dispatch functions, without callbacks: a
 # wrapper built per call (``pmap(f)(x)`` in a loop) then costs one
-# ``weakref.ref`` to register and nothing when it dies (a WeakSet's add and
-# its removal callback cost more than building the wrapper itself). Dead references are
-# dropped when the list has doubled since the last sweep.
+# ``weakref.ref`` to register and nothing when it dies (a WeakSet's add, and
+# its Python removal callback at the death, were a measurable part of such a
+# call). Dead references are dropped when the list has doubled since the
+# last sweep.
 _functions: list = []
 _sweep_at = 64
 _process_caches = []  # (clear, resize) of each process-wide cache
