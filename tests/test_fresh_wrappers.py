@@ -367,6 +367,30 @@ def test_clearing_reaches_every_sharer(counts):
     assert counts.traces == 4
 
 
+def test_the_registry_of_functions_stays_bounded_and_reaches_the_live_ones():
+    # Wrappers are tracked by weak references without callbacks (cheap to
+    # build and to drop per call); dead ones are swept as the list grows.
+    from pmapkit.core import caches
+    x = _x(N, 2)
+    kept = pmapkit.pmap(_scaled)
+    np.testing.assert_allclose(kept(x), x * 3)
+    for _ in range(1000):
+        np.testing.assert_allclose(pmapkit.pmap(_scaled)(x), x * 3)
+    gc.collect()
+    live = caches._live_functions()
+    assert kept in live
+    assert len(caches._functions) <= max(64, 2 * len(live)) + 1
+    before = caches.per_function_size()
+    try:
+        pmapkit.set_cache_size(per_function=3)
+        assert kept._debug_dispatch_stats()["cache_size_limit"] == 3
+    finally:
+        pmapkit.set_cache_size(per_function=before)
+    assert kept._cache_size == 1
+    pmapkit.clear_caches()
+    assert kept._cache_size == 0
+
+
 def _scaled(v):
     return v * 3
 

@@ -79,24 +79,27 @@ def params_key(*params):
     """The ``wrapper_cache`` key of a wrapper's parameters (``typed_key`` of
     each), or None when one has none (that wrapper shares nothing)."""
     key = []
+    append = key.append  # one lookup: a wrapper built per call keys every call
     try:
         for value in params:
             t = type(value)
             if t is str or value is None:
-                key.append(value)
+                append(value)
             elif t is int:
-                key.append((int, value))
-            elif (t is tuple or t is list) and all([type(v) is _DEVICE for v in value]):
-                # ``devices``: Devices are equal only to themselves.
-                key.append((t, *value))
+                append((int, value))
+            elif (t is tuple or t is list) and (not value
+                                                 or set(map(type, value)) == _DEVICES):
+                # ``devices`` (or an empty tuple): Devices are equal only to
+                # themselves.
+                append((t, *value))
             else:
-                key.append(typed_key(value))
+                append(typed_key(value))
     except Unkeyable:
         return None
     return tuple(key)
 
 
-_DEVICE = jax.Device
+_DEVICES = {jax.Device}
 
 
 def trace_key(static, args, kwargs, extra):

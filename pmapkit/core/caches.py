@@ -43,7 +43,14 @@ def _env_size(name, default):
 _lock = threading.Lock()
 _sizes = {"per_function": _env_size("PMAPKIT_CACHE_SIZE", DEFAULT_PER_FUNCTION),
           "programs": _env_size("PMAPKIT_PROGRAM_CACHE_SIZE", DEFAULT_PROGRAMS)}
-_functions: weakref.WeakSet = weakref.WeakSet()
+# Weak references to the live dispatch functions, without callbacks: a
+# wrapper built per call (``pmap(f)(x)`` in a loop) then costs one
+# ``weakref.ref`` to register and nothing when it dies (a WeakSet's add, and
+# its Python removal callback at the death, were a measurable part of such a
+# call). Dead references are dropped when the list has doubled since the
+# last sweep.
+_functions: list = []
+_sweep_at = 64
 _process_caches = []  # (clear, resize) of each process-wide cache
 _clear_hooks = []  # unbounded process-wide stores, emptied with the caches
 
@@ -63,8 +70,20 @@ def programs_size():
 
 def register_function(fn):
     """Track a dispatch function so clearing and resizing reach it."""
+    global _sweep_at
+    ref = weakref.ref(fn)
     with _lock:
-        _functions.add(fn)
+        _functions.append(ref)
+        if len(_functions) > _sweep_at:
+            _functions[:] = [r for r in _functions if r() is not None]
+            _sweep_at = max(64, 2 * len(_functions))
+
+
+def _live_functions():
+    """The registered functions still alive (strong references)."""
+    with _lock:
+        refs = list(_functions)
+    return [fn for ref in refs if (fn := ref()) is not None]
 
 
 def register_process_cache(clear, resize):
@@ -102,8 +121,8 @@ def set_cache_size(per_function=None, programs=None):
             _sizes["per_function"] = per_function
         if programs is not None:
             _sizes["programs"] = programs
-        functions = list(_functions)
         process = list(_process_caches)
+    functions = _live_functions()
     if per_function is not None:
         for fn in functions:
             fn._set_cache_size(per_function)
@@ -116,9 +135,9 @@ def clear_caches():
     """Empty every pmapkit cache: each function's signatures and traced
     bodies, the compiled programs, the wrapping jits."""
     with _lock:
-        functions = list(_functions)
         process = list(_process_caches)
         hooks = list(_clear_hooks)
+    functions = _live_functions()
     for fn in functions:
         fn.clear_cache()
     for clear, _ in process:
@@ -134,7 +153,7 @@ class _JaxClearHook:
         clear_caches()
 
     def cache_info(self):
-        return {"functions": len(_functions), **cache_sizes()}
+        return {"functions": len(_live_functions()), **cache_sizes()}
 
     def cache_keys(self):
         return []

@@ -285,19 +285,31 @@ def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature, *,
         cache_size=caches.per_function_size(), describe=_cache_keys.describe,
         context_state=context_state, shared=shared)
     caches.register_function(fn)
-    # functools.wraps metadata, without update_wrapper's __dict__ merge: when
-    # ``fun`` is itself a pure-Python DispatchFunction (pmap of pmap), its
-    # __dict__ holds its internals, which must not overwrite ours.
-    functools.update_wrapper(fn, fun, updated=())
-    for name, value in getattr(fun, "__dict__", {}).items():
-        # Not over our own attributes (a custom_jvp's ``fun``, a wrapped
-        # DispatchFunction's internals).
-        if name not in fn.__dict__ and not hasattr(type(fn), name):
-            setattr(fn, name, value)
-    fn.__wrapped__ = fun
+    # functools.wraps metadata, written straight into the instance dict (a
+    # wrapper built per call pays for this every call), without
+    # update_wrapper's __dict__ merge: when ``fun`` is itself a pure-Python
+    # DispatchFunction (pmap of pmap), its __dict__ holds its internals,
+    # which must not overwrite ours.
+    attrs = fn.__dict__
+    for name in _WRAPPER_ASSIGNMENTS:
+        value = getattr(fun, name, _ABSENT)
+        if value is not _ABSENT:
+            attrs[name] = value
+    fun_attrs = getattr(fun, "__dict__", None)
+    if fun_attrs:
+        for name, value in fun_attrs.items():
+            # Not over our own attributes (a custom_jvp's ``fun``, a wrapped
+            # DispatchFunction's internals).
+            if name not in attrs and not hasattr(type(fn), name):
+                setattr(fn, name, value)
+    attrs["__wrapped__"] = fun
     if signature is not None:
-        fn.__signature__ = signature
+        attrs["__signature__"] = signature
     return fn
+
+
+_WRAPPER_ASSIGNMENTS = functools.WRAPPER_ASSIGNMENTS
+_ABSENT = object()
 
 
 def make_compiled_call(cache_miss, name):

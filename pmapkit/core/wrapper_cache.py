@@ -102,14 +102,16 @@ class _Shared:
         return spec
 
 
-def spec_and_caches(fun, key, make_spec):
+def spec_and_caches(fun, key, make_spec, *spec_args):
     """``(spec, SharedCaches)`` of a wrapper of ``fun`` with parameters
     ``key``: an earlier wrapper's (its options are already validated), else
-    ``make_spec()``'s, kept for the next one. ``make_spec`` must return an
-    object whose ``__dict__`` holds the options and ``fun``."""
+    ``make_spec(*spec_args)``'s, kept for the next one. ``make_spec`` must
+    return an object whose ``__dict__`` holds the options and ``fun``.
+    (The arguments come apart, not in a closure: a wrapper built per call
+    would make the closure, and its cells, every call.)"""
     found = lookup(fun, key)
     if found is None:
-        found = store(fun, key, _Shared(make_spec()))
+        found = store(fun, key, _Shared(make_spec(*spec_args)))
     return found.spec_for(fun), found.caches
 
 

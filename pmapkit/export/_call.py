@@ -287,10 +287,16 @@ def _top_level_jit(caller):
     runs on its inputs' devices; the module's recorded shardings constrain
     inputs and results inside it (jax.export's lowering rule)."""
     exported = caller.exported
-    flat_call = caller.flat
+    jexp = exported._jax
+    in_tree = jexp.in_tree
 
     def run(*flat):
-        return flat_call(*flat)
+        # Only ever called eagerly (never under a trace: ``_Caller`` sends
+        # traced calls to ``flat``), so it needs none of the flat call's AD
+        # and vmap rules: jax.export's call alone, as jax.export traces it,
+        # which keeps a loaded artifact's first call as cheap as its own.
+        args, kwargs = in_tree.unflatten(flat)
+        return tuple(jax.tree_util.tree_leaves(jexp.call(*args, **kwargs)))
 
     run.__name__ = f"exported_{_identifier(exported.fun_name)}"
     return jax.jit(run, donate_argnums=_donated_inputs(exported._jax))

@@ -81,10 +81,10 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
         in_axis_resources, out_axis_resources, static_argnums, donate_argnums,
         in_shardings, out_shardings, static_argnames, device, backend,
         keep_unused, inline)
-    spec, shared = wrapper_cache.spec_and_caches(fun, key, lambda: _PjitSpec(
-        fun, in_axis_resources, out_axis_resources, static_argnums,
-        donate_argnums, in_shardings, out_shardings, static_argnames, device,
-        backend, keep_unused, inline))
+    spec, shared = wrapper_cache.spec_and_caches(
+        fun, key, _PjitSpec, fun, in_axis_resources, out_axis_resources,
+        static_argnums, donate_argnums, in_shardings, out_shardings,
+        static_argnames, device, backend, keep_unused, inline)
     # Every call form runs on the dispatch core: static keywords are signed by
     # value and, with in_axis_resources omitted, committed arrays by their
     # sharding (the program places them as they come).

@@ -58,9 +58,9 @@ def pmap(
     key = _cache_keys.params_key(axis_name, in_axes, out_axes,
                                    static_broadcasted_argnums, devices, backend,
                                    axis_size, donate_argnums)
-    spec, shared = wrapper_cache.spec_and_caches(fun, key, lambda: _PmapSpec(
-        fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices,
-        backend, axis_size, donate_argnums))
+    spec, shared = wrapper_cache.spec_and_caches(
+        fun, key, _PmapSpec, fun, axis_name, in_axes, out_axes,
+        static_broadcasted_argnums, devices, backend, axis_size, donate_argnums)
     return _make_dispatch(spec, shared)
 
 
