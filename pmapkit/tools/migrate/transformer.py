@@ -104,7 +104,7 @@ class Migrator(cst.CSTTransformer):
         self.report = report
         self.imports = set()          # top-level modules the new code needs
         self.helpers = {}             # name -> Helper
-        self.frames = []              # per statement: {start: (name, why)}
+        self.frames = []              # per statement: {start: (name, why, kept)}
         self.comments = []            # per statement: comments a rewrite could not keep
         self.rewritten = set()        # starts of rewritten expressions
         self.touched = set()          # qualified names rewritten (their imports may go)
@@ -114,6 +114,12 @@ class Migrator(cst.CSTTransformer):
         self.ops_index = {}           # id(numpy.s_[...] node) -> (slice text, start, old)
         self.targets = set()          # ids of nodes assigned to or deleted: left alone
         self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
+        self.pmap_decorators = set()  # ids of pmap decorator expressions (leave_Decorator's)
+        self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
+        self.strings = set()          # the string literals of the module, evaluated
+        self.functions = []           # every def of the module
+        self.depth = 0                # indented blocks around the statement visited
+        self.default_indent = "    "
         self.new_helpers = []         # helpers this file needs and does not define
 
     # -- the context rules see ------------------------------------------------
@@ -139,6 +145,31 @@ class Migrator(cst.CSTTransformer):
     def need_helper(self, helper):
         self.helpers[helper.name] = helper
         self.imports.update(helper.imports)
+        for other in helper.needs:
+            self.need_helper(other)
+
+    def free_axis_name(self, candidates):
+        """The first of ``candidates`` that no string literal of the module spells."""
+        return next((c for c in candidates if c not in self.strings), candidates[-1])
+
+    def is_nested_pmap(self, node):
+        return id(node) in self.nested_pmaps
+
+    def function_named(self, name):
+        """The module's one ``def name`` (at any depth), or None."""
+        found = [f for f in self.functions if f.name.value == name]
+        return found[0] if len(found) == 1 else None
+
+    @staticmethod
+    def walk(node, kind):
+        return _walk(node, kind)
+
+    def indent(self):
+        """The indentation of the statement being visited."""
+        return self.default_indent * self.depth
+
+    def column(self, node):
+        return self._start(node)[1]
 
     def in_try_catching(self, exception):
         return any(exception in texts or "Exception" in texts for texts in self.try_catches)
@@ -162,10 +193,10 @@ class Migrator(cst.CSTTransformer):
         self.report.rewrites.append(Rewrite(start[0], family, sx.one_line(sx.code(original)),
                                             sx.one_line(new_text)))
 
-    def _leave(self, original, name, why):
+    def _leave(self, original, name, why, kept=False):
         start = self._start(original)
         if self.frames and start not in self.rewritten:
-            self.frames[-1][start] = (name, why)
+            self.frames[-1][start] = (name, why, kept)
 
     def _moved(self, q):
         key, rest = _longest_prefix(self.moves, q)
@@ -183,12 +214,16 @@ class Migrator(cst.CSTTransformer):
             self.comments.append([])
         if isinstance(node, (cst.Import, cst.ImportFrom)):
             self.import_depth += 1
+        if isinstance(node, cst.IndentedBlock):
+            self.depth += 1
         return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
         if isinstance(original_node, (cst.Import, cst.ImportFrom)):
             self.import_depth -= 1
+        if isinstance(original_node, cst.IndentedBlock):
+            self.depth -= 1
         if isinstance(original_node, _STATEMENTS):
             frame = self.frames.pop()
             comments = self.comments.pop()
@@ -213,20 +248,63 @@ class Migrator(cst.CSTTransformer):
     def _comment(self, statement, frame):
         lines = list(statement.leading_lines)
         present = {line.comment.value for line in lines if line.comment}
-        for (line, _column), (name, why) in sorted(frame.items()):
-            self.report.left.append(Left(line, name, why))
-            text = f"{COMMENT} {name} left as written: {why}"
+        for (line, _column), (name, why, kept) in sorted(frame.items()):
+            if kept:
+                self.report.kept.append(Left(line, name, why))
+                text = f"{COMMENT} jax.pmap kept: {why}"
+            else:
+                self.report.left.append(Left(line, name, why))
+                text = f"{COMMENT} {name} left as written: {why}"
             if text not in present:
                 present.add(text)
                 lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
         return statement.with_changes(leading_lines=lines)
 
     def visit_Module(self, node):
+        self.default_indent = node.default_indent
+        self.functions = _walk(node, cst.FunctionDef)
         for assign in _walk(node, cst.Assign):
             if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
                     and isinstance(assign.value, cst.Call)
                     and self.qualname(assign.value.func) in rules_pjit.MESH_MAKERS):
                 self.mesh_names.add(assign.targets[0].target.value)
+        for string in _walk(node, cst.SimpleString):
+            try:
+                self.strings.add(string.evaluated_value)
+            except Exception:     # a bytes literal, an odd prefix: not an axis name
+                pass
+        self._find_nested_pmaps(node)
+
+    def _pmap_site(self, node):
+        """The pmap function argument's node of a pmap call or decorator ``node``, or
+        False when ``node`` is none (True: a bare ``@jax.pmap``)."""
+        if isinstance(node, cst.Call):
+            q = self.qualname(node.func)
+            if q == rules_pmap.PMAP:
+                return node.args[0].value if node.args and not node.args[0].keyword else True
+            if (q in rules_pmap.PARTIAL and node.args
+                    and self.qualname(node.args[0].value) == rules_pmap.PMAP):
+                return True
+        return self.qualname(node) == rules_pmap.PMAP
+
+    def _find_nested_pmaps(self, module):
+        # Names bound to a pmap (``inner = jax.pmap(...)``, a pmap-decorated def), then
+        # each pmap whose function is one of them or a pmap call: both are nested.
+        made = {}
+        for assign in _walk(module, cst.Assign):
+            if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+                    and isinstance(assign.value, cst.Call) and self._pmap_site(assign.value)):
+                made[assign.targets[0].target.value] = assign.value
+        for fn in _walk(module, cst.FunctionDef):
+            for deco in fn.decorators:
+                if self._pmap_site(deco.decorator):
+                    made[fn.name.value] = deco.decorator
+        for call in _walk(module, cst.Call):
+            fun = self._pmap_site(call)
+            if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
+                self.nested_pmaps.update((id(call), id(fun)))
+            elif isinstance(fun, cst.Name) and fun.value in made:
+                self.nested_pmaps.update((id(call), id(made[fun.value])))
 
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
@@ -250,6 +328,8 @@ class Migrator(cst.CSTTransformer):
     def visit_Decorator(self, node):
         if self.qualname(node.decorator) == rules_pmap.PMAP:
             self.pmap_callees.add(id(node.decorator))
+        if self._pmap_site(node.decorator) is not False:
+            self.pmap_decorators.add(id(node.decorator))
 
     def visit_FunctionDef(self, node):
         return node.name.value not in helpers.DEFINED   # a helper written in before
@@ -291,11 +371,12 @@ class Migrator(cst.CSTTransformer):
             # must the migrated file
             self.need_helper(helpers.CLASSIC_PRNG)
         raw = self.raw_qualname(original)
-        if q == rules_pmap.PMAP and id(original) not in self.pmap_callees:
-            # jax.pmap as a value (``pmap_fn = jax.pmap``): _pmap takes every argument.
-            self.need_helper(helpers.PMAP)
-            self._rewrote(original, "pmap", "_pmap", q)
-            return cst.Name("_pmap")
+        if q == rules_pmap.PMAP:
+            if id(original) not in self.pmap_callees:
+                # jax.pmap as a value (``pmap_fn = jax.pmap``): called elsewhere
+                self._leave(original, q, "jax.pmap as a value: the pmap is made where it is "
+                            "called, which migrate does not follow", kept=True)
+            return updated
         if raw in _ALIASES and not isinstance(original, cst.Name):
             # ``jax.api`` read as an attribute: its canonical module (what
             # follows it, a call of a classic name, is then rewritten too).
@@ -339,7 +420,7 @@ class Migrator(cst.CSTTransformer):
     # -- calls ----------------------------------------------------------------
     def leave_Call(self, original_node, updated_node):
         q = self.qualname(original_node.func)
-        if q is None:
+        if q is None or id(original_node) in self.pmap_decorators:
             return updated_node
         try:
             if q in rules_pmap.PARTIAL:
@@ -365,7 +446,7 @@ class Migrator(cst.CSTTransformer):
             self._leave(original_node, q, exc.why)
             return updated_node
         except KeepPmap as exc:
-            self.report.kept.append(Left(self._start(original_node)[0], q, exc.why))
+            self._leave(original_node, rules_pmap.PMAP, exc.why, kept=True)
             return updated_node
         self._rewrote(original_node, family, text, q)
         self._keep_comments(updated_node, text)
@@ -375,18 +456,34 @@ class Migrator(cst.CSTTransformer):
         return new
 
     def leave_Decorator(self, original_node, updated_node):
-        """A bare ``@jax.pmap`` / ``@pjit``."""
+        """A pmap decorator (``@jax.pmap``, ``@partial(jax.pmap, ...)``), a bare ``@pjit``."""
         q = self.qualname(original_node.decorator)
-        if q == rules_pmap.PMAP:
-            self.need_helper(helpers.PMAP)
-            family, text = "pmap", "_pmap"
-        elif q in rules_pjit.PJIT_NAMES:
+        if id(original_node.decorator) in self.pmap_decorators:
+            return self._pmap_decorator(original_node, updated_node)
+        if q in rules_pjit.PJIT_NAMES:
             self.need_import("jax")
             family, text = "pjit", "jax.jit"
         else:
             return updated_node
         self._rewrote(original_node.decorator, family, text, q)
         return updated_node.with_changes(decorator=sx.expr(text))
+
+    def _pmap_decorator(self, original_node, updated_node):
+        try:
+            texts = rules_pmap.decorator(self, original_node.decorator, updated_node.decorator)
+        except LeaveAsIs as exc:
+            self._leave(original_node.decorator, rules_pmap.PMAP, exc.why)
+            return updated_node
+        except KeepPmap as exc:
+            self._leave(original_node.decorator, rules_pmap.PMAP, exc.why, kept=True)
+            return updated_node
+        self.need_import("functools")
+        self._rewrote(original_node.decorator, "pmap", "; ".join(f"@{t}" for t in texts),
+                      rules_pmap.PMAP)
+        self._keep_comments(updated_node, "")
+        first = updated_node.with_changes(decorator=sx.expr(texts[0]))
+        return cst.FlattenSentinel([first] + [cst.Decorator(decorator=sx.expr(t))
+                                              for t in texts[1:]])
 
     # -- with mesh: -------------------------------------------------------------
     def leave_With(self, original_node, updated_node):
@@ -471,7 +568,10 @@ def _with_helpers(module, new):
     at = _after_imports(body)
     added = []
     for helper in new:
-        statements = list(cst.parse_module(helper.source.lstrip("\n")).body)
+        statements = list(cst.parse_module(helper.source).body)
+        if helper.call_after:
+            statements.append(cst.parse_statement(f"{helper.name}()\n").with_changes(
+                leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
         statements[0] = statements[0].with_changes(
             leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         added.extend(statements)
