@@ -35,7 +35,7 @@ CALL_SAMPLES = {
         "jax.experimental.host_callback.barrier_wait()", "jax.effects_barrier()"),
     "jax.experimental.host_callback.call": (
         "y = jax.experimental.host_callback.call(f, x, result_shape=s)",
-        "y = jax.pure_callback(f, s, x)"),
+        "y = _host_call(f, x, s)"),
     "jax.experimental.host_callback.id_print": ("y = jax.experimental.host_callback.id_print(x)",
                                                 "y = _id_print(x)"),
     "jax.experimental.host_callback.id_tap": ("y = jax.experimental.host_callback.id_tap(t, x)",
@@ -63,7 +63,7 @@ CALL_SAMPLES = {
     "jax.ops.index_min": ("y = jax.ops.index_min(x, i, v)", "y = x.at[i].min(v)"),
     "jax.ops.index_mul": ("y = jax.ops.index_mul(x, i, v)", "y = x.at[i].multiply(v)"),
     "jax.ops.index_update": ("y = jax.ops.index_update(x, i, v)", "y = x.at[i].set(v)"),
-    "jax.pmap": ("g = jax.pmap(f)", "g = _pmap(f)"),
+    "jax.pmap": ("g = jax.pmap(f, 'i')", "    check_vma=False))"),
     "jax.random.shuffle": ("y = jax.random.shuffle(k, x)",
                            "y = jax.random.permutation(k, x, independent=True)"),
     "jax.shard_map": ("g = jax.shard_map(f, out_specs=o, check_rep=False)",

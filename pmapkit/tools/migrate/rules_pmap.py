@@ -85,8 +85,8 @@ class _Axes:
             return None
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
             raise LeaveAsIs(f"a negative {self.what} needs the argument's rank, which the source "
-                            "does not say (and JAX 0.10's jax.pmap refuses one): give the axis "
-                            "counted from the front")
+                            "does not say: give the axis counted from the front (JAX 0.10's "
+                            "jax.pmap refuses a negative in_axes)")
         if isinstance(node, (cst.Tuple, cst.List)):
             if any(isinstance(e, cst.StarredElement) for e in node.elements):
                 raise KeepPmap(f"{self.what} with a starred entry is read at run time: "
@@ -206,7 +206,7 @@ class Site:
         line, or over several (``indent``: the statement's) where one would pass
         ``WIDTH`` columns from ``column``."""
         if self.static:
-            return self._with_statics(fun)
+            return self._with_statics(fun, indent, column)
         body = sx.call_text("_per_device", [fun] + self.per_device_options())
         mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options())
         line = sx.call_text("jax.jit", [mapped] + self.jit_options())
@@ -221,7 +221,7 @@ class Site:
                 f"{_fill(self.shard_map_options(), inner)}),\n"
                 f"{_fill(self.jit_options(), step)})")
 
-    def _with_statics(self, fun):
+    def _with_statics(self, fun, indent=None, column=0):
         # jax.jit passes the static arguments as they are: they go round the shard_map
         # (which maps arrays only) and are handed back to the body.
         statics = ", ".join(f"({k}, args[{k}])" for k in self.static)
@@ -229,15 +229,22 @@ class Site:
             f"({statics},)" if len(self.static) == 1 else f"({statics})"))
         dynamic = f"*[x for k, x in enumerate(args) if k not in {_tuple_text(self.static)}]"
         mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options("mesh"))
-        mapped = f"{mapped}({dynamic})"
-        jitted = sx.call_text("jax.jit", [f"lambda *args: {mapped}"] + self.jit_options())
-        return f"(lambda fn, mesh: {jitted})({fun}, {self.mesh})"
+        jitted = sx.call_text("jax.jit", [f"lambda *args: {mapped}({dynamic})"]
+                              + self.jit_options())
+        line = f"(lambda fn, mesh: {jitted})({fun}, {self.mesh})"
+        if indent is None or column + len(line) <= WIDTH or "\n" in fun:
+            return line
+        step, inner = indent + "    ", indent + "        "
+        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: jax.shard_map(\n"
+                f"{inner}{body},\n{_fill(self.shard_map_options('mesh'), inner)},\n"
+                f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
+                f"{_fill([fun, self.mesh], step)})")
 
     def decorators(self, indent=""):
         """The decorators standing for ``@partial(jax.pmap, ...)`` (texts, outermost
         first; ``indent``: the function's)."""
         if self.static:
-            return [f"lambda fun: {self.expression('fun')}"]
+            return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
         jit = self.jit_options()
         per_device = self.per_device_options()
         head = "functools.partial(jax.shard_map, "
