@@ -15,7 +15,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from pmapkit.tools.migrate import (deprecations, helpers, leftovers, rules_export,
+from pmapkit.tools.migrate import (deprecations, helpers, leftovers, rules_classic_names,
+                                    rules_export,
                                     rules_host_callback, rules_modern, rules_pjit,
                                     rules_placement, rules_pmap, rules_trees_ops)
 from pmapkit.tools.migrate import syntax as sx
@@ -31,7 +32,8 @@ def tables():
     """Every family's rules merged: (moves, names, calls, attributes, reasons),
     each value paired with its family's name."""
     moves, names, calls, attributes, reasons = {}, {}, {}, {}, {}
-    for make in (rules_trees_ops.family, rules_placement.family, rules_pjit.family,
+    for make in (rules_trees_ops.family, rules_classic_names.family, rules_placement.family,
+                 rules_pjit.family,
                  rules_host_callback.family, rules_export.family, rules_pmap.family,
                  rules_modern.family):
         fam = make()
@@ -110,7 +112,9 @@ class Migrator(cst.CSTTransformer):
         self.touched = set()          # qualified names rewritten (their imports may go)
         self.try_catches = []         # per enclosing try: handler type texts
         self.import_depth = 0
-        self.mesh_names = set()
+        self.mesh_names = set()       # names, attribute names and functions giving a mesh
+        self.mesh_attributes = set()
+        self.mesh_functions = set()
         self.ops_index = {}           # id(numpy.s_[...] node) -> (slice text, start, old)
         self.targets = set()          # ids of nodes assigned to or deleted: left alone
         self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
@@ -263,17 +267,46 @@ class Migrator(cst.CSTTransformer):
     def visit_Module(self, node):
         self.default_indent = node.default_indent
         self.functions = _walk(node, cst.FunctionDef)
-        for assign in _walk(node, cst.Assign):
-            if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
-                    and isinstance(assign.value, cst.Call)
-                    and self.qualname(assign.value.func) in rules_pjit.MESH_MAKERS):
-                self.mesh_names.add(assign.targets[0].target.value)
+        self._find_meshes(node)
         for string in _walk(node, cst.SimpleString):
             try:
                 self.strings.add(string.evaluated_value)
             except Exception:     # a bytes literal, an odd prefix: not an axis name
                 pass
         self._find_nested_pmaps(node)
+
+    def _makes_mesh(self, node):
+        """Whether the expression ``node`` makes a mesh: a mesh maker's call, a call
+        of a function of the module that returns one, a name or attribute assigned one."""
+        if isinstance(node, cst.Call):
+            if self.qualname(node.func) in rules_pjit.MESH_MAKERS:
+                return True
+            return isinstance(node.func, cst.Name) and node.func.value in self.mesh_functions
+        if isinstance(node, cst.Name):
+            return node.value in self.mesh_names
+        if isinstance(node, cst.Attribute):
+            return node.attr.value in self.mesh_attributes
+        return False
+
+    def _find_meshes(self, module):
+        # Until nothing new is found: names and attributes assigned a mesh, functions
+        # returning one (``def make_mesh(): ... return Mesh(...)``, ``self.mesh = make_mesh()``).
+        while True:
+            before = (len(self.mesh_names), len(self.mesh_attributes), len(self.mesh_functions))
+            for assign in _walk(module, cst.Assign):
+                if len(assign.targets) == 1 and self._makes_mesh(assign.value):
+                    target = assign.targets[0].target
+                    if isinstance(target, cst.Name):
+                        self.mesh_names.add(target.value)
+                    elif isinstance(target, cst.Attribute):
+                        self.mesh_attributes.add(target.attr.value)
+            for fn in self.functions:
+                if any(r.value is not None and self._makes_mesh(r.value)
+                       for r in _walk(fn.body, cst.Return)):
+                    self.mesh_functions.add(fn.name.value)
+            if before == (len(self.mesh_names), len(self.mesh_attributes),
+                          len(self.mesh_functions)):
+                return
 
     def _pmap_site(self, node):
         """The pmap function argument's node of a pmap call or decorator ``node``, or
@@ -352,6 +385,13 @@ class Migrator(cst.CSTTransformer):
         attr = original_node.attr.value
         if id(original_node) in self.targets:
             return updated_node
+        if (attr == "platform" and isinstance(original_node.value, cst.Call)
+                and not original_node.value.args and not self.import_depth
+                and self.qualname(original_node.value.func) in rules_classic_names.BACKEND_PLATFORM):
+            self.need_import("jax")
+            self._rewrote(original_node, "classic", "jax.default_backend()",
+                          self.qualname(original_node.value.func))
+            return sx.expr("jax.default_backend()")
         if attr in self.attributes and self.qualname(original_node) is None \
                 and not self.import_depth:
             family, rule = self.attributes[attr]
@@ -420,6 +460,13 @@ class Migrator(cst.CSTTransformer):
     # -- calls ----------------------------------------------------------------
     def leave_Call(self, original_node, updated_node):
         q = self.qualname(original_node.func)
+        if (isinstance(original_node.func, cst.Attribute) and not updated_node.args
+                and original_node.func.attr.value == rules_classic_names.TO_PY):
+            # a classic array's value as numpy
+            text = f"numpy.asarray({sx.code(updated_node.func.value)})"
+            self.need_import("numpy")
+            self._rewrote(original_node, "classic", text)
+            return sx.expr(text)
         if q is None or id(original_node) in self.pmap_decorators:
             return updated_node
         try:
@@ -490,10 +537,7 @@ class Migrator(cst.CSTTransformer):
         items = list(updated_node.items)
         for k, item in enumerate(original_node.items):
             e = item.item
-            is_mesh = ((isinstance(e, cst.Call)
-                        and self.qualname(e.func) in rules_pjit.MESH_MAKERS)
-                       or (isinstance(e, cst.Name) and e.value in self.mesh_names))
-            if not is_mesh:
+            if not self._makes_mesh(e):
                 continue
             inner = sx.code(items[k].item)
             if items[k].asname is not None:
@@ -506,9 +550,45 @@ class Migrator(cst.CSTTransformer):
 
     # -- imports ----------------------------------------------------------------
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        if len(original_node.body) == 1 and self._dropped(original_node.body[0]):
+            self._rewrote(original_node.body[0], "classic", "(dropped: JAX always does it)",
+                          self.qualname(original_node.body[0].value.func))
+            return cst.RemoveFromParent()
         if len(original_node.body) != 1 or not isinstance(original_node.body[0], cst.ImportFrom):
             return updated_node
         return self._import_from(original_node, updated_node)
+
+    def _dropped(self, statement):
+        """Whether ``statement`` asks for what JAX now always does
+        (``config.enable_omnistaging()``, ``config.update("jax_omnistaging", True)``)."""
+        if not isinstance(statement, cst.Expr) or not isinstance(statement.value, cst.Call):
+            return False
+        call = statement.value
+        q = self.qualname(call.func)
+        if q in rules_classic_names.DROPPED_CALLS:
+            return not call.args
+        if q in rules_classic_names.CONFIG_UPDATES and len(call.args) == 2 and isinstance(
+                call.args[0].value, cst.SimpleString):
+            option = (call.args[0].value.evaluated_value, sx.code(call.args[1].value))
+            return option in rules_classic_names.DROPPED_UPDATES
+        return False
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        if not updated_node.body:      # its one statement was dropped
+            return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+        return updated_node
+
+    def leave_Import(self, original_node, updated_node):
+        """``import jax.experimental.optix as optix``: the moved module, same local name."""
+        names = []
+        for alias in updated_node.names:
+            if alias.asname is not None:
+                _family, target = self._moved(sx.code(alias.name))
+                if target is not None:
+                    self._rewrote(original_node, "imports", f"import {target}")
+                    alias = alias.with_changes(name=sx.expr(target))
+            names.append(alias)
+        return updated_node.with_changes(names=names)
 
     def _import_from(self, original_line, line):
         imp = line.body[0]
@@ -521,7 +601,13 @@ class Migrator(cst.CSTTransformer):
             name = sx.code(alias.name)
             local = sx.code(alias.asname.name) if alias.asname else name
             _family, target = self._moved(f"{module}.{name}")
-            if target is None or "." not in target:
+            if target is not None and "." not in target:
+                # a module moved to a package of its own (optix → optax)
+                groups.setdefault(None, []).append(cst.ImportAlias(
+                    name=cst.Name(target),
+                    asname=None if target == local else cst.AsName(name=cst.Name(local))))
+                continue
+            if target is None:
                 kept.append(alias)
                 continue
             new_module, _, new_name = target.rpartition(".")
@@ -536,7 +622,8 @@ class Migrator(cst.CSTTransformer):
             statements.append(line.with_changes(body=[imp.with_changes(
                 names=kept, lpar=None, rpar=None) if len(kept) > 0 else imp]))
         for new_module, aliases in groups.items():
-            statement = cst.ImportFrom(module=sx.expr(new_module), names=aliases)
+            statement = (cst.Import(names=aliases) if new_module is None
+                         else cst.ImportFrom(module=sx.expr(new_module), names=aliases))
             if statements:
                 statements.append(cst.SimpleStatementLine(body=[statement]))
             else:
