@@ -13,7 +13,11 @@ dotted prefix of it, is
   that are not loaded yet;
 
 and a star import (``from jax.experimental.maps import *``) of such a module
-is one too. Each is a ``report.Left`` line.
+is one too; so is a removed config option a ``config.update``/``config.read``
+names or reads (``jax_omnistaging``), and a classic array method or property
+called on anything (``x.to_py()``, ``x.device_buffers``). A name the program
+itself sets on a module (``jax.my_flag = 1``) is the program's, not a leftover.
+Each is a ``report.Left`` line.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import jax
 import libcst as cst
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
+from pmapkit.legacy import census as releases
 from pmapkit.legacy import names as census
 from pmapkit.tools.migrate import deprecations
 from pmapkit.tools.migrate import syntax as sx
@@ -72,6 +77,33 @@ def _lookup(q):
     return _THERE, q
 
 
+#: Methods and properties of the classic array types that jax.Array lacks (the
+#: census's ``jax.Array.*`` names, and the DeviceArray methods gone with it).
+_ARRAY_GONE = {"to_py": "removed with DeviceArray (JAX 0.4.14): use numpy.asarray(x)",
+               "block_host_until_ready": "removed with DeviceArray (JAX 0.4.14): use "
+               "x.block_until_ready()"}
+_CONFIG_CALLS = ("update", "read", "_read")
+
+
+@functools.lru_cache(maxsize=1)
+def array_gone():
+    """{attribute: why} for the classic array attributes this JAX's arrays lack."""
+    gone = dict(_ARRAY_GONE)
+    for name in [n for n in list(census._ALL) if n.startswith("jax.Array.")]:
+        attr = name.rpartition(".")[2]
+        if not hasattr(jax.Array, attr):
+            gone[attr] = _census_why(name)
+    return {k: v for k, v in gone.items() if not hasattr(jax.Array, k)}
+
+
+def config_option(option):
+    """(option, why) for a removed config option, else None."""
+    if not isinstance(option, str) or hasattr(jax.config, option):
+        return None
+    removed = releases.config_removed_in(option)
+    return None if removed is None else (option, f"config option removed in JAX {removed}")
+
+
 @functools.lru_cache(maxsize=256)
 def _is_module(name):
     try:
@@ -110,9 +142,10 @@ def classic(q):
 class _Scan(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-    def __init__(self):
+    def __init__(self, own=frozenset()):
         super().__init__()
         self.found = []       # (line, name, why)
+        self.own = own        # names the program sets on modules itself
 
     def _line(self, node):
         return self.get_metadata(PositionProvider, node).start.line
@@ -149,20 +182,60 @@ class _Scan(cst.CSTVisitor):
                        if n.name.startswith("jax."))
         if not found:
             return True          # e.g. ``f(x).attr``: look inside
-        self._add(node, classic(found[0]))
+        if any(found[0] == n or found[0].startswith(n + ".") for n in self.own):
+            return False         # the program's own attribute of a module
+        hit = classic(found[0])
+        if hit is None and found[0].startswith("jax.config."):
+            hit = config_option(found[0].split(".")[2])
+        self._add(node, hit)
         return False             # the outermost name of a chain says it all
 
     def visit_Attribute(self, node):
+        gone = array_gone().get(node.attr.value)
+        if gone is not None and not self._is_jax_name(node.value):
+            self._add(node, (f"Array.{node.attr.value}", gone))
+            return True
         return self._reference(node)
+
+    def _is_jax_name(self, node):
+        return any(n.name == "jax" or n.name.startswith("jax.")
+                   for n in self.get_metadata(QualifiedNameProvider, node, set()))
+
+    def visit_Call(self, node):
+        # config.update("jax_omnistaging", True), config.read("...")
+        if (isinstance(node.func, cst.Attribute) and node.func.attr.value in _CONFIG_CALLS
+                and node.args and isinstance(node.args[0].value, cst.SimpleString)):
+            names = {n.name for n in self.get_metadata(QualifiedNameProvider, node.func, set())}
+            if names & {f"jax.config.{c}" for c in _CONFIG_CALLS} | {
+                    f"jax.config.config.{c}" for c in _CONFIG_CALLS}:
+                self._add(node, config_option(node.args[0].value.evaluated_value))
+        return True
 
     def visit_Name(self, node):
         return self._reference(node)
 
 
+class _OwnAttributes(cst.CSTVisitor):
+    """The qualified names the program assigns to (``jax.my_flag = 1``)."""
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def visit_AssignTarget(self, node):
+        if isinstance(node.target, cst.Attribute):
+            self.names.update(n.name for n in self.get_metadata(
+                QualifiedNameProvider, node.target, set()) if n.name.startswith("jax."))
+
+
 def scan(source):
     """[(line, classic name, why)] for the migrated ``source``, one per line and name."""
-    scanner = _Scan()
-    cst.MetadataWrapper(cst.parse_module(source)).visit(scanner)
+    wrapper = cst.MetadataWrapper(cst.parse_module(source))
+    own = _OwnAttributes()
+    wrapper.visit(own)
+    scanner = _Scan(frozenset(own.names))
+    wrapper.visit(scanner)
     return sorted(set(scanner.found))
 
 
