@@ -433,8 +433,17 @@ class Migrator(cst.CSTTransformer):
             if isinstance(original, cst.Name):
                 return updated          # bound by an import, which is rewritten
             root = sx.root_name(original)
-            if root is not None and self._moved(self.qualname(root) or "")[1] is not None:
-                return updated          # through a moved import
+            root_q = self.qualname(root) if root is not None else None
+            root_target = self._moved(root_q or "")[1]
+            if root_target is not None:
+                # through a moved import: only a member renamed apart (optix.InitUpdate
+                # is optax.GradientTransformation) changes
+                plain = root_target + q[len(root_q):]
+                if target == plain or not target.startswith(root_target + "."):
+                    return updated
+                text = root.value + target[len(root_target):]
+                self._rewrote(original, family, text, q)
+                return sx.expr(text)
             self.need_import(module_to_import(target))
             self._rewrote(original, family, target, q)
             return sx.expr(target)
