@@ -23,6 +23,9 @@ CALL_SAMPLES = {
                                      "c = jax.enable_x64(False)"),
     "jax.experimental.enable_x64": ("c = jax.experimental.enable_x64()",
                                     "c = jax.enable_x64(True)"),
+    "jax.experimental.export.call": ("y = jax.experimental.export.call(e)(x)", "y = e.call(x)"),
+    "jax.experimental.jax2tf.jax_export.call": (
+        "y = jax.experimental.jax2tf.jax_export.call(e)(x)", "y = e.call(x)"),
     "jax.experimental.export.call_exported": ("y = jax.experimental.export.call_exported(e)(x)",
                                               "y = e.call(x)"),
     "jax.experimental.export.deserialize": ("e = jax.experimental.export.deserialize(b)",
@@ -113,5 +116,8 @@ def test_each_move_rewrites_a_reference_and_an_import(classic):
     new, report = migrate_source(f"from {owner} import {name}\n\nx = {name}\n")
     new_owner, _, new_name = modern.rpartition(".")
     alias = "" if new_name == name else f" as {name}"
-    assert new.splitlines()[0] == f"from {new_owner} import {new_name}{alias}", new
+    if new_owner:
+        assert new.splitlines()[0] == f"from {new_owner} import {new_name}{alias}", new
+    else:       # a module moved to a package of its own (optix: optax)
+        assert new.splitlines()[0] == f"import {new_name}{alias}", new
     assert report.left == []

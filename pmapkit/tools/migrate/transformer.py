@@ -404,8 +404,8 @@ class Migrator(cst.CSTTransformer):
         if self.import_depth:
             return updated
         q = self.qualname(original)
-        if q is None or self._start(original) in self.rewritten:
-            return updated
+        if q is None or (self._start(original) in self.rewritten and q not in self.moves):
+            return updated      # (a member moved apart from its module is moved again)
         if q.startswith("jax.random.") and q not in _RANDOM_TYPES:
             # the original draws classic streams (pmapkit run's default): so
             # must the migrated file
