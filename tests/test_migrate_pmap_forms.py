@@ -78,6 +78,9 @@ NOT_TRANSLATED = {
                             "needs the argument's rank"),
     "a pmap of a pmap": ('y = jax.pmap(jax.pmap(f, axis_name="inner"), axis_name="outer")(x)\n',
                          "left", "a pmap of a pmap"),
+    "a pmap made in a pmapped body": (
+        '@jax.pmap\ndef outer(a):\n    inner = jax.pmap(lambda v: v, "j")\n    return inner(a)\n',
+        "left", "a pmap of a pmap"),
     "a pmap of a pmapped name": ('inner = jax.pmap(f, "j")\ny = jax.pmap(inner, "i")(x)\n',
                                  "left", "a pmap of a pmap"),
 }

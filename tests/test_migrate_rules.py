@@ -383,7 +383,13 @@ def test_pmap_to_shard_map_and_the_pmaps_kept():
             _per_device(f, in_axes=1, out_axes=None),
             mesh=jax.sharding.Mesh(jax.local_devices(), ("devices",)), in_specs=jax.P(None, "devices"),
             out_specs=jax.P(), check_vma=False))
-        m = (lambda fn, mesh: jax.jit(lambda *args: jax.shard_map(_per_device(fn, static=((1, args[1]),)), mesh=mesh, in_specs=jax.P("devices"), out_specs=jax.P("devices"), check_vma=False)(*[x for k, x in enumerate(args) if k not in (1,)]), static_argnums=(1,), donate_argnums=(0,)))(f, jax.sharding.Mesh(jax.local_devices(), ("devices",)))
+        m = (lambda fn, mesh: jax.jit(
+            lambda *args: jax.shard_map(
+                _per_device(fn, static=((1, args[1]),)),
+                mesh=mesh, in_specs=jax.P("devices"), out_specs=jax.P("devices"), check_vma=False,
+            )(*[x for k, x in enumerate(args) if k not in (1,)]),
+            static_argnums=(1,), donate_argnums=(0,)))(
+            f, jax.sharding.Mesh(jax.local_devices(), ("devices",)))
         # pmapkit migrate: jax.pmap kept: backend= (the devices of a platform) is kept for jax.pmap
         b = jax.pmap(f, backend="cpu")
         # pmapkit migrate: jax.pmap kept: axis_size= (a mapped size across processes) is kept for jax.pmap

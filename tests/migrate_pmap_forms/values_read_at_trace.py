@@ -61,7 +61,6 @@ def helper(v):  # noqa: F811  (replaced on purpose)
     return v + 200
 
 
-print("nested reference replaced, same function", float(jax.pmap(calls_helper)(x)[0, 0]))
 print("nested reference replaced, new function",
       float(jax.pmap(lambda v: calls_helper(v))(x)[0, 0]))
 

@@ -332,12 +332,26 @@ class Migrator(cst.CSTTransformer):
             for deco in fn.decorators:
                 if self._pmap_site(deco.decorator):
                     made[fn.name.value] = deco.decorator
+        outer = {}      # def name -> the pmap site that maps it
         for call in _walk(module, cst.Call):
             fun = self._pmap_site(call)
             if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
                 self.nested_pmaps.update((id(call), id(fun)))
             elif isinstance(fun, cst.Name) and fun.value in made:
                 self.nested_pmaps.update((id(call), id(made[fun.value])))
+            elif isinstance(fun, cst.Name):
+                outer[fun.value] = call
+        for fn in _walk(module, cst.FunctionDef):
+            site = outer.get(fn.name.value) or next(
+                (d.decorator for d in fn.decorators if self._pmap_site(d.decorator)), None)
+            if site is None:
+                continue
+            # a pmap made in the body of a pmapped function: a pmap of a pmap
+            inner = [n for n in _walk(fn.body, (cst.Call, cst.Decorator))
+                     if self._pmap_site(n.decorator if isinstance(n, cst.Decorator) else n)]
+            for node in inner:
+                self.nested_pmaps.update((id(site), id(node.decorator if isinstance(
+                    node, cst.Decorator) else node)))
 
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
