@@ -241,9 +241,6 @@ TRANSLATION_MUTANTS = [
      "                and False):", "x.to_py() kept"),
     ("transformer.py", "        if len(original_node.body) == 1 and self._dropped(original_node.body[0]):",
      "        if False:", "config.enable_omnistaging() kept"),
-    ("transformer.py", "            return updated_node.with_changes(body=[cst.SimpleStatementLine("
-     "[cst.Pass()])])", "            return updated_node",
-     "a block emptied by a dropped statement"),
     ("transformer.py", "                and self.qualname(original_node.value.func) in "
      "rules_classic_names.BACKEND_PLATFORM):", "                and False):",
      "get_backend().platform kept"),

@@ -81,6 +81,17 @@ NOT_TRANSLATED = {
     "a pmap made in a pmapped body": (
         '@jax.pmap\ndef outer(a):\n    inner = jax.pmap(lambda v: v, "j")\n    return inner(a)\n',
         "left", "a pmap of a pmap"),
+    "in_axes with a starred entry": ("p = jax.pmap(f, in_axes=(*axes,))\n", "kept",
+                                     "with a starred entry"),
+    "in_axes with a computed key": ("p = jax.pmap(f, in_axes=({key: 0},))\n", "kept",
+                                    "keys computed at run time"),
+    "statics computed at run time": ("p = jax.pmap(f, static_broadcasted_argnums=nums)\n",
+                                     "kept", "static_broadcasted_argnums=nums is computed"),
+    "an axis name computed at run time": ("p = jax.pmap(f, axis_name=name_of(x))\n", "kept",
+                                          "axis_name=name_of(x) is computed"),
+    "in_axes short of the arguments": (
+        "p = jax.pmap(f, in_axes=(0, 0), static_broadcasted_argnums=3)\n", "kept",
+        "fewer than the positional arguments"),
     "a pmap of a pmapped name": ('inner = jax.pmap(f, "j")\ny = jax.pmap(inner, "i")(x)\n',
                                  "left", "a pmap of a pmap"),
 }

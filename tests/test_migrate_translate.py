@@ -57,6 +57,8 @@ def test_per_device_gives_the_body_each_devices_slice_and_statics_back():
     out = f(a, d)
     assert out["sum"].shape == (1, 2) and out["sum"].tolist() == [[5.0, 5.0]]
     assert out["k"].tolist() == [0.0, 1.0, 2.0] and f.__wrapped__ is body
+    # an output's device axis goes back where out_axes says
+    assert written._per_device(lambda v: v * 2, out_axes=1)(jnp.ones((1, 3))).shape == (3, 1)
     # a block of more than one (a mapped axis longer than the mesh) is refused, not sliced
     with pytest.raises(ValueError, match="size not equal to one"):
         f(jnp.ones((2, 2)), d)
@@ -251,6 +253,20 @@ def test_call_with_device_used_only_for_its_id_is_translated_with_axis_index():
         '''))
     assert [(k.line, k.name) for k in report.left] == [(6, "jax.experimental.host_callback.call")]
     assert "uses the device for more than its id" in report.left[0].why
+    # a file mapping a pmap over devices it chooses: an index is no local device there
+    _new, report = migrate_source(textwrap.dedent('''\
+        import jax
+        from jax.experimental import host_callback as hcb
+
+        def by_device(v, *, device):
+            return v + device.id
+
+        g = jax.pmap(lambda v: hcb.call(by_device, v, result_shape=v, call_with_device=True),
+                     devices=jax.devices()[4:])
+        t = jax.pmap(lambda v: hcb.id_tap(tap, v, tap_with_device=True))
+        '''))
+    assert [k.line for k in report.left] == [7, 9]
+    assert all("devices= it chooses" in k.why for k in report.left)
 
 
 # -- 3. every mechanical rewrite with a same-behaviour target -------------------------------

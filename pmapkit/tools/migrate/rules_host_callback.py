@@ -16,6 +16,8 @@ from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import Family, LeaveAsIs
 
 MODULE = "jax.experimental.host_callback"
+_CHOSEN_DEVICES = ("this file maps a pmap over devices= it chooses: the migrated code names a "
+                   "device by its index among jax.local_devices() only")
 _NO_DEVICE = ("jax.debug.callback does not say which device runs it: pass "
               "jax.lax.axis_index(axis) as an argument inside a shard_map instead")
 
@@ -44,6 +46,7 @@ def _id_tap(ctx, original, updated):
                         "jax.experimental.io_callback or jax.pure_callback yourself")
     if not {"tap_func", "arg"} <= bound.keys():
         raise LeaveAsIs("needs tap_func and arg")
+    _with_device(ctx, bound, "tap_with_device")
     ctx.need_helper(helpers.ID_TAP)
     return sx.rewrite_call(updated, "_id_tap")
 
@@ -61,8 +64,17 @@ def _id_print(ctx, original, updated):
         if name in bound:
             raise LeaveAsIs(f"{name}= has no jax.debug.print equivalent: print from "
                             "jax.debug.callback yourself")
+    _with_device(ctx, bound, "tap_with_device")
     ctx.need_helper(helpers.ID_PRINT)
     return sx.rewrite_call(updated, "_id_print")
+
+
+def _with_device(ctx, bound, name):
+    """LeaveAsIs where ``name`` asks for the device and this file chooses a pmap's devices."""
+    arg = bound.get(name)
+    if (arg is not None and sx.code(arg.value) not in ("False", "0", "None")
+            and ctx.pmap_over_chosen_devices):
+        raise LeaveAsIs(f"{name}=True: {_CHOSEN_DEVICES}")
 
 
 def _device_used_for_its_id(ctx, callback):
@@ -89,6 +101,7 @@ def _call(ctx, original, updated):
     with_device = bound.get("call_with_device")
     with_device = with_device is not None and sx.code(with_device.value) not in (
         "False", "0", "None")
+    _with_device(ctx, bound, "call_with_device")
     if with_device and not _device_used_for_its_id(ctx, bound["callback_func"].value
                                                    if "callback_func" in bound else None):
         raise LeaveAsIs(f"call_with_device=True where the callback uses the device for more "

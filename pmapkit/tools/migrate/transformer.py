@@ -122,6 +122,7 @@ class Migrator(cst.CSTTransformer):
         self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
         self.strings = set()          # the string literals of the module, evaluated
         self.functions = []           # every def of the module
+        self.pmap_over_chosen_devices = False
         self.depth = 0                # indented blocks around the statement visited
         self.default_indent = "    "
         self.new_helpers = []         # helpers this file needs and does not define
@@ -274,6 +275,12 @@ class Migrator(cst.CSTTransformer):
             except Exception:     # a bytes literal, an odd prefix: not an axis name
                 pass
         self._find_nested_pmaps(node)
+        # a pmap over devices= (not jax.local_devices()): a device index is not a local device
+        self.pmap_over_chosen_devices = any(
+            self._pmap_site(call) is not False and any(
+                a.keyword is not None and a.keyword.value == "devices"
+                and sx.code(a.value) != "None" for a in call.args)
+            for call in _walk(node, cst.Call))
 
     def _makes_mesh(self, node):
         """Whether the expression ``node`` makes a mesh: a mesh maker's call, a call
@@ -595,11 +602,6 @@ class Migrator(cst.CSTTransformer):
             option = (call.args[0].value.evaluated_value, sx.code(call.args[1].value))
             return option in rules_classic_names.DROPPED_UPDATES
         return False
-
-    def leave_IndentedBlock(self, original_node, updated_node):
-        if not updated_node.body:      # its one statement was dropped
-            return updated_node.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
-        return updated_node
 
     def leave_Import(self, original_node, updated_node):
         """``import jax.experimental.optix as optix``: the moved module, same local name."""
