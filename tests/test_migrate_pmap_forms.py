@@ -188,7 +188,9 @@ def test_the_forms_programs_print_what_the_originals_print(tmp_path):
         text = (tmp_path / name).read_text()
         assert "import pmapkit" not in text, name
         # one pmap passed as a value stays jax.pmap (JAX 0.10 runs it)
-        assert without_helpers(text).count("jax.pmap") == (2 if name == "argument_forms.py" else 0)
+        code = "\n".join(line for line in without_helpers(text).splitlines()
+                         if not line.strip().startswith("#"))
+        assert code.count("jax.pmap") == (1 if name == "argument_forms.py" else 0)
     assert " 0 left, 1 pmap kept" in proc.stdout
 
 
