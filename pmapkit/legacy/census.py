@@ -30,7 +30,7 @@ import warnings
 
 __all__ = ["RELEASES", "COLLECTED", "ERAS", "release_names", "union", "history",
            "removed_in", "module_removed_in", "config_removed_in", "origin", "classify", "clear_error", "counts",
-           "OUTCOMES", "RealUse", "RealUseSource", "real_use", "real_use_sources"]
+           "OUTCOMES", "public_homes", "RealUse", "RealUseSource", "real_use", "real_use_sources"]
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
@@ -239,6 +239,18 @@ def removed_in(full_name: str) -> str | None:
         return None
     last, first_without = window
     return f"after {last}" + (f", by {first_without}" if first_without else "")
+
+
+@functools.lru_cache(maxsize=None)
+def public_homes() -> dict[str, str]:
+    """``{classic name: public name}`` for census names whose object JAX
+    still exports publicly under another name (``census_data/public_homes.txt``,
+    written by ``python -m pmapkit.legacy.census_public_homes``)."""
+    path = os.path.join(_DATA, "public_homes.txt")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return dict(line.split() for line in f if line.strip() and line[0] != "#")
 
 
 # -- the census of real use ----------------------------------------------------

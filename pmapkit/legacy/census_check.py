@@ -10,7 +10,8 @@ text.
 
 A real-use name is probed as classic code used it: a dotted name resolves
 (the longest prefix that imports, then attributes); a ``config_attr`` or
-``config_option`` is read from ``jax.config``; an ``array_member`` is read
+``config_option`` is one ``jax.config`` knows (``jax.config.values``) or
+reads; an ``array_member`` is read
 from a ``jax.Array`` (``jax.Array.device`` is called, as classic
 ``x.device()`` was). A module that needs a package outside JAX (jax2tf and
 TensorFlow) counts as JAX's.
@@ -77,7 +78,9 @@ def probe_real_use(record):
             if record.kind == "config_attr":
                 getattr(jax.config, record.name.rpartition(".")[2])
             elif record.kind == "config_option":
-                getattr(jax.config, record.name.partition(":")[2])
+                option = record.name.partition(":")[2]
+                if option not in jax.config.values:    # given to update, or read
+                    getattr(jax.config, option)
             elif record.kind == "array_member":
                 value = getattr(_array_probe(), record.name.rpartition(".")[2])
                 if record.name == "jax.Array.device":
@@ -86,6 +89,10 @@ def probe_real_use(record):
                 _resolve(record.name)
         except _NeedsAnotherPackage:
             return True, None       # JAX has it; the program brings the package
+        except ModuleNotFoundError as e:
+            if e.name and e.name.partition(".")[0] not in ("jax", "jaxlib"):
+                return True, None   # served; it needs a package outside JAX (absl-py)
+            return False, e
         except Exception as e:      # every failure is classified, none escapes
             return False, e
     return True, None
