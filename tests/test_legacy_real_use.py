@@ -150,3 +150,65 @@ def test_the_usage_census_reads_through_the_same_reader():
     from pmapkit.legacy import census_git
     assert usage_census.python_files is census_git.python_files
     assert census_git.parse_target("o/n=/x/y.git@abc") == ("/x/y.git", "abc", "o/n")
+
+
+def _env():
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("PYTHONPATH", None)
+    env.pop("PMAPKIT_REPORT", None)
+    return env
+
+
+def test_census_check_holds_every_name_two_repositories_reach(tmp_path):
+    """Served, or refused with its reason; the one plain error is the call
+    ``x.device()``, which cannot be served (``names.UNSERVABLE`` says why)."""
+    proc = subprocess.run([sys.executable, "-m", "pmapkit.legacy.census_check", "--json"],
+                          capture_output=True, text=True, timeout=600, env=_env(),
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    held = json.loads(proc.stdout)
+    two = held["real_use"]["2+ repositories"]
+    assert sum(two.values()) == len(census.real_use(2))
+    plain = {n for n, (o, _, repos) in held["real_use_names"].items()
+             if o == "plain" and repos >= 2}
+    assert plain <= {"jax.Array.device"}, plain
+    assert two["served"] >= 140 and two["clear"] >= 30
+    for name in ("jax.interpreters.batching.BatchTracer", "jax.test_util.JaxTestCase",
+                 "jax.ShapedArray", "jax.config.FLAGS", "jax.config.enable_omnistaging",
+                 "jax.Array.to_py", "jaxlib.xla_extension.DeviceArray",
+                 "jax.test_util.cases_from_list", "jax.core.get_aval"):
+        assert held["real_use_names"][name][0] == "served", (name, held["real_use_names"][name])
+    for name, (outcome, text, repos) in held["real_use_names"].items():
+        if outcome == "clear" and repos >= 2:
+            assert "removed in JAX" in text and ("instead" in text or "use " in text), name
+
+
+def test_the_report_says_how_many_repositories_reach_each_name(tmp_path):
+    (tmp_path / "old.py").write_text("import jax\nprint(jax.tree_map(abs, [-1]))\n"
+                                     "jax.config.enable_omnistaging()\n")
+    proc = subprocess.run([sys.executable, "-m", "pmapkit", "run", "--report=json", "old.py"],
+                          capture_output=True, text=True, timeout=300, env=_env(),
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith('{"pmapkit_legacy_report"'))
+    rows = {e["name"]: e for e in json.loads(line)["names"]}
+    by_name = {r.name: r.repos for r in census.real_use()}
+    assert rows["jax.tree_map"]["real_use"] == by_name["jax.tree_map"] > 40
+    assert rows["jax.config.enable_omnistaging"]["real_use"] == 3
+    from pmapkit.legacy import report
+    assert "of 85 public repositories" in report.real_use_text("jax.tree_map")
+
+
+def test_the_leftover_scan_flags_config_attributes_options_and_array_members():
+    from pmapkit.tools.migrate import leftovers
+    found = {name: line for line, name, _ in leftovers.scan(textwrap.dedent('''\
+        import jax
+        jax.config.enable_omnistaging()
+        jax.config.update("jax_array", True)
+        jax.config.update("jax_enable_x64", True)
+        def f(x):
+            return x.to_py(), x.device(), x.device_buffers, x.block_until_ready(), x.device
+        '''))}
+    assert found == {"jax.config.enable_omnistaging": 2, "jax.config:jax_array": 3,
+                     "jax.Array.to_py": 6, "jax.Array.device": 6,
+                     "jax.Array.device_buffers": 6}

@@ -202,7 +202,7 @@ def test_config_attributes_and_array_members(tmp_path):
     # classic DeviceArray.to_py(): the value as a NumPy array
     assert out["to_py"] == ["ndarray", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "float32"]
     # a pmap result's classic ShardingSpec: its mapped axis unstacked
-    assert out["sharding_spec"] == ("ShardingSpec((Unstacked(size=8), NoSharding()), "
+    assert out["sharding_spec"] == ("ShardingSpec((Unstacked(8), NoSharding()), "
                                     "(ShardedAxis(axis=0),))")
     assert out["sharding_spec_single"] == ["RemovedAttributeError", True]
 

@@ -288,7 +288,8 @@ def _install_real_use():
             setattr(array_type, record.attr, _counted(record.name, record.make()))
             new.append(record.name)
     for record in legacy_names.ARRAY_PROPERTIES:
-        if not _has(probe, record.attr):
+        # a served property may refuse a given array (AttributeError): ask the class
+        if record.attr not in vars(array_type) and not _has(probe, record.attr):
             setattr(array_type, record.attr,
                     property(_counted(record.name, record.make(), "reads")))
             new.append(record.name)

@@ -401,10 +401,10 @@ REAL_USE = (
             lambda: jax.core.ShapedArray, rename=True),
     Removed("jax.xla", "jax.interpreters.xla", "from jax.interpreters import xla",
             "the module jax.interpreters.xla (classic jax re-exported it)",
-            cv.public_module("jax.interpreters.xla"), rename=True),
+            cv.public_module("jax.interpreters.xla"), rename=True, lazy=True),
     Removed("jax.pxla", "jax.interpreters.pxla", "from jax.interpreters import pxla",
             "the module jax.interpreters.pxla (classic jax re-exported it)",
-            cv.public_module("jax.interpreters.pxla"), rename=True),
+            cv.public_module("jax.interpreters.pxla"), rename=True, lazy=True),
     Removed("jax.ad.deflinear", "jax.interpreters.ad.deflinear",
             "jax.interpreters.ad.deflinear(prim, transpose_rule)",
             "jax.interpreters.ad.deflinear (classic jax.ad was jax.interpreters.ad)",
@@ -424,7 +424,7 @@ REAL_USE = (
             lambda: jp.shaped_abstractify),
     Removed("jax.interpreters.xla.xb", "jax.extend.backend", "jax.extend.backend.get_backend()",
             "the module jax.lib.xla_bridge (as classic xla imported it)",
-            cv.public_module("jax.lib.xla_bridge")),
+            cv.public_module("jax.lib.xla_bridge"), lazy=True),
     Removed("jax.core.get_aval", "jax.typeof", "jax.typeof(x)",
             "jax.typeof (a concrete value gives its ShapedArray: ConcreteArray went in "
             "JAX 0.4.36)", cv.get_aval(), rename=True),
@@ -461,7 +461,7 @@ REAL_USE = (
             "a tree_map replacing None (classic semantics)", cv.replace_nones),
     Removed("jax._src.lib.xla_bridge", "jax.extend.backend", "jax.extend.backend.get_backend()",
             "jax._src.xla_bridge (the same module, moved)",
-            cv.private_module("jax._src.xla_bridge")),
+            cv.private_module("jax._src.xla_bridge"), lazy=True),
     _test_util_record("JaxTestCase", ("a subclass of jax._src.test_util.JaxTestCase with "
                                       "the classic defaults (needs absl-py)",
                                       classic_test_util.jax_test_case)),
@@ -849,7 +849,6 @@ OVERRIDES = {
     "jax.Array.to_py": ("0.4.9", "DeviceArray's method, kept on jax.Array until then"),
     "jax.Array.sharding_spec": ("0.4.14", "ShardedDeviceArray's property"),
     "jax.Array.device": ("0.4.31", "a method until then; a property since"),
-    "jax.config.FLAGS": ("0.4.20", "an attribute of the config object"),
     "jax.config.enable_omnistaging": ("0.3.15", "a method of the config object"),
     "jax.config.omnistaging_enabled": ("0.3.15", "an attribute of the config object"),
     "jax.device_put_replicated": ("0.10.0", "probed: deprecated names answered until 0.10"),
@@ -1027,7 +1026,8 @@ def _optix_module():
     except ImportError:
         raise RemovedModuleError(
             f"jax.experimental.optix was removed in JAX {removal_release('jax.experimental.optix')}"
-            ": its functions live on in optax, which is not installed; install it "
+            f" and has no faithful equivalent on JAX {jax.__version__} without optax: its "
+            "functions live on in optax, which is not installed; install it "
             "(pip install optax) and pmapkit.legacy serves them under optix's names, "
             "or use optax instead, e.g. import optax; opt = optax.adam(1e-3)",
             name="jax.experimental.optix") from None
