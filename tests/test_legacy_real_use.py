@@ -212,3 +212,15 @@ def test_the_leftover_scan_flags_config_attributes_options_and_array_members():
     assert found == {"jax.config.enable_omnistaging": 2, "jax.config:jax_array": 3,
                      "jax.Array.to_py": 6, "jax.Array.device": 6,
                      "jax.Array.device_buffers": 6}
+
+
+def test_the_docs_section_is_the_census_as_it_stands():
+    """docs/classic-names.md's census-of-real-use section is what
+    docs/_tools/real_use_table.py writes from the table and this JAX."""
+    tool = os.path.join(os.path.dirname(HERE), "docs", "_tools", "real_use_table.py")
+    if not os.path.isfile(tool):
+        import pytest
+        pytest.skip("no docs/ beside the tests")
+    proc = subprocess.run([sys.executable, "-P", tool, "--check"], capture_output=True,
+                          text=True, timeout=900, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]

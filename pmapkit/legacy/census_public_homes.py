@@ -4,7 +4,9 @@ a classic internal module's name whose object (looked up where JAX holds it
 now, ``names.PRIVATE_HOMES``) is the very object a public JAX module exports
 (``jax.interpreters.ad.Tracer`` is ``jax.core.Tracer``), and a classic
 top-level ``jax.X`` that a public module exports as a JAX class or function of
-that name (``jax.Compiled`` is ``jax.stages.Compiled``). Written to
+that name (``jax.Compiled`` is ``jax.stages.Compiled``), or a class another
+classic module re-exported that a public module exports under its own name
+(``jax.interpreters.xla.ShapedArray`` is ``jax.core.ShapedArray``). Written to
 ``census_data/public_homes.txt`` (one ``classic public`` pair a line), which
 ``census.public_homes()`` reads: such names are served as those objects, never
 refused as having no public replacement (``tests/test_legacy_real_use_rule.py``
@@ -76,11 +78,13 @@ def exported_as(name, index):
                 return None
             found = index.get(id(obj))
             return found[0] if found and not _plain(obj) else None
-    if owner == "jax":
-        for public, obj in index.values():
-            if (public.rpartition(".")[2] == attr and getattr(obj, "__name__", None) == attr
-                    and str(getattr(obj, "__module__", "")).startswith("jax")):
-                return public
+    # a classic top-level name, or a class a classic module re-exported: the
+    # public JAX function or class (top level), or class (elsewhere), of that name
+    for public, obj in sorted(index.values(), key=lambda e: e[0]):
+        if (public.rpartition(".")[2] == attr and getattr(obj, "__name__", None) == attr
+                and str(getattr(obj, "__module__", "")).startswith("jax")
+                and (owner == "jax" or isinstance(obj, type))):
+            return public
     return None
 
 
