@@ -174,6 +174,14 @@ try:
     jax.config.update("jax_coordination_service", False)
 except ValueError as e:
     out["coordination_service_off"] = [type(e).__name__, "jax_coordination_service" in str(e)]
+out["removed_options"] = [jax.config.jax_dynamic_shapes,
+                          jax.config.experimental_xmap_spmd_lowering]
+jax.config.update("jax_dynamic_shapes", False)
+for option in ("jax_dynamic_shapes", "experimental_xmap_spmd_lowering"):
+    try:
+        jax.config.update(option, True)
+    except ValueError as e:
+        out["removed_options"].append([type(e).__name__, option in str(e)])
 x = jnp.arange(6.0).reshape(2, 3)
 y = x.to_py()
 out["to_py"] = [type(y).__name__, y.tolist(), str(y.dtype)]
@@ -199,6 +207,8 @@ def test_config_attributes_and_array_members(tmp_path):
     # a removed option reads its classic final default; turning it off is refused
     assert out["coordination_service"] is True
     assert out["coordination_service_off"] == ["RemovedConfigValueError", True]
+    assert out["removed_options"] == [False, False, ["RemovedConfigValueError", True],
+                                      ["RemovedConfigValueError", True]]
     # classic DeviceArray.to_py(): the value as a NumPy array
     assert out["to_py"] == ["ndarray", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "float32"]
     # a pmap result's classic ShardingSpec: its mapped axis unstacked

@@ -26,8 +26,6 @@ def _held():
 
 
 def _name_cell(name):
-    if ":" in name:
-        return f"`{name}`"
     return "{classic}`" + name + "`"
 
 

@@ -818,6 +818,10 @@ CONFIG_OPTIONS = (
     ConfigOption("jax_enable_mlir", True, (True,), "JAX lowers through MLIR only"),
     ConfigOption("jax_coordination_service", True, (True,),
                  "the coordination service is the only one jax.distributed has"),
+    ConfigOption("jax_dynamic_shapes", False, (False,),
+                 "JAX traces static shapes only: the dynamic-shapes prototype is gone"),
+    ConfigOption("experimental_xmap_spmd_lowering", False, (False,),
+                 "xmap is gone, and with it its SPMD lowering"),
 )
 
 
