@@ -246,12 +246,14 @@ TRANSLATION_MUTANTS = [
      "get_backend().platform kept"),
     ("transformer.py", "            if target is not None and \".\" not in target:",
      "            if False:", "optix import kept"),
-    ("leftovers.py", "            hit = config_option(found[0].split(\".\")[2])", "            pass",
-     "a removed config option read not flagged"),
-    ("leftovers.py", "                self._add(node, config_option(node.args[0].value."
-     "evaluated_value))", "                pass", "a removed config option set not flagged"),
-    ("leftovers.py", "        if gone is not None and not self._is_jax_name(node.value):",
-     "        if False:", "a classic array method not flagged"),
+    ("leftovers.py", "        return config_attr(q.split(\".\")[2])", "        return None",
+     "a removed config attribute read not flagged"),
+    ("leftovers.py", "                    self._add(node, config_option(value.evaluated_value))",
+     "                    pass", "a removed config option set not flagged"),
+    ("leftovers.py", "            self._add(node, array_member(sx.code(node.attr)))",
+     "            pass", "a classic array method not flagged"),
+    ("leftovers.py", "    lacking = {attr for attr in (\"to_py\", \"block_host_until_ready\") if not "
+     "hasattr(probe, attr)}", "    lacking = set()", "DeviceArray's own methods not flagged"),
     ("leftovers.py", "            return False         # the program's own attribute of a module",
      "            pass", "a program's own module attribute flagged"),
 ]

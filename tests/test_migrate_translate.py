@@ -367,11 +367,11 @@ def test_the_scan_flags_config_options_and_array_methods_not_a_programs_own_attr
         print(jax.my_setting, jax.config.jax_enable_x64)
         '''))
     assert [(line, name) for line, name, _why in found] == [
-        (2, "jax_omnistaging"), (3, "jax_omnistaging"), (4, "Array.block_host_until_ready"),
-        (5, "Array.device_buffers")]
+        (2, "jax.config:jax_omnistaging"), (3, "jax.config.jax_omnistaging"),
+        (4, "jax.Array.block_host_until_ready"), (5, "jax.Array.device_buffers")]
     assert "config option removed in JAX 0.3" in found[0][2]
 
 
 def test_a_flagged_array_method_makes_the_report_say_it_is_left():
     new, report = migrate_source("import jax\nx = jax.numpy.ones(2)\nx.block_host_until_ready()\n")
-    assert [(k.line, k.name) for k in report.left] == [(3, "Array.block_host_until_ready")]
+    assert [(k.line, k.name) for k in report.left] == [(3, "jax.Array.block_host_until_ready")]

@@ -13,11 +13,13 @@ dotted prefix of it, is
   that are not loaded yet;
 
 and a star import (``from jax.experimental.maps import *``) of such a module
-is one too; so is a removed config option a ``config.update``/``config.read``
-names or reads (``jax_omnistaging``), and a classic array method or property
-called on anything (``x.to_py()``, ``x.device_buffers``). A name the program
-itself sets on a module (``jax.my_flag = 1``) is the program's, not a leftover.
-Each is a ``report.Left`` line.
+is one too. So is what the census of real use (``census.real_use()``) counts
+beyond module names, where this JAX lacks it: an attribute of JAX's config
+object (``jax.config.enable_omnistaging``), an option given to
+``jax.config.update`` (``"jax_array"``), and a classic array member read on
+anything (``x.to_py()``, ``x.device_buffers``, the call ``x.device()``). Each is
+a ``report.Left`` line. A name the program itself sets on a module
+(``jax.my_flag = 1``) is the program's, not a leftover.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import jax
 import libcst as cst
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from pmapkit.legacy import census as releases
+from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import names as census
 from pmapkit.tools.migrate import deprecations
 from pmapkit.tools.migrate import syntax as sx
@@ -77,33 +79,6 @@ def _lookup(q):
     return _THERE, q
 
 
-#: Methods and properties of the classic array types that jax.Array lacks (the
-#: census's ``jax.Array.*`` names, and the DeviceArray methods gone with it).
-_ARRAY_GONE = {"to_py": "removed with DeviceArray (JAX 0.4.14): use numpy.asarray(x)",
-               "block_host_until_ready": "removed with DeviceArray (JAX 0.4.14): use "
-               "x.block_until_ready()"}
-_CONFIG_CALLS = ("update", "read", "_read")
-
-
-@functools.lru_cache(maxsize=1)
-def array_gone():
-    """{attribute: why} for the classic array attributes this JAX's arrays lack."""
-    gone = dict(_ARRAY_GONE)
-    for name in [n for n in list(census._ALL) if n.startswith("jax.Array.")]:
-        attr = name.rpartition(".")[2]
-        if not hasattr(jax.Array, attr):
-            gone[attr] = _census_why(name)
-    return {k: v for k, v in gone.items() if not hasattr(jax.Array, k)}
-
-
-def config_option(option):
-    """(option, why) for a removed config option, else None."""
-    if not isinstance(option, str) or hasattr(jax.config, option):
-        return None
-    removed = releases.config_removed_in(option)
-    return None if removed is None else (option, f"config option removed in JAX {removed}")
-
-
 @functools.lru_cache(maxsize=256)
 def _is_module(name):
     try:
@@ -116,6 +91,73 @@ def _census_why(name):
     record = census.by_name(name)
     modern = f"; use {record.modern}" if record.modern else ""
     return f"removed in JAX {record.removed_in}{modern}"
+
+
+@functools.lru_cache(maxsize=1)
+def _real_use():
+    """``{name: record}`` of the census of real use."""
+    return {r.name: r for r in legacy_census.real_use()}
+
+
+def _real_use_why(name):
+    if census.known(name):
+        record = census.by_name(name)
+        why = f"; {record.why}" if record.why else ""
+        return f"removed in JAX {record.removed_in}{why}; use {record.modern}"
+    record = _real_use().get(name)
+    used = f"; reached by {record.repos} public repositories" if record else ""
+    return f"not in JAX {jax.__version__}{used}"
+
+
+@functools.lru_cache(maxsize=256)
+def config_attr(attr):
+    """(name, why) when JAX's config object lacks ``attr``, else None."""
+    config = jax.config
+    if attr.startswith("__") or attr in config.values or hasattr(config, attr):
+        return None
+    name = f"jax.config.{attr}"
+    return name, _real_use_why(name)
+
+
+@functools.lru_cache(maxsize=256)
+def config_option(option):
+    """(name, why) for an option ``jax.config.update`` no longer knows."""
+    if not option.startswith("jax_") or option in jax.config.values:
+        return None
+    name = f"jax.config:{option}"
+    removed = legacy_census.config_removed_in(option)
+    why = (f"config option removed in JAX {removed}" if removed
+           else _real_use_why(name))
+    return name, why
+
+
+@functools.lru_cache(maxsize=1)
+def _lacking_array_members():
+    """Classic array members the census of real use counts that a
+    ``jax.Array`` of this JAX lacks."""
+    import numpy as np
+    probe = jax.device_put(np.zeros((), np.float32))
+    # DeviceArray's own methods, whether the census of real use reached them or not
+    lacking = {attr for attr in ("to_py", "block_host_until_ready") if not hasattr(probe, attr)}
+    for record in legacy_census.real_use():
+        if record.kind == "array_member":
+            attr = record.name.rpartition(".")[2]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if not hasattr(probe, attr):
+                    lacking.add(attr)
+    return frozenset(lacking)
+
+
+def array_member(attr, called_bare=False):
+    """(name, why) for a classic array member this JAX lacks (``device``:
+    only its call without arguments, the classic method)."""
+    if attr == "device":
+        return ("jax.Array.device", _real_use_why("jax.Array.device")) if called_bare else None
+    if attr in _lacking_array_members():
+        name = f"jax.Array.{attr}"
+        return name, _real_use_why(name)
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -136,6 +178,8 @@ def classic(q):
             return prefix, f"deprecated in JAX {jax.__version__}: {message}"
     if status == _GONE:
         return missing, f"not in JAX {jax.__version__}"
+    if q.startswith("jax.config.") and q.count(".") >= 2:
+        return config_attr(q.split(".")[2])
     return None
 
 
@@ -184,31 +228,25 @@ class _Scan(cst.CSTVisitor):
             return True          # e.g. ``f(x).attr``: look inside
         if any(found[0] == n or found[0].startswith(n + ".") for n in self.own):
             return False         # the program's own attribute of a module
-        hit = classic(found[0])
-        if hit is None and found[0].startswith("jax.config."):
-            hit = config_option(found[0].split(".")[2])
-        self._add(node, hit)
+        self._add(node, classic(found[0]))
         return False             # the outermost name of a chain says it all
 
     def visit_Attribute(self, node):
-        gone = array_gone().get(node.attr.value)
-        if gone is not None and not self._is_jax_name(node.value):
-            self._add(node, (f"Array.{node.attr.value}", gone))
-            return True
+        qualified = self.get_metadata(QualifiedNameProvider, node, set())
+        if not any(n.name.startswith("jax.") for n in qualified):
+            self._add(node, array_member(sx.code(node.attr)))
         return self._reference(node)
 
-    def _is_jax_name(self, node):
-        return any(n.name == "jax" or n.name.startswith("jax.")
-                   for n in self.get_metadata(QualifiedNameProvider, node, set()))
-
     def visit_Call(self, node):
-        # config.update("jax_omnistaging", True), config.read("...")
-        if (isinstance(node.func, cst.Attribute) and node.func.attr.value in _CONFIG_CALLS
-                and node.args and isinstance(node.args[0].value, cst.SimpleString)):
-            names = {n.name for n in self.get_metadata(QualifiedNameProvider, node.func, set())}
-            if names & {f"jax.config.{c}" for c in _CONFIG_CALLS} | {
-                    f"jax.config.config.{c}" for c in _CONFIG_CALLS}:
-                self._add(node, config_option(node.args[0].value.evaluated_value))
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            names = {n.name for n in self.get_metadata(QualifiedNameProvider, func, set())}
+            if names & {"jax.config.update", "jax.config.config.update"} and node.args:
+                value = node.args[0].value
+                if isinstance(value, cst.SimpleString):
+                    self._add(node, config_option(value.evaluated_value))
+            elif sx.code(func.attr) == "device" and not node.args:
+                self._add(node, array_member("device", called_bare=True))
         return True
 
     def visit_Name(self, node):
