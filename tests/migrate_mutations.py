@@ -254,6 +254,8 @@ TRANSLATION_MUTANTS = [
      "            pass", "a classic array method not flagged"),
     ("leftovers.py", "    lacking = {attr for attr in (\"to_py\", \"block_host_until_ready\") if not "
      "hasattr(probe, attr)}", "    lacking = set()", "DeviceArray's own methods not flagged"),
+    ("leftovers.py", "            return            # ``f() if hasattr(config, \"f\") else None``: asked first",
+     "            pass", "a guarded name flagged"),
     ("leftovers.py", "            return False         # the program's own attribute of a module",
      "            pass", "a program's own module attribute flagged"),
 ]

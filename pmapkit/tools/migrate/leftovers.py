@@ -190,11 +190,15 @@ class _Scan(cst.CSTVisitor):
         super().__init__()
         self.found = []       # (line, name, why)
         self.own = own        # names the program sets on modules itself
+        self.guards = []      # per enclosing if: attribute names its test asks about
 
     def _line(self, node):
         return self.get_metadata(PositionProvider, node).start.line
 
     def _add(self, node, hit, what=""):
+        if hit is not None and any(hit[0].replace(":", ".").rpartition(".")[2] in guard
+                                   for guard in self.guards):
+            return            # ``f() if hasattr(config, "f") else None``: asked first
         if hit is not None:
             name, why = hit
             self.found.append((self._line(node), name, what + why))
@@ -251,6 +255,42 @@ class _Scan(cst.CSTVisitor):
 
     def visit_Name(self, node):
         return self._reference(node)
+
+    # Code that asks whether a name exists before using it (``hasattr(x, "name")``,
+    # ``callable(x.name)``) runs on this JAX: the name it guards is no leftover.
+    def _guarded(self, test):
+        names = set()
+        for call in _calls(test):
+            func = sx.code(call.func)
+            if func == "hasattr" and len(call.args) == 2 and isinstance(
+                    call.args[1].value, cst.SimpleString):
+                names.add(call.args[1].value.evaluated_value)
+            elif func == "callable" and len(call.args) == 1 and isinstance(
+                    call.args[0].value, cst.Attribute):
+                names.add(call.args[0].value.attr.value)
+        return names
+
+    def visit_IfExp(self, node):
+        self.guards.append(self._guarded(node.test))
+
+    def leave_IfExp(self, original_node):
+        self.guards.pop()
+
+    def visit_If(self, node):
+        self.guards.append(self._guarded(node.test))
+
+    def leave_If(self, original_node):
+        self.guards.pop()
+
+
+def _calls(node):
+    found = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call):
+            found.append(call)
+    node.visit(_Calls())
+    return found
 
 
 class _OwnAttributes(cst.CSTVisitor):
