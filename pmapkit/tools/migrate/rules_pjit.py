@@ -16,6 +16,7 @@ PJIT_NAMES = ("jax.experimental.pjit.pjit",)
 WSC_NAMES = ("jax.experimental.pjit.with_sharding_constraint",)
 # Calls whose value, entered with ``with``, is a mesh context.
 MESH_MAKERS = ("jax.experimental.maps.Mesh", "jax.sharding.Mesh", "jax.make_mesh",
+               "jax.interpreters.pxla.Mesh",
                "jax.experimental.maps.mesh", "jax.experimental.mesh_utils.Mesh")
 
 _PJIT_PARAMS = ("fun", "in_axis_resources", "out_axis_resources", "static_argnums",
@@ -102,6 +103,7 @@ def family():
                "jax.experimental.pjit.PartitionSpec": partition_spec,
                "jax.experimental.maps.PartitionSpec": partition_spec,
                "jax.interpreters.pxla.PartitionSpec": partition_spec,
+               "jax.interpreters.pxla.Mesh": "jax.sharding.Mesh",
                "jax.experimental.pjit.NamedSharding": "jax.sharding.NamedSharding"},
         # Classic code probed the mesh in context eagerly and inside pjit
         # traces (EasyLM gates its constraints on it): get_abstract_mesh()
