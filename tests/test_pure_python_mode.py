@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import pmapkit
-import pmapkit.core._compiled  # noqa: F401  (loaded on first use by `import pmapkit`)
+import pmapkit.core.hitpath._compiled  # noqa: F401  (loaded on first use by `import pmapkit`)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(REPO, "pmapkit")
@@ -47,7 +47,7 @@ def test_dispatch_and_error_suites_pass_in_pure_python_mode():
 
 @needs_unset
 def test_pure_python_mode_loads_the_sources():
-    code = ("import pmapkit, pmapkit.core._compiled as c; "
+    code = ("import pmapkit, pmapkit.core.hitpath._compiled as c; "
             "print(pmapkit.COMPILED); print(c.dispatch.__file__); "
             "print(c.shard_arg.__file__)")
     proc = subprocess.run([sys.executable, "-P", "-c", code], cwd=REPO, env=PURE_ENV,
@@ -61,7 +61,7 @@ def test_pure_python_mode_loads_the_sources():
 
 def _extension_next_to_sources(name):
     # The build in use: the installed one when the checkout has no extensions.
-    pkg = os.path.dirname(pmapkit.core._compiled.__file__)
+    pkg = os.path.dirname(pmapkit.core.hitpath._compiled.__file__)
     return any(os.path.exists(os.path.join(pkg, name + suffix))
                for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
@@ -74,4 +74,4 @@ def test_compiled_when_extensions_exist():
             and _extension_next_to_sources("_shard_arg")):
         pytest.skip("no compiled extensions in the pmapkit build in use")
     assert pmapkit.COMPILED is True
-    assert os.path.splitext(pmapkit.core._compiled.dispatch.__file__)[1] in (".so", ".pyd")
+    assert os.path.splitext(pmapkit.core.hitpath._compiled.dispatch.__file__)[1] in (".so", ".pyd")

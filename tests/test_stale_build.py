@@ -1,7 +1,7 @@
 """A compiled core built from other sources than those beside it is refused.
 
 Each extension carries the SHA-256 of the sources setup.py built it from
-(``BUILT_FROM``); ``pmapkit.core._compiled`` compares it with the ``.py`` and
+(``BUILT_FROM``); ``pmapkit.core.hitpath._compiled`` compares it with the ``.py`` and
 ``.pxd`` it would otherwise run as the pure build. Checked on a copy of the
 installed package in a fresh process: untouched it loads compiled; with
 ``_dispatch.py`` edited it raises ``StaleBuildError`` naming the rebuild
@@ -16,12 +16,12 @@ import sys
 import pytest
 
 import pmapkit
-from pmapkit.core import _compiled, _source_hash
+from pmapkit.core.hitpath import _compiled, _source_hash
 
 PACKAGE = os.path.dirname(os.path.abspath(pmapkit.__file__))
-CORE = os.path.join(PACKAGE, "core")
+CORE = os.path.join(PACKAGE, "core", "hitpath")
 
-_PROBE = ("import pmapkit.core._compiled as c; "
+_PROBE = ("import pmapkit.core.hitpath._compiled as c; "
           "print(c.COMPILED, c.dispatch.__file__)")
 
 
@@ -53,7 +53,7 @@ def test_the_installed_extensions_carry_their_sources_hash():
 
 
 def test_a_stale_compiled_module_is_refused(compiled_copy):
-    core = os.path.join(compiled_copy, "pmapkit", "core")
+    core = os.path.join(compiled_copy, "pmapkit", "core", "hitpath")
     assert glob.glob(os.path.join(core, "_dispatch.*.so"))
     fresh = _import_in(compiled_copy)
     assert fresh.returncode == 0, fresh.stderr
@@ -72,7 +72,7 @@ def test_a_stale_compiled_module_is_refused(compiled_copy):
 
 
 def test_an_edited_pxd_is_stale_too(compiled_copy):
-    core = os.path.join(compiled_copy, "pmapkit", "core")
+    core = os.path.join(compiled_copy, "pmapkit", "core", "hitpath")
     with open(os.path.join(core, "_shard_arg.pxd"), "a") as f:
         f.write("\n# a declaration change\n")
     stale = _import_in(compiled_copy, PMAPKIT_PUREPYTHON="0")

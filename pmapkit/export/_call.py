@@ -36,7 +36,7 @@ from pmapkit import _jax_private as jp
 from pmapkit.export import _container
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import PLATFORM_CHECK
-from pmapkit.core.mesh import active_mesh
+from pmapkit.core.sharding.mesh import active_mesh
 
 
 def caller_of(exported):

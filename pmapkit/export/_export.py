@@ -33,9 +33,10 @@ import re
 import jax
 from jax import export as jax_export
 
-from pmapkit.core import calls, lowering
-from pmapkit.core import process_local
-from pmapkit.core._compiled import dispatch as _dispatch_mod
+from pmapkit.core.misses import calls
+from pmapkit.core.programs import compiling, kinds, lowering
+from pmapkit.core.programs import process_local
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import RELAXED_CHECKS, checks_to_disable
 
@@ -188,7 +189,7 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
     """
     lowered = fun.lower(*args_specs, **kwargs_specs)
     prepared = lowered._prepared
-    in_shardings, out_shardings = lowering.program_shardings(
+    in_shardings, out_shardings = kinds.program_shardings(
         lowered._primitive, prepared.params, prepared.in_avals)
     static = lowered._static
     nargs = len(args_specs)
@@ -204,7 +205,7 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
         # program that ``lower`` resolved (global axis, every process's
         # devices) instead.
         def flat_program(*leaves):
-            return tuple(lowering.bind_in_outer_trace(
+            return tuple(compiling.bind_in_outer_trace(
                 lowered._primitive, prepared.params, prepared.in_avals, list(leaves)))
     else:
         def flat_program(*leaves):

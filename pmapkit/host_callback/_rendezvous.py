@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from pmapkit.core import manual_regions
+from pmapkit.core.programs import manual_regions
 from pmapkit.host_callback import _runtime
 
 # How long a device waits for the caller to *start* the user's function on

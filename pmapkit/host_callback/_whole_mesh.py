@@ -23,8 +23,8 @@ import numpy as np
 from jax.interpreters import mlir
 from jax.sharding import PartitionSpec
 
-from pmapkit.core import manual_regions
-from pmapkit.core import process_local
+from pmapkit.core.programs import manual_regions
+from pmapkit.core.programs import process_local
 from pmapkit.host_callback import _failures, _primitive, _rendezvous
 
 AXIS = "_pmapkit_host_callback_devices"

@@ -1,6 +1,6 @@
 """pmapkit's own primitives: definition and abstract evaluation (their impl
 rule, eager evaluation through a compiled program, is registered where
-programs are compiled: ``pmapkit.core.lowering``).
+programs are compiled: ``pmapkit.core.programs.compiling``).
 
 ``pmap_p`` carries the per-device body as a closed jaxpr traced with the
 mapped axis name bound, so collectives inside it are ordinary named-axis

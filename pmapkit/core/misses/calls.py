@@ -1,7 +1,7 @@
 """Call handling shared by pmap and pjit, on the miss path (pure Python):
 argnum options, static/dynamic argument split, naming flat leaves in error
 messages, abstract values, closing traced bodies and building the compiled
-``DispatchFunction`` (the ``lower()`` objects are in ``pmapkit.core.stages``).
+``DispatchFunction`` (the ``lower()`` objects are in ``pmapkit.core.misses.stages``).
 """
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import _cache_keys, caches, lowering
-from pmapkit.core import process_local  # noqa: F401  (registers programs spanning processes)
-from pmapkit.core._compiled import dispatch as _dispatch_mod
+from pmapkit.core.keys import _cache_keys, caches
+from pmapkit.core.programs import compiled_program
+from pmapkit.core.programs import process_local  # noqa: F401  (registers programs spanning processes)
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 
 # numpy dtypes that canonicalize to themselves whatever jax_enable_x64 says; a
 # numpy leaf of one of these signs like a device array of the same aval.
@@ -276,9 +277,9 @@ def make_dispatch(fun, cache_miss, static, lower, reduce_fn, signature, *,
     """The compiled-dispatch callable of one user function, with the classic
     introspection attributes (functools.wraps metadata, __signature__).
     ``shared``: the ``SharedCaches`` of the wrappers of ``fun`` with the same
-    parameters (``pmapkit.core.wrapper_cache``)."""
+    parameters (``pmapkit.core.keys.wrapper_cache``)."""
     fn = _dispatch_mod.DispatchFunction(
-        fun, cache_miss, static, lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
+        fun, cache_miss, static, compiled_program.LEAF_TYPES, CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten, jp.trace_context,
         jp.top_level_probe(), lower, reduce_fn,
         static_argnames=static_argnames, sign_shardings=sign_shardings,
@@ -325,7 +326,7 @@ def make_compiled_call(cache_miss, name):
                         "the pmapped/pjit'd function and compile again.")
 
     fn = _dispatch_mod.DispatchFunction(
-        cache_miss, cache_miss, (), lowering.LEAF_TYPES, CANONICAL_HOST_DTYPES,
+        cache_miss, cache_miss, (), compiled_program.LEAF_TYPES, CANONICAL_HOST_DTYPES,
         jp.tree_registry.flatten, jp.trace_context, jp.top_level_probe(),
         not_lowerable, not_picklable, cache_size=caches.per_function_size(),
         describe=_cache_keys.describe)
@@ -405,18 +406,18 @@ def prepare_cached(cache, prepare, static, args, kwargs, extra):
 def check_donation_aliases(api, spec, prepared, args, kwargs, in_shardings):
     """Before anything runs: no donated array laid out as the program takes
     it (``in_shardings``, per flat input) may also be another argument of
-    the call (see ``lowering.find_donated_alias``: one that moves is donated
+    the call (see ``compiled_program.find_donated_alias``: one that moves is donated
     as a copy); the error names both positions as the user wrote them."""
     donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
     if not donated:
         return
     flat = prepared.flat_args
-    if lowering.find_donated_alias(flat, donated, in_shardings) is None:
+    if compiled_program.find_donated_alias(flat, donated, in_shardings) is None:
         return
     _, dyn_positions, dyn_args = split_static(spec.static, args, spec.name)
     names = LeafNames(spec.signature, dyn_positions, dyn_args, kwargs)
     hoisted = len(flat) - len(jax.tree_util.tree_leaves((dyn_args, kwargs)))
-    lowering.check_donated_aliases(
+    compiled_program.check_donated_aliases(
         flat, donated,
         lambda k: names(k - hoisted) if k >= hoisted else f"closed-over value {k}",
         api, in_shardings)

@@ -19,7 +19,7 @@ import importlib.util
 import os
 import sys
 
-from pmapkit.core import _source_hash
+from pmapkit.core.hitpath import _source_hash
 
 PURE_PYTHON_REQUESTED = os.environ.get("PMAPKIT_PUREPYTHON", "") not in ("", "0")
 
@@ -31,7 +31,7 @@ class StaleBuildError(ImportError):
 
 
 def _load_source(name):
-    qualified = f"pmapkit.core.{name}_pure"
+    qualified = f"pmapkit.core.hitpath.{name}_pure"
     if qualified in sys.modules:
         return sys.modules[qualified]
     spec = importlib.util.spec_from_file_location(qualified, os.path.join(_HERE, f"{name}.py"))
@@ -44,7 +44,7 @@ def _load_source(name):
 def _load(name):
     if PURE_PYTHON_REQUESTED:
         return _load_source(name)
-    module = importlib.import_module(f"pmapkit.core.{name}")
+    module = importlib.import_module(f"pmapkit.core.hitpath.{name}")
     if _is_extension(module):
         check_fresh(module, name)
     return module

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit.core._compiled import dispatch as _dispatch_mod
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 
 
 # -- building keys -------------------------------------------------------------
@@ -148,7 +148,7 @@ def program_key(primitive, params, in_avals, option):
 
 
 def shardings_key(primitive, params, in_avals):
-    """``lowering.program_shardings``' memo key: the params dict by identity
+    """``kinds.program_shardings``' memo key: the params dict by identity
     (a traced call reused from a trace cache brings the same dict; the memo
     keeps the dict alive and checks it is the same one)."""
     return (primitive, id(params), tuple(in_avals))

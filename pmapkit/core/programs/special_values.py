@@ -18,9 +18,9 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit.core._compiled import dispatch as _dispatch_mod
-from pmapkit.core.analysis import nested_pmap_axes
-from pmapkit.core.primitives import pjit_p, pmap_p
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
+from pmapkit.core.programs.analysis import nested_pmap_axes
+from pmapkit.core.rules.primitives import pjit_p, pmap_p
 
 
 def checks_on():

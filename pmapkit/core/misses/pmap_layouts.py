@@ -19,8 +19,9 @@ from jax import tree_util
 from jax.sharding import NamedSharding
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import lowering, specs
-from pmapkit.core.primitives import pmap_p
+from pmapkit.core.programs import kinds
+from pmapkit.core.sharding import specs
+from pmapkit.core.rules.primitives import pmap_p
 
 # The result shardings of top-level pmaps (each its own key and value: the
 # objects, interned, that pmap outputs carry), noted on every
@@ -36,12 +37,12 @@ def _note(primitive, in_shardings, out_shardings):
         return
     if len(_pmap_results) > _PMAP_RESULTS_BOUND:
         _pmap_results.clear()
-        _pmap_results.update((s, s) for p, _, outs in lowering.known_program_shardings()
+        _pmap_results.update((s, s) for p, _, outs in kinds.known_program_shardings()
                              if p is pmap_p for s in outs)
     _pmap_results.update((s, s) for s in out_shardings)
 
 
-lowering.watch_program_shardings(_note)
+kinds.watch_program_shardings(_note)
 
 # jax.pmap's result shardings by id (JAX's objects; one equal to a pmapkit
 # one is a different object, and each is told apart by identity), and the

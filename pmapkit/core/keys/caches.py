@@ -3,7 +3,7 @@
 Per pmapped / pjit'd function: the dispatch core's signature cache (least
 recently used entries evicted beyond ``per_function`` entries per trace
 context) and its cache of traced bodies, both shared by the wrappers of one
-function with equal parameters (``pmapkit.core.wrapper_cache``). Process-wide: compiled programs
+function with equal parameters (``pmapkit.core.keys.wrapper_cache``). Process-wide: compiled programs
 (least recently used evicted beyond ``programs``) and the jits that wrap our
 equations under JAX transformations.
 

@@ -1,9 +1,9 @@
 """The dispatch core shared by pmapkit's pmap and pjit.
 
 One source, two builds: Cython compiles this file (typed by ``_dispatch.pxd``)
-into the ``pmapkit.core._dispatch`` extension; the same file runs as plain Python
+into the ``pmapkit.core.hitpath._dispatch`` extension; the same file runs as plain Python
 when ``PMAPKIT_PUREPYTHON=1`` or when the extension is missing (see
-``pmapkit.core._compiled``). Keep it free of ``import cython`` so the pure build
+``pmapkit.core.hitpath._compiled``). Keep it free of ``import cython`` so the pure build
 needs no Cython at run time.
 
 A ``DispatchFunction`` owns, per user function: argument parsing (static
@@ -64,7 +64,7 @@ def static_entry(where, value):
 
 class LeafTypes:
     """The leaf classes the hot path recognises and how it treats them; made
-    once (see ``pmapkit.core.lowering.LEAF_TYPES``) and shared by every entry."""
+    once (see ``pmapkit.core.programs.compiled_program.LEAF_TYPES``) and shared by every entry."""
 
     def __init__(self, array_type, ndarray_type, host_scalar_type, asarray,
                  sharding_attr, raise_deleted, key_type=None):
@@ -360,7 +360,7 @@ def find_donated_alias(leaves, donated, leaf_types, in_place):
     Executing would hand one buffer to two inputs, one of them donated.
 
     The one alias rule: the hit path asks it with ``in_place`` None (every
-    donated array counts), the miss path (``lowering.find_donated_alias``)
+    donated array counts), the miss path (``compiled_program.find_donated_alias``)
     with ``in_place(x, i)``: whether donated array ``x`` is laid out as
     input ``i`` takes it. One that is not is moved, and a donated input that
     moves is a copy (``moves.Mover``), so it aliases nothing."""
@@ -1117,7 +1117,7 @@ def _bad_key(key, why):
 
 
 # None until jax_debug_nans or jax_debug_infs is first turned on (see
-# ``pmapkit.core.special_values``); from then on the two config objects, whose
+# ``pmapkit.core.programs.special_values``); from then on the two config objects, whose
 # ``.value`` is read per call. Until then the hit path pays one pointer compare.
 _special_flags = None
 

@@ -8,7 +8,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.sharding_specs import ParsedPartitionSpec
+from pmapkit.core.sharding.sharding_specs import ParsedPartitionSpec
 
 
 # The name jax.pmap gives an unnamed axis: using the same one makes pmapkit's

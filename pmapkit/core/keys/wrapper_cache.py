@@ -23,8 +23,8 @@ import threading
 import types
 import weakref
 
-from pmapkit.core import caches
-from pmapkit.core._compiled import dispatch as _dispatch_mod
+from pmapkit.core.keys import caches
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 
 # Distinct parameter sets kept per function; more evict the oldest (they
 # only cost a trace and a compile when used again).

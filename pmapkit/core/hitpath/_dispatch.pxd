@@ -201,7 +201,7 @@ cpdef object find_donated_alias(object leaves, tuple donated, LeafTypes leaf_typ
 cdef extern from *:
     """
     /* setup.py defines it: the SHA-256 of the sources this module was built
-       from (pmapkit/core/_source_hash.py); empty when built otherwise. */
+       from (pmapkit/core/hitpath/_source_hash.py); empty when built otherwise. */
     #ifndef PMAPKIT_SOURCE_HASH
     #define PMAPKIT_SOURCE_HASH ""
     #endif

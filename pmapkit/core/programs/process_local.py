@@ -22,9 +22,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import lowering
-from pmapkit.core._compiled import shard_arg as _shard_arg_mod
-from pmapkit.core.interning import intern_sharding
+from pmapkit.core.programs import compiled_program, compiling, kinds, lowering
+from pmapkit.core.hitpath._compiled import shard_arg as _shard_arg_mod
+from pmapkit.core.sharding.interning import intern_sharding
 
 __all__ = ["spans_processes", "spans_devices", "local_mesh", "local_sharding", "local_shape",
            "global_shape", "to_local", "to_global", "local_view", "is_global",
@@ -209,7 +209,7 @@ class _LocalResults:
                 for o, v in zip(outs, self._views)]
 
 
-class SpanningProgram(lowering.CompiledProgram):
+class SpanningProgram(compiled_program.CompiledProgram):
     """A compiled program over several processes' devices, taking each
     process's local data: the hit path compares inputs to the local
     shardings, puts host values straight into global arrays, and the
@@ -220,7 +220,7 @@ class SpanningProgram(lowering.CompiledProgram):
 
     def __init__(self, primitive, params, in_avals, jax_compiled):
         super().__init__(primitive, params, in_avals, jax_compiled)
-        kind = lowering.program_kind(primitive)
+        kind = kinds.program_kind(primitive)
         # A local argument stands for a global one of another shape (pjit):
         # global and local arrays of one shape are different programs.
         self.signs_global = kind.local_inputs_resized
@@ -244,7 +244,7 @@ class SpanningProgram(lowering.CompiledProgram):
         # This process's local data is compared to the local sharding; global
         # arrays are taken as they are.
         if x.is_fully_addressable:
-            return lowering.same_layout(x, self.local_in_shardings[i])
+            return compiled_program.same_layout(x, self.local_in_shardings[i])
         return super().is_equivalent(x, i)
 
     def shard_fallback(self, x, i):
@@ -295,4 +295,4 @@ def _local_host_spec(aval, sharding):
         jp.HOST_READ_DURING_CALL)
 
 
-lowering.register_program_type(spans_processes, SpanningProgram)
+compiling.register_program_type(spans_processes, SpanningProgram)

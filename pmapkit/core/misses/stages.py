@@ -15,8 +15,10 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import _cache_keys, calls, committed_inputs, lowering
-from pmapkit.core import process_local
+from pmapkit.core.keys import _cache_keys
+from pmapkit.core.misses import calls, committed_inputs
+from pmapkit.core.programs import compiling
+from pmapkit.core.programs import process_local
 
 
 def lower_prepared(primitive, api, spec, prepared, args, kwargs, *, strict=None,
@@ -99,7 +101,7 @@ class ProgramLowered(jax.stages.Lowered):
     def __init__(self, primitive, api, name, prepared, in_tree, arg_names,
                  call_static, strict=None, no_kwargs=False, keep_unused=False,
                  placement=None):
-        flat_lowered = lowering.lower_program(primitive, prepared.params,
+        flat_lowered = compiling.lower_program(primitive, prepared.params,
                                               prepared.in_avals, keep_unused)
         donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
         args_info = jp.make_args_info(in_tree, prepared.in_avals, donated)
@@ -127,7 +129,7 @@ class ProgramLowered(jax.stages.Lowered):
         return _plain_in_avals(self.args_info)
 
     def compile(self, compiler_options=None, *, device_assignment=None):
-        program = lowering.compile_lowered(
+        program = compiling.compile_lowered(
             self._primitive, self._params, self._flat_in_avals,
             self._flat_lowered, compiler_options=compiler_options,
             device_assignment=device_assignment)
