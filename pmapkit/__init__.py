@@ -24,13 +24,12 @@ import importlib.util as _importlib_util
 import sys as _sys
 import types as _types
 
-from jax.sharding import NamedSharding, PartitionSpec
-
 # Each public name is loaded from its module on first use (module
 # ``__getattr__``), so a program pays at start-up only for the systems it
 # uses. The transformation rules of pmapkit's primitives are registered by
 # ``pmapkit.core.lowering``, which every module binding them imports.
 _LAZY = {
+    "NamedSharding": "jax.sharding", "PartitionSpec": "jax.sharding",
     "COMPILED": "pmapkit.core._compiled",
     "clear_caches": "pmapkit.core.caches", "set_cache_size": "pmapkit.core.caches",
     "set_cpu_collectives_in_flight": "pmapkit.core.inflight",
