@@ -128,8 +128,8 @@ _SHOW_MAIN = """
 
 @pytest.mark.parametrize("status", [0, 3])
 def test_a_script_runs_as_main_as_python_runs_it(tmp_path, status):
-    """sys.argv (but argv[0], made absolute), __name__, __file__, sys.path[0]
-    and the exit status are python's own."""
+    """sys.argv, __name__, __file__, sys.path[0] and the exit status are
+    python's own."""
     script = _script(tmp_path, _SHOW_MAIN)
     args = [str(status), "--flag", "-m", "x"]
     direct = subprocess.run([sys.executable, script, *args], cwd=tmp_path,
@@ -379,6 +379,25 @@ def test_run_a_folder_with_main_and_a_script_on_stdin_as_python_does(tmp_path):
     proc = _run(RUN + ["-", "x"], cwd=tmp_path, input=source)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == direct.stdout == "__main__ <stdin> '' ['-', 'x']\n"
+
+
+@pytest.mark.parametrize("typed", ["app", "app/", "app.zip", "main.py", "./main.py"])
+def test_argv0_is_as_typed_as_python_keeps_it(tmp_path, typed):
+    """``python app`` keeps ``sys.argv[0] == 'app'`` as typed (a folder, a
+    zip file, a script), with ``__file__`` and ``sys.path[0]`` absolute."""
+    import zipfile
+    source = "import sys\nprint(repr(sys.argv), __file__, sys.path[0], __name__)\n"
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(source)
+    (tmp_path / "main.py").write_text(source)
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as archive:
+        archive.writestr("__main__.py", source)
+    direct = subprocess.run([sys.executable, typed, "a"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = _run(RUN + [typed, "a"], cwd=tmp_path)
+    assert proc.returncode == direct.returncode == 0, proc.stderr + direct.stderr
+    assert proc.stdout == direct.stdout
+    assert proc.stdout.startswith(f"[{typed!r}, 'a'] {tmp_path}"), proc.stdout
 
 
 def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
