@@ -100,6 +100,14 @@ def test_the_pages_are_found():
     assert len(_doc_blocks.runnable(_read(README))) >= 3
 
 
+def test_the_readme_is_a_front_door():
+    # At most 200 lines: the detail lives in docs/, one link away.
+    if not os.path.isfile(README):
+        pytest.skip("no README.md beside the tests; set PMAPKIT_CHECKOUT")
+    lines = _read(README).splitlines()
+    assert len(lines) <= 200, len(lines)
+
+
 def test_notest_blocks_are_rare():
     # A block marked notest is shown unchecked: keep them few, and in docs/.
     marked = {_page_id(p): sum(b.language == "python" and not b.runs
