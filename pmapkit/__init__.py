@@ -24,13 +24,12 @@ import importlib.util as _importlib_util
 import sys as _sys
 import types as _types
 
-from jax.sharding import NamedSharding, PartitionSpec
-
 # Each public name is loaded from its module on first use (module
 # ``__getattr__``), so a program pays at start-up only for the systems it
 # uses. The transformation rules of pmapkit's primitives are registered by
 # ``pmapkit.core.programs.compiling``, which every module binding them reaches.
 _LAZY = {
+    "NamedSharding": "jax.sharding", "PartitionSpec": "jax.sharding",
     "COMPILED": "pmapkit.core.hitpath._compiled",
     "clear_caches": "pmapkit.caches", "set_cache_size": "pmapkit.caches",
     "set_cpu_collectives_in_flight": "pmapkit.inflight",

@@ -7,6 +7,7 @@ import textwrap
 import threading
 import time
 
+import jax
 import pytest
 
 from pmapkit.distributed import launch
@@ -456,7 +457,7 @@ def test_initialize_outside_the_launcher_defers_to_jax(monkeypatch):
     for name in (launch.ENV_COORDINATOR, launch.ENV_NUM_PROCESSES, launch.ENV_PROCESS_ID):
         monkeypatch.delenv(name, raising=False)
     seen = {}
-    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+    monkeypatch.setattr(jax.distributed, "initialize",
                         lambda **kw: seen.update(kw))
     distributed.initialize(initialization_timeout=5)
     assert seen == {"coordinator_address": None, "num_processes": None,
@@ -470,7 +471,7 @@ def test_initialize_under_the_launcher_reads_its_environment(monkeypatch):
     monkeypatch.setenv(launch.ENV_NUM_PROCESSES, "4")
     monkeypatch.setenv(launch.ENV_PROCESS_ID, "2")
     seen = {}
-    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+    monkeypatch.setattr(jax.distributed, "initialize",
                         lambda **kw: seen.update(kw))
     distributed.initialize(process_id=3)     # an explicit argument wins
     assert seen["coordinator_address"] == "127.0.0.1:4321"

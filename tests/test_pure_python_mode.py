@@ -6,6 +6,7 @@ in a subprocess with the variable set.
 """
 import importlib.machinery
 import os
+import shutil
 import subprocess
 import sys
 
@@ -75,3 +76,36 @@ def test_compiled_when_extensions_exist():
         pytest.skip("no compiled extensions in the pmapkit build in use")
     assert pmapkit.COMPILED is True
     assert os.path.splitext(pmapkit.core.hitpath._compiled.dispatch.__file__)[1] in (".so", ".pyd")
+
+
+def test_the_pure_build_run_unasked_says_so_in_one_line(tmp_path):
+    """A source tree without its compiled extensions (a checkout before a
+    build, imported from its folder) runs the pure build: one line on stderr
+    says so; asked for with PMAPKIT_PUREPYTHON=1 it runs without a word."""
+    installed = os.path.dirname(os.path.abspath(pmapkit.__file__))
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    shutil.copytree(installed, tmp_path / "pmapkit", ignore=lambda folder, names: [
+        n for n in names if n == "__pycache__" or n.endswith(suffixes)])
+    code = "import pmapkit; print(pmapkit.__file__, pmapkit.COMPILED)"
+    unasked = {k: v for k, v in os.environ.items() if k != "PMAPKIT_PUREPYTHON"}
+    for env, said in ((unasked, True), (dict(unasked, PMAPKIT_PUREPYTHON="1"), False)):
+        # ``python -c`` from the folder, as a reader in a checkout runs it.
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split() == [str(tmp_path / "pmapkit" / "__init__.py"), "False"]
+        lines = proc.stderr.splitlines()
+        if said:
+            assert len(lines) == 1, proc.stderr
+            assert lines[0].startswith("pmapkit: pure-Python build"), lines
+            assert "PMAPKIT_PUREPYTHON=1" in lines[0] and "build_ext --inplace" in lines[0]
+        else:
+            assert lines == [], proc.stderr
+
+
+def test_the_compiled_build_says_nothing(tmp_path):
+    if not pmapkit.COMPILED:
+        pytest.skip("this pmapkit runs its pure build")
+    proc = subprocess.run([sys.executable, "-P", "-c", "import pmapkit; print(pmapkit.COMPILED)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "True", "")

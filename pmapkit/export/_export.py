@@ -122,8 +122,8 @@ def export(fun, *, lowering_platform=None, strict_checks=None,
         platforms picks its branch at run time). Default for all three
         spellings: the default backend.
 
-    The returned function takes the arguments' specs: ``jax.ShapeDtypeStruct``s
-    (from ``poly_spec``/``poly_specs``/``symbolic_shape``/
+    The returned function takes the arguments' specs: ``jax.ShapeDtypeStruct``
+    values (from ``poly_spec``/``poly_specs``/``symbolic_shape``/
     ``symbolic_args_specs`` for shape polymorphism) or anything with
     ``.shape`` and ``.dtype`` (arrays too), in the pytree structure of the
     call; static arguments are passed as values.

@@ -73,7 +73,7 @@ for _registry in (jp.lowerable_effects, jp.control_flow_allowed_effects,
                   jp.remat_allowed_effects, jp.partial_eval_kept_effects):
     _registry.add_type(HostCallbackEffect)
     _registry.add_type(HostCallbackUnorderedEffect)
-# Unordered equations at the top of a jit's jaxpr are ``call``s bound
+# Unordered equations at the top of a jit's jaxpr are ``call`` equations bound
 # directly in a program's body (``call_is_ordered``; taps are unordered only in
 # the bodies of nested pmaps, rewritten when lowered): kept by every
 # transformation, but no token to thread and nothing for ``barrier_wait``

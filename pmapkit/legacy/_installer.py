@@ -82,6 +82,10 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 _PACKAGES = {"jax.experimental.jax2tf"}
 
+#: How the one line ``install`` says on stderr starts (``pmapkit migrate
+#: --check`` knows it by this: never a program's own error).
+STARTUP_PREFIX = "pmapkit.legacy: "
+
 
 def _refused_module(make):
     return isinstance(make, functools.partial) and make.func is _raise_import
@@ -144,7 +148,6 @@ def _install(route_pmap, report, classic_prng):
     new = []
     new += _install_pjit()
     new += _install_module("jax.experimental.maps", classic_values.maps_module)
-    refused = set()
     new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
                          _counted("jax.experimental.PartitionSpec",
                                   jax.sharding.PartitionSpec))
@@ -160,21 +163,21 @@ def _install(route_pmap, report, classic_prng):
     new += _install_removed_names()
     new += _install_census_names()
     new += _install_config_options()
-    refused = len(refused | _install_refusals())
+    _install_refusals()
     _serve_submodules()
+    # One line of at most 100 columns (the removed names that raise, and
+    # everything else, are the --report's).
     said = [f"served {len(new)} classic names"] if new else []
-    if refused:
-        said.append(f"{refused} removed ones raise a clear error")
     if classic_prng and _set_classic_prng():
-        said.append("classic jax.random draws")
+        said.append("classic jax.random")
     if route_pmap and not _is_ours(jax.pmap, pmapkit.pmap):
         jax.pmap = _counted("jax.pmap", pmapkit.pmap)
         new.append("jax.pmap")
-        said.append("routed jax.pmap to pmapkit.pmap")
+        said.append("jax.pmap routed")
     _installed.extend(new)
     if said:
-        print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)} "
-              f"(list: pmapkit run --report)", file=sys.stderr, flush=True)
+        print(f"{STARTUP_PREFIX}{'; '.join(said)} (list: --report)",
+              file=sys.stderr, flush=True)
     return tuple(new)
 
 

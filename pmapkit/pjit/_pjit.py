@@ -4,8 +4,8 @@
 donate_argnums)`` partitions ``fun`` over the mesh active *at the call site*
 (``with pmapkit.Mesh(...)``, ``jax.set_mesh`` or JAX's deprecated
 ``with jax_mesh:``): arguments are placed as ``in_axis_resources`` says (a
-pytree prefix of ``None | PartitionSpec``), results come back as
-``jax.Array``s with ``NamedSharding``s of that mesh. The modern spelling
+pytree prefix of ``None | PartitionSpec``), results come back as arrays
+(``jax.Array``) with shardings (``NamedSharding``) of that mesh. The modern spelling
 ``in_shardings=`` / ``out_shardings=`` (NamedSharding or PartitionSpec) is
 accepted too. As in 0.4-era pjit, a leaf may also be a ``Sharding``
 (``NamedSharding``, ``SingleDeviceSharding``): it carries its devices, so no

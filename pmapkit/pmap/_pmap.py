@@ -51,7 +51,7 @@ def pmap(
     per-call fast path. ``fun`` runs once per device on its slice of the
     mapped arguments (``in_axes``; keyword arguments are always mapped over
     axis 0) and may use collectives (``jax.lax.psum`` ...) over ``axis_name``.
-    Results carry the mapped axis at ``out_axes`` and are ``jax.Array``s
+    Results carry the mapped axis at ``out_axes`` and are arrays (``jax.Array``)
     sharded over the devices. ``static_broadcasted_argnums`` are compile-time
     constants (hashable) given to every device; ``devices`` picks and orders
     the devices; ``donate_argnums`` lets the program reuse input buffers.
@@ -145,7 +145,7 @@ class _PmapSpec:
 
 
 def _check_devices(devices):
-    """``devices`` as a tuple of ``jax.Device``s, or a TypeError saying what
+    """``devices`` as a tuple of ``jax.Device``, or a TypeError saying what
     was passed instead (ids, strings and the like are not devices)."""
     if isinstance(devices, jax.Device):
         raise TypeError(

@@ -13,6 +13,10 @@ the new. Refused, not replaced by the pure build: a silent fallback would
 report the compiled core as tested when it was not, and change the speed
 of every call without a word. ``PMAPKIT_PUREPYTHON=1`` is the explicit way
 to run the sources without rebuilding.
+
+Where the extensions are missing (a source checkout on ``sys.path``, before
+a build) the pure build runs unasked: one line on stderr says so, as the
+speed of every call depends on it; ``PMAPKIT_PUREPYTHON=1`` silences it.
 """
 import importlib
 import importlib.util
@@ -82,3 +86,14 @@ shard_arg = _load("_shard_arg")
 
 #: True when both hot-path modules are Cython extensions.
 COMPILED = _is_extension(dispatch) and _is_extension(shard_arg)
+
+
+def _say_the_pure_build_runs_unasked():
+    if PURE_PYTHON_REQUESTED or COMPILED:
+        return
+    sys.stderr.write(
+        f"pmapkit: pure-Python build, slower calls (no compiled core in {_HERE}); "
+        f"build it (`{_source_hash.REBUILD_COMMAND}`) or set PMAPKIT_PUREPYTHON=1\n")
+
+
+_say_the_pure_build_runs_unasked()

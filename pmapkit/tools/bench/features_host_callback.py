@@ -21,7 +21,7 @@
   flax-style use) vs ``jax.pure_callback`` there.
 - ``host_callback_id_tap_jit_us`` / ``host_callback_id_tap_jit_8dev_us`` /
   ``host_callback_id_print_jit_us``: a cached ``jax.jit`` whose body taps
-  (or ``id_print``s to a stream) once vs the same body with
+  (or prints with ``id_print`` to a stream) once vs the same body with
   ``jax.debug.callback`` doing the same on the host, on one device and over
   8.
 - ``host_callback_call_whole_mesh_jit_us``: a cached ``jax.jit`` over every

@@ -16,11 +16,24 @@ written. Modules:
 - ``files``: reading sources as Python does, atomic writes, output folders;
 - ``command``: the command line.
 """
-from pmapkit.tools.migrate.transformer import migrate_module
-
 __all__ = ["migrate_module", "migrate_source"]
 
 
 def migrate_source(source, path="<string>"):
     """(migrated source, ``report.FileReport``) for Python source text."""
+    from pmapkit.tools.migrate.transformer import migrate_module
     return migrate_module(source, path)
+
+
+def __getattr__(name):
+    # The rules read this JAX (``leftovers``, the census): ``migrate_module``
+    # loads them on first use, so ``pmapkit migrate --help`` needs no jax.
+    if name == "migrate_module":
+        from pmapkit.tools.migrate.transformer import migrate_module
+        globals()[name] = migrate_module
+        return migrate_module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"migrate_module"})

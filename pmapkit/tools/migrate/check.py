@@ -51,7 +51,8 @@ def migrated_command(script, original, args):
 SAME, DIFFERENT, UNPROVEN = "same", "DIFFERENT", "UNPROVEN"
 
 # The line ``pmapkit run`` prints on stderr at start: never a program's error.
-_STARTUP = re.compile(r"^pmapkit\.legacy \(jax [^)]*\): ")
+# (``pmapkit.legacy._installer.STARTUP_PREFIX``, not imported: it loads jax).
+_STARTUP = re.compile(r"^pmapkit\.legacy: ")
 
 
 @dataclasses.dataclass(frozen=True)

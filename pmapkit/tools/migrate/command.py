@@ -10,7 +10,6 @@ import tempfile
 import libcst as cst
 
 from pmapkit.tools.migrate import check, files
-from pmapkit.tools.migrate.transformer import migrate_module
 
 USAGE = "%(prog)s PATH... [-o OUT | --in-place] [--diff] [--strict] [--check [-- ARGS...]]"
 DESCRIPTION = """\
@@ -109,6 +108,8 @@ def _refuse_overwrites(paths, found, args):
 
 def _migrate(found):
     """[(file, relative, Source, new text, report)] or BadInput."""
+    # The rules read this JAX: loaded here, after the command line is parsed.
+    from pmapkit.tools.migrate.transformer import migrate_module
     done = []
     for path, relative in found:
         try:
