@@ -87,3 +87,9 @@ def test_importing_the_mesh_module_leaves_pmapkit_mesh_the_function():
                "[callable(pmapkit.mesh), type(pmapkit.mesh).__name__, "
                "pmapkit.mesh is sys.modules['pmapkit.mesh'].mesh]")
     assert got["result"] == [True, "function", True]
+
+
+def test_the_mesh_names_their_public_home():
+    # Pickles, reprs and the API reference name pmapkit.mesh, not the core room.
+    got = _run("from pmapkit.pjit import maps", "[maps.Mesh.__module__, maps.mesh.__module__]")
+    assert got["result"] == ["pmapkit.mesh", "pmapkit.mesh"]

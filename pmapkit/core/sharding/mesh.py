@@ -240,3 +240,8 @@ def active_mesh():
     if not physical.empty:
         return physical
     return None
+
+
+# Their public home (what classic code imports, pickles name and the API
+# reference documents) is pmapkit.mesh, which re-exports them.
+Mesh.__module__ = mesh.__module__ = "pmapkit.mesh"
