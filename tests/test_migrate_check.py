@@ -17,11 +17,13 @@ import pytest
 
 from pmapkit.tools.migrate import check, command
 
-Options, Run = check.Options, check.Run
-
 
 def _same(a, b, **tolerance):
     return check.same_line(a, b, check.Options(**tolerance))
+
+
+def _ran(code, out, err, timed_out=False):
+    return check.Run(code, out, err, timed_out)
 
 
 # -- numbers ------------------------------------------------------------------
@@ -68,12 +70,12 @@ def test_rtol_is_relative_to_the_original_and_atol_absolute():
 # -- the verdict ----------------------------------------------------------------------
 
 def test_same_says_how_lines_were_compared():
-    same = check.compare("a.py", "b.py", Run(0, b"x 1.0\ny 2\n", b""),
-                         Run(0, b"x 1.0\ny 2\n", b""))
+    same = check.compare("a.py", "b.py", _ran(0, b"x 1.0\ny 2\n", b""),
+                         _ran(0, b"x 1.0\ny 2\n", b""))
     assert same.same
     assert same.format() == "check a.py: same: exit status 0, 2 stdout lines agree byte for byte"
-    close = check.compare("a.py", "b.py", Run(0, b"x 1.0\n", b""), Run(0, b"x 1.000001\n", b""),
-                          Options(rtol=1e-5))
+    close = check.compare("a.py", "b.py", _ran(0, b"x 1.0\n", b""), _ran(0, b"x 1.000001\n", b""),
+                          check.Options(rtol=1e-5))
     assert close.same and close.format() == (
         "check a.py: same: exit status 0, 1 stdout lines agree with floats within --rtol "
         "1e-05 --atol 0 (integers, inf and nan exactly)")
@@ -83,18 +85,18 @@ def test_different_shows_the_first_differing_lines():
     original = b"".join(b"line %d\n" % k for k in range(1, 11))
     migrated = original.replace(b"line 4\n", b"line four\n").replace(b"line 5\n", b"5\n") \
         .replace(b"line 6\n", b"six\n").replace(b"line 7\n", b"seven\n")
-    verdict = check.compare("a.py", "b.py", Run(0, original, b""), Run(0, migrated, b""))
+    verdict = check.compare("a.py", "b.py", _ran(0, original, b""), _ran(0, migrated, b""))
     assert verdict.outcome == check.DIFFERENT
     assert verdict.format() == (
-        "check a.py: DIFFERENT: stdout differs (compared byte for byte; 10 original and 10 "
-        "migrated lines)\n"
+        "check a.py: DIFFERENT: stdout differs (10 original and 10 migrated lines compared "
+        "byte for byte)\n"
         "    original line 4: line 4\n    migrated line 4: line four\n"
         "    original line 5: line 5\n    migrated line 5: 5\n"
         "    original line 6: line 6\n    migrated line 6: six")
-    shorter = check.compare("a.py", "b.py", Run(0, b"a\nb\n", b""), Run(0, b"a\n", b""))
+    shorter = check.compare("a.py", "b.py", _ran(0, b"a\nb\n", b""), _ran(0, b"a\n", b""))
     assert shorter.format().endswith("    original line 2: b\n"
                                      "    migrated after the last line: <no line>")
-    ends = check.compare("a.py", "b.py", Run(0, b"a\r\nb", b""), Run(0, b"a\nb\n", b""))
+    ends = check.compare("a.py", "b.py", _ran(0, b"a\r\nb", b""), _ran(0, b"a\nb\n", b""))
     assert ends.format().endswith("    original line 1: b'a\\r\\n'\n"
                                   "    migrated line 1: b'a\\n'\n"
                                   "    original line 2: b  <no newline at the end>\n"
@@ -102,13 +104,13 @@ def test_different_shows_the_first_differing_lines():
 
 
 def test_bytes_that_are_not_utf8_are_compared_and_shown():
-    same = check.compare("a.py", "b.py", Run(0, b"\xff\xfe ok\n", b""),
-                         Run(0, b"\xff\xfe ok\n", b""))
+    same = check.compare("a.py", "b.py", _ran(0, b"\xff\xfe ok\n", b""),
+                         _ran(0, b"\xff\xfe ok\n", b""))
     assert same.same
-    differ = check.compare("a.py", "b.py", Run(0, b"\xff 1\n", b""), Run(0, b"\xfe 1\n", b""))
+    differ = check.compare("a.py", "b.py", _ran(0, b"\xff 1\n", b""), _ran(0, b"\xfe 1\n", b""))
     assert differ.format().endswith("    original line 1: \\xff 1\n"
                                     "    migrated line 1: \\xfe 1")
-    failed = check.compare("a.py", "b.py", Run(0, b"", b""), Run(1, b"", b"Error: \xff\n"))
+    failed = check.compare("a.py", "b.py", _ran(0, b"", b""), _ran(1, b"", b"Error: \xff\n"))
     assert "Error: \\xff" in failed.format()
 
 
@@ -116,37 +118,37 @@ def test_ignored_lines_are_skipped_in_both_and_counted():
     ignore = (re.compile(r"took [0-9.]+ s"), re.compile(r"^date"))
     a = b"step 1\nstep 1 took 0.51 s\nloss 0.5\ndate 12:00\n"
     b = b"step 1\nstep 1 took 0.32 s\nloss 0.5\ndate 12:01\n"
-    plain = check.compare("a.py", "b.py", Run(0, a, b""), Run(0, b, b""))
+    plain = check.compare("a.py", "b.py", _ran(0, a, b""), _ran(0, b, b""))
     assert not plain.same and "original line 2: step 1 took 0.51 s" in plain.format()
-    skipped = check.compare("a.py", "b.py", Run(0, a, b""), Run(0, b, b""),
-                            Options(ignore=ignore))
+    skipped = check.compare("a.py", "b.py", _ran(0, a, b""), _ran(0, b, b""),
+                            check.Options(ignore=ignore))
     assert skipped.same, skipped.format()
     assert skipped.format() == (
         "check a.py: same: exit status 0, 2 stdout lines agree byte for byte; skipped by "
         "--ignore 'took [0-9.]+ s', '^date': 2 original and 2 migrated lines")
     # the line numbers shown are the outputs' own
-    worse = check.compare("a.py", "b.py", Run(0, a, b""),
-                          Run(0, b.replace(b"loss 0.5", b"loss 0.6"), b""),
-                          Options(ignore=ignore))
+    worse = check.compare("a.py", "b.py", _ran(0, a, b""),
+                          _ran(0, b.replace(b"loss 0.5", b"loss 0.6"), b""),
+                          check.Options(ignore=ignore))
     assert "skipped by --ignore" in worse.format()
     assert worse.format().endswith("    original line 3: loss 0.5\n"
                                    "    migrated line 3: loss 0.6")
 
 
 def test_exit_statuses_and_timeouts():
-    failed = check.compare("a.py", "b.py", Run(0, b"x\n", b""),
-                           Run(1, b"x\n", b"Traceback\nValueError: no\n"))
+    failed = check.compare("a.py", "b.py", _ran(0, b"x\n", b""),
+                           _ran(1, b"x\n", b"Traceback\nValueError: no\n"))
     assert failed.outcome == check.DIFFERENT
     assert "exit status 0 (original) vs 1 (migrated)" in failed.format()
     assert "ValueError: no" in failed.format()
-    original = check.compare("a.py", "b.py", Run(2, b"x\n", b"Error: bad\n"), Run(2, b"x\n", b""))
+    original = check.compare("a.py", "b.py", _ran(2, b"x\n", b"Error: bad\n"), _ran(2, b"x\n", b""))
     assert original.outcome == check.UNPROVEN and "Error: bad" in original.format()
-    late = check.compare("a.py", "b.py", Run(-9, b"", b"", True), Run(0, b"", b""),
-                         Options(timeout=7))
+    late = check.compare("a.py", "b.py", _ran(-9, b"", b"", True), _ran(0, b"", b""),
+                         check.Options(timeout=7))
     assert late.outcome == check.UNPROVEN
     assert "the original ran past the --timeout of 7 s" in late.format()
-    slow = check.compare("a.py", "b.py", Run(0, b"", b""), Run(-9, b"", b"", True),
-                         Options(timeout=7))
+    slow = check.compare("a.py", "b.py", _ran(0, b"", b""), _ran(-9, b"", b"", True),
+                         check.Options(timeout=7))
     assert slow.outcome == check.DIFFERENT
     assert "the migrated run ran past the --timeout of 7 s" in slow.format()
 
@@ -251,17 +253,19 @@ def test_stdin_is_dev_null_or_the_given_file(tmp_path, capsys):
 def test_the_issue_cases_are_different_even_with_a_tolerance(tmp_path, capsys):
     # printed 1000001 for 1000000, 0.5 for inf, and bytes that are not UTF-8
     folder = tmp_path / "src"
-    _write(folder, "count.py", CLASSIC_VS_PLAIN + 'print("rows", 1000000 if classic else 1000001)\n')
-    _write(folder, "limit.py", CLASSIC_VS_PLAIN + 'print("max", float("inf") if classic else 0.5)\n')
+    _write(folder, "count.py",
+           CLASSIC_VS_PLAIN + 'print("rows", 1000000 if classic else 1000001)\n')
+    _write(folder, "limit.py",
+           CLASSIC_VS_PLAIN + 'print("max", float("inf") if classic else 0.5)\n')
     _write(folder, "raw.py", CLASSIC_VS_PLAIN
            + 'sys.stdout.buffer.write(b"\\xff\\xfe " + (b"1.0" if classic else b"1.5") + b"\\n")\n')
     _write(folder, "close.py", CLASSIC_VS_PLAIN + 'print("loss", 0.25 if classic else 0.2500001)\n')
     status, out, err = _main(capsys, folder, "--check", "--rtol", "1e-3", "--atol", "1")
     assert status == 1, out + err
     assert "Traceback" not in out + err
-    assert (f"check {folder / 'count.py'}: DIFFERENT: stdout differs (compared with floats "
-            "within --rtol 0.001 --atol 1 (integers, inf and nan exactly); 1 original and "
-            "1 migrated lines)\n"
+    assert (f"check {folder / 'count.py'}: DIFFERENT: stdout differs (1 original and 1 "
+            "migrated lines compared with floats within --rtol 0.001 --atol 1 (integers, "
+            "inf and nan exactly))\n"
             "    original line 1: rows 1000000\n    migrated line 1: rows 1000001") in out
     assert ("    original line 1: max inf\n    migrated line 1: max 0.5") in out
     assert f"check {folder / 'close.py'}: same: exit status 0, 1 stdout lines agree with " \
@@ -305,7 +309,8 @@ def test_the_migrated_files_run_in_place_of_the_originals(tmp_path, capsys):
     # A module beside the program is migrated too: the migrated run imports
     # the migrated one (the original, classic, would fail on plain JAX).
     folder = tmp_path / "src"
-    _write(folder, "model.py", "import jax\ndef double(t):\n    return jax.tree_map(lambda a: 2 * a, t)\n")
+    _write(folder, "model.py",
+           "import jax\ndef double(t):\n    return jax.tree_map(lambda a: 2 * a, t)\n")
     _write(folder, "main.py", "import model\nprint(model.double([1, 2]))\n")
     status, out, err = _main(capsys, folder, "--check")
     assert status == 0, out + err

@@ -180,8 +180,8 @@ def compare_outputs(original, migrated, out_original, out_migrated, options=Opti
             shown += [_pair("original", left[0], left[1], right[1]),
                       _pair("migrated", right[0], right[1], left[1])]
         return Verdict(original, migrated, DIFFERENT,
-                       f"stdout differs (compared {options.terms()}{note}; "
-                       f"{len(a)} original and {len(b)} migrated lines)\n" + "\n".join(shown))
+                       f"stdout differs ({len(a)} original and {len(b)} migrated lines "
+                       f"compared {options.terms()}{note})\n" + "\n".join(shown))
     return Verdict(original, migrated, SAME,
                    f"exit status 0, {len(a)} stdout lines agree {options.terms()}{note}")
 

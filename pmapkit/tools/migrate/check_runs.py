@@ -55,6 +55,10 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+# Permissions as the kernel checks them (a set-user-ID process's own).
+_EFFECTIVE_IDS = os.access in os.supports_effective_ids
+
+
 class CannotCopy(Exception):
     """A program folder ``--check`` will not copy (too large, unreadable)."""
 
@@ -128,7 +132,7 @@ def plan_folder(root, limit_mib):
             if stat.S_ISLNK(info.st_mode):
                 links.append(_link(root, relative))
             elif stat.S_ISREG(info.st_mode):
-                if not os.access(full, os.R_OK):
+                if not os.access(full, os.R_OK, effective_ids=_EFFECTIVE_IDS):
                     unreadable(PermissionError(13, "Permission denied", full))
                 files.append(relative)
                 size += info.st_size
@@ -194,9 +198,10 @@ def _stop(process):
 def run(command, cwd, options):
     """A ``Run`` of ``command`` in ``cwd``: stdin from ``options.stdin`` or
     /dev/null, killed (with what it started) after ``options.timeout`` s."""
-    stdin = open(options.stdin, "rb") if options.stdin else subprocess.DEVNULL
+    given = open(options.stdin, "rb") if options.stdin else None
     try:
-        process = subprocess.Popen(command, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE,
+        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
+                                   stdin=given if given is not None else subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, start_new_session=True)
         try:
             out, err = process.communicate(timeout=options.timeout)
@@ -209,8 +214,8 @@ def run(command, cwd, options):
             _stop(process)      # what it left running must not outlive its copy
             process.wait()
     finally:
-        if stdin is not subprocess.DEVNULL:
-            stdin.close()
+        if given is not None:
+            given.close()
     return check.Run(process.returncode, out, err, timed_out)
 
 

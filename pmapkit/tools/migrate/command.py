@@ -54,12 +54,12 @@ def _parser(prog="pmapkit migrate"):
     proof.add_argument("--ignore", type=_pattern, action="append", default=[],
                        metavar="REGEX", help="skip the stdout lines REGEX matches (Python "
                        "re.search; timings), in both runs; may be repeated")
-    proof.add_argument("--timeout", type=_seconds, default=check.TIMEOUT_S,
+    proof.add_argument("--timeout", type=_positive, default=check.TIMEOUT_S,
                        metavar="SECONDS", help="stop a run after SECONDS (default "
                        f"{check.TIMEOUT_S})")
     proof.add_argument("--stdin", metavar="FILE",
                        help="both runs read FILE as stdin (default /dev/null)")
-    proof.add_argument("--copy-limit", type=_seconds, default=check.COPY_LIMIT_MIB,
+    proof.add_argument("--copy-limit", type=_positive, default=check.COPY_LIMIT_MIB,
                        metavar="MIB", help="refuse a program folder holding more than MIB "
                        f"MiB of files (default {check.COPY_LIMIT_MIB})")
     return parser
@@ -88,7 +88,7 @@ def _tolerance(text):
     return value
 
 
-def _seconds(text):
+def _positive(text):
     value = _number(text, "a number > 0")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a number > 0, not {text!r}")

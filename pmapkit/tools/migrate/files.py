@@ -78,6 +78,10 @@ def _default_mode():
     return 0o666 & ~umask
 
 
+# Permissions as the kernel checks them (a set-user-ID process's own).
+_EFFECTIVE_IDS = os.access in os.supports_effective_ids
+
+
 def _existing_folder(folder):
     """``folder``, or its nearest ancestor that exists (where it would be made)."""
     while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
@@ -102,7 +106,7 @@ def write_problem(path):
     target = os.path.realpath(path)
     folder = _existing_folder(os.path.dirname(target))
     shown = repr(path) if target == os.path.abspath(path) else f"{path!r} (-> {target!r})"
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=_EFFECTIVE_IDS):
         return (f"cannot write {shown}: no permission to write in the folder {folder!r} "
                 "(each file is written beside its target, then renamed over it)")
     try:
