@@ -9,30 +9,14 @@ import pytest
 
 from pmapkit.tools.migrate import migrate_source
 
-from _migrate_helpers import LEGACY_SCRIPTS, SAMPLES, migrate, verdicts
+from _migrate_helpers import LEGACY_SCRIPTS, SAMPLES, migrate, verdicts_known_same
 
 SCRIPTS = sorted(f for f in os.listdir(LEGACY_SCRIPTS) if f.endswith(".py"))
-
-# The one difference --check's exact comparison (issue 49) shows that its
-# former 1e-5 tolerance hid: ``hcb.id_print`` printed a scalar as NumPy does
-# (8 significant digits), the migrated ``jax.debug.print`` prints every digit.
-# The translation is the migrate-translate branch's (issue 49 items 1-3):
-# either it is fixed (same) or it is exactly this difference, nothing else.
-KNOWN_DIFFERENCE = {
-    "host_callback_progress_03.py": "DIFFERENT: stdout differs (5 original and 5 migrated "
-    "lines compared byte for byte)\n    original line 2: 0.0011963\n"
-    "    migrated line 2: 0.001196303521282971\n",
-}
-
 
 def test_every_legacy_script_migrates_and_check_passes(tmp_path):
     proc = migrate(LEGACY_SCRIPTS, "-o", str(tmp_path), "--check", "--strict")
     assert len(SCRIPTS) >= 13
-    found = verdicts(proc.stdout)
-    for name, difference in KNOWN_DIFFERENCE.items():
-        if found[os.path.join(LEGACY_SCRIPTS, name)] != "same":
-            assert f"check {os.path.join(LEGACY_SCRIPTS, name)}: {difference}" in proc.stdout
-            found[os.path.join(LEGACY_SCRIPTS, name)] = "same"
+    found = verdicts_known_same(proc.stdout, LEGACY_SCRIPTS)
     assert found == {os.path.join(LEGACY_SCRIPTS, f): "same" for f in SCRIPTS}, proc.stdout
     assert proc.returncode == (1 if "DIFFERENT" in proc.stdout else 0), \
         proc.stdout[-6000:] + proc.stderr[-4000:]
