@@ -22,8 +22,9 @@ pmapkit. What cannot be translated safely stays as written with a
 '# pmapkit migrate:' comment and a line in the report (the output is scanned:
 anything classic left is reported). PATH is a .py file or a folder (its .py
 files, recursively, less output folders of earlier runs). Files are written
-atomically in their own encoding and line endings; -o never writes over an
-input (use --in-place)."""
+atomically in their own encoding and line endings, keeping their owner (a
+link: its target is written; a file with other hard links is refused); -o
+never writes over an input (use --in-place)."""
 
 
 def _parser(prog="pmapkit migrate"):
