@@ -260,4 +260,4 @@ def check_each(programs, args, options, folder_plans=None):
         finally:
             _remove(scratch)
         yield check.compare(program.original, program.migrated, ran_original, ran_migrated,
-                      options)
+                            options)
