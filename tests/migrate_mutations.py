@@ -1,7 +1,7 @@
 """Mutation check of ``pmapkit migrate``'s rules (run by hand; pytest does not
 collect it):
 
-    python -P tests/migrate_mutations.py [--refusals] [--rules] [-k WORDS]
+    python -P tests/migrate_mutations.py [--refusals] [--rules] [--check] [-k WORDS]
 
 Each mutant is run against the in-process migrate tests (the ``test_migrate_*``
 files less the tests that start processes) and the failing tests are counted:
@@ -15,7 +15,13 @@ files less the tests that start processes) and the failing tests are counted:
 - ``--rules``: each rule of the merged tables (a call, name, attribute rule,
   a move a family writes itself; the census's generated renames are data, not
   rules) taken out of ``transformer.tables()``; these stop at the first
-  failing test (it is named) — a rule needs one test that fails without it.
+  failing test (it is named) — a rule needs one test that fails without it;
+- ``--check``: each mutant of ``--check``'s comparison and isolation in
+  ``tests/_check_mutants.py`` (text edits to ``check.py``/``check_runs.py``:
+  numbers, tolerance, ``--ignore``, exit statuses, timeouts, the copies, stdin)
+  against ``tests/test_migrate_check.py``, stopping at its first failing test.
+
+No flag: all three.
 
 A mutant that no test kills is printed SURVIVED; the exit status is then 1.
 """
@@ -182,19 +188,30 @@ def main(argv):
     parser = argparse.ArgumentParser(prog="python -P tests/migrate_mutations.py")
     parser.add_argument("--refusals", action="store_true")
     parser.add_argument("--rules", action="store_true")
+    parser.add_argument("--check", action="store_true")
     parser.add_argument("-k", nargs="*", default=[], help="only mutants whose label has these")
     args = parser.parse_args(argv)
     sys.path.insert(0, HERE)
-    baseline = run_tests(trace=True)
-    if baseline.failed:
-        print(f"the tests fail without a mutant: {sorted(baseline.failed)}")
-        return 2
+    every = not (args.refusals or args.rules or args.check)
     results = []
-    if args.refusals or not args.rules:
-        results += mutate_refusals(args.k, baseline)
-    if args.rules or not args.refusals:
-        results += mutate_rules(args.k)
-    print(f"\nbaseline: {baseline.passed} in-process tests pass")
+    if args.refusals or args.rules or every:
+        baseline = run_tests(trace=True)
+        if baseline.failed:
+            print(f"the tests fail without a mutant: {sorted(baseline.failed)}")
+            return 2
+        if args.refusals or every:
+            results += mutate_refusals(args.k, baseline)
+        if args.rules or every:
+            results += mutate_rules(args.k)
+        print(f"\nbaseline: {baseline.passed} in-process tests pass")
+    if args.check or every:
+        import _check_mutants
+        check_baseline = run_tests([_check_mutants.TESTS])
+        if check_baseline.failed:
+            print(f"the --check tests fail without a mutant: {sorted(check_baseline.failed)}")
+            return 2
+        results += _check_mutants.mutate_check(args.k, run_tests)
+        print(f"\n--check baseline: {check_baseline.passed} tests pass")
     print("refusal mutants: failing / tests run (those reaching the statement); "
           "rules: failing (the rule's own sample test, else the first failing test)")
     survived = 0
@@ -202,7 +219,7 @@ def main(argv):
         n = len(counter.failed)
         survived += n == 0
         first = f"  (first: {sorted(counter.failed)[0].rpartition('::')[2][:60]})" \
-            if label.startswith(("calls", "names", "attributes", "moves")) and n else ""
+            if label.startswith(("calls", "names", "attributes", "moves", "check:")) and n else ""
         print(f"{'SURVIVED' if n == 0 else 'killed':>8}  {n:>3} failing / {counter.ran:>3} "
               f"run  {label}{first}")
     print(f"{len(results)} mutants, {len(results) - survived} killed, {survived} survived")

@@ -12,8 +12,11 @@ written. Modules:
   expression cannot say what the classic API did;
 - ``transformer``: the libcst pass that applies them (``migrate_module``);
 - ``leftovers``: the scan of the output behind "0 left";
-- ``report``: what was rewritten, left and kept; ``check``: ``--check``;
-- ``files``: reading sources as Python does, atomic writes, output folders;
+- ``report``: what was rewritten, left and kept; ``check``: ``--check``'s
+  comparison and verdicts; ``check_runs``: its two runs, each in a temporary
+  copy of the program's folder;
+- ``files``: reading sources as Python does, atomic writes (links, owners,
+  hard links), output folders;
 - ``command``: the command line.
 """
 __all__ = ["migrate_module", "migrate_source"]
