@@ -163,7 +163,7 @@ def test_pmapkit_run_under_the_launcher(tmp_path):
     proc = _launch(["-n", "2", "--devices-per-process", "1", "-m", "pmapkit", "run", script],
                    tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[1] rank 1 pmapkit.core.sharding.mesh" in proc.stdout.splitlines()
+    assert "[1] rank 1 pmapkit.mesh" in proc.stdout.splitlines()
 
 
 def test_jax_sees_the_requested_devices_and_joins_the_run(tmp_path):

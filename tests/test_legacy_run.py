@@ -169,7 +169,7 @@ def test_module_mode_runs_like_python_m(tmp_path):
     assert proc.stdout.splitlines() == [
         f"name __main__ argv ['5', '--lr', '0.1'] path0 {tmp_path}",
         "argv0 is the module file True",
-        "maps pmapkit.core.sharding.mesh pjit pmapkit.pjit",
+        "maps pmapkit.mesh pjit pmapkit.pjit",
     ]
     assert len(_legacy_lines(proc.stderr)) == 1
 
