@@ -21,7 +21,7 @@ import _install
 DOCS = os.path.join(_install.REPO, "docs")
 CLASSIC_PAGE = os.path.join(DOCS, "classic-names.md")
 # The tables of classic names: the first cell of each row names one.
-_NAME_TABLES = ("### Served names", "### With a replacement")
+_NAME_TABLES = ("### Served names", "### With a replacement", "## The census of real use")
 _FAMILY_TABLE = "### JAX internals (no public replacement)"
 _ALSO_SERVED = "Also served, older than every census release:"
 _CODE = re.compile(r"`([^`]+)`")
