@@ -118,7 +118,7 @@ def test_resident_memory_flat_under_shape_churn():
             if k in (120, 320):
                 gc.collect()
                 marks[k] = rss_mib()
-        from pmapkit.core.programs import lowering
+        from pmapkit.core.programs import compiling
         print(f._cache_size, len(compiling._compile_cache), marks[120], marks[320])
     """, timeout=300)
     size, programs, at_120, at_320 = out.split()
