@@ -186,8 +186,8 @@ def test_in_flight_bound_is_configurable():
         with pytest.raises(ValueError, match="limit must be a non-negative int"):
             inflight.set_cpu_collectives_in_flight(bad)
     run_script("""
-        import pmapkit
-        assert pmapkit.core.programs.inflight.cpu_collectives_in_flight() == 2
+        from pmapkit.core.programs import inflight
+        assert inflight.cpu_collectives_in_flight() == 2
     """, timeout=120, env={"PMAPKIT_CPU_COLLECTIVES_IN_FLIGHT": "2"})
 
 
