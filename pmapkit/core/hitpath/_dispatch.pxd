@@ -132,6 +132,7 @@ cdef class DispatchFunction:
                                dict cache, object key, object leaves)
     cdef bint _fill(self, CacheEntry entry, object fastpath, object leaves) except -1
     cdef _finish(self, CacheEntry entry, dict cache, object key, bint drop)
+    cdef CacheEntry _insert(self, dict cache, object key, CacheEntry fresh)
     @cython.locals(held=object)
     cdef _refresh(self, dict cache, object key)
     @cython.locals(fresh=CacheEntry, replace=bint)

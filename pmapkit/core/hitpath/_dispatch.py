@@ -568,8 +568,7 @@ class DispatchFunction:
             return self._python_call(args, kwargs)
         if entry is None:
             fresh = CacheEntry()
-            with self._lock:
-                entry = cache.setdefault(key, fresh)
+            entry = self._insert(cache, key, fresh)
             if entry is fresh:
                 return self._compile_entry(entry, args, kwargs, cache, key, leaves)
         if not entry.ready:
@@ -670,6 +669,13 @@ class DispatchFunction:
                     self._shared.newest = entry
             if not drop and len(cache) > self._cache_size_limit:
                 self._evict(cache)
+
+    def _insert(self, cache, key, fresh):
+        """The entry of ``key`` in ``cache``: ``fresh``, put there now, unless
+        one is there. (Apart from ``_dispatch``: a ``with`` there costs every
+        hit the set-up and clean-up of its temporaries.)"""
+        with self._lock:
+            return cache.setdefault(key, fresh)
 
     def _refresh(self, cache, key):
         """Move ``key``'s entry to the end of ``cache`` (the newest), if the
