@@ -15,6 +15,8 @@ costs a lookup there, not a compile.
 """
 import collections
 import random
+import threading
+import time
 
 import jax.numpy as jnp
 
@@ -152,3 +154,52 @@ def test_clearing_and_evicting_keep_no_entry_alive():
     assert a._cache_size == 0
     a(INPUTS[1])
     assert _misses(a) == 3
+
+
+class _SlowHash:
+    """A static argument whose hash runs Python that lets other threads in
+    (as a pytree's aux data or any user static may): a move of its entry
+    leaves the key out of the cache for a moment other threads can see."""
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def __hash__(self):
+        time.sleep(0)
+        return hash(self.tag)
+
+    def __eq__(self, other):
+        time.sleep(0)
+        return isinstance(other, _SlowHash) and other.tag == self.tag
+
+
+def test_threads_moving_entries_never_compile_a_cached_signature_again():
+    def f(x, s):
+        return x + 1
+
+    a = pmapkit.pjit(f, static_argnums=1)
+    static = _SlowHash("s")
+    inputs = INPUTS[:2]
+    for x in inputs:
+        a(x, static)
+    assert _misses(a) == 2
+    errors = []
+
+    def hammer(offset):
+        try:
+            for step in range(200):  # alternating: every hit moves its entry
+                x = inputs[(step + offset) % 2]
+                assert a(x, static).shape == x.shape
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    # A call finding its key gone mid-move waited for it: no signature ran
+    # its miss again.
+    assert _misses(a) == 2
+    assert a._cache_size == 2
