@@ -36,6 +36,7 @@ cdef class CacheEntry:
     cdef public tuple donated
     cdef public Py_ssize_t resharded
     cdef public Py_ssize_t n_inputs
+    cdef readonly object key
 
     cpdef object run(self, leaves)
 
@@ -133,8 +134,8 @@ cdef class DispatchFunction:
     cdef bint _fill(self, CacheEntry entry, object fastpath, object leaves) except -1
     cdef _finish(self, CacheEntry entry, dict cache, object key, bint drop)
     cdef CacheEntry _insert(self, dict cache, object key, CacheEntry fresh)
-    @cython.locals(held=object)
-    cdef _refresh(self, dict cache, object key)
+    @cython.locals(held=CacheEntry, lock=object, key=object)
+    cdef _refresh(self, dict cache, CacheEntry entry)
     @cython.locals(fresh=CacheEntry, replace=bint)
     cdef object _retry_failed(self, CacheEntry failed, tuple args, dict kwargs,
                               dict cache, object key, object leaves)

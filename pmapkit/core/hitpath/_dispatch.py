@@ -121,6 +121,9 @@ class CacheEntry:
         self.donated = None
         self.resharded = 0
         self.n_inputs = 0
+        # The key object its cache holds it under: a move of the entry finds
+        # it by identity (no comparison of the keys' items).
+        self.key = None
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -580,7 +583,7 @@ class DispatchFunction:
         # Recency is the cache's order, shared by every wrapper: a hit moves
         # its entry to the end unless it is the newest already.
         if entry is not self._shared.newest:
-            self._refresh(cache, key)
+            self._refresh(cache, entry)
         try:
             if entry.donated is not None:
                 if entry.aliases_donated(leaves):
@@ -666,6 +669,7 @@ class DispatchFunction:
                 if not drop:
                     # A compile is a use: the entry is the newest.
                     cache[key] = entry
+                    entry.key = key
                     self._shared.newest = entry
             if not drop and len(cache) > self._cache_size_limit:
                 self._evict(cache)
@@ -674,17 +678,26 @@ class DispatchFunction:
         """The entry of ``key`` in ``cache``: ``fresh``, put there now, unless
         one is there. (Apart from ``_dispatch``: a ``with`` there costs every
         hit the set-up and clean-up of its temporaries.)"""
+        fresh.key = key
         with self._lock:
             return cache.setdefault(key, fresh)
 
-    def _refresh(self, cache, key):
-        """Move ``key``'s entry to the end of ``cache`` (the newest), if the
-        key is still there (not evicted or cleared meanwhile)."""
-        with self._lock:
+    def _refresh(self, cache, entry):
+        """Move ``entry`` to the end of ``cache`` (the newest), if its key is
+        still there (not evicted or cleared meanwhile; the entry there may be
+        one that replaced it)."""
+        key = entry.key
+        lock = self._lock
+        # The lock's methods called, not ``with``: half the cost here.
+        lock.acquire()
+        try:
             held = cache.pop(key, None)
             if held is not None:
                 cache[key] = held
+                held.key = key
                 self._shared.newest = held
+        finally:
+            lock.release()
 
     def _retry_failed(self, failed, args, kwargs, cache, key, leaves):
         """A call whose entry's compile failed (for another call's arguments,
@@ -695,6 +708,7 @@ class DispatchFunction:
         other (the entry already replaced or cleared) takes Python with its
         own arguments, never waiting on another failure."""
         fresh = CacheEntry()
+        fresh.key = failed.key  # the key object the cache keeps
         with self._lock:
             replace = cache.get(key) is failed
             if replace:
