@@ -118,7 +118,7 @@ def test_resident_memory_flat_under_shape_churn():
             if k in (120, 320):
                 gc.collect()
                 marks[k] = rss_mib()
-        from pmapkit.core.programs import lowering
+        from pmapkit.core.programs import compiling
         print(f._cache_size, len(compiling._compile_cache), marks[120], marks[320])
     """, timeout=300)
     size, programs, at_120, at_320 = out.split()
@@ -186,8 +186,8 @@ def test_in_flight_bound_is_configurable():
         with pytest.raises(ValueError, match="limit must be a non-negative int"):
             inflight.set_cpu_collectives_in_flight(bad)
     run_script("""
-        import pmapkit
-        assert pmapkit.core.programs.inflight.cpu_collectives_in_flight() == 2
+        from pmapkit.core.programs import inflight
+        assert inflight.cpu_collectives_in_flight() == 2
     """, timeout=120, env={"PMAPKIT_CPU_COLLECTIVES_IN_FLIGHT": "2"})
 
 

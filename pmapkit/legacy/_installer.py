@@ -464,6 +464,12 @@ def _install_config_module(record):
     return [record.name]
 
 
+def internal_module_record(name):
+    """The record refusing census module ``name`` that has no record of its
+    own: a JAX internal (its release is the census's, ``Removed.removed_in``)."""
+    return legacy_names.Removed(name=name, modern=legacy_names.INTERNAL, example="")
+
+
 def _install_refusals():
     """Removed names without a faithful equivalent raise RemovedFromJax
     where they are touched (a removed module on import and as an attribute
@@ -475,8 +481,7 @@ def _install_refusals():
     for name in sorted(census_modules - known):
         if not _module_exists(name) and name.partition(".")[0] == "jax":
             record = legacy_names.by_name(name) if legacy_names.known(name) else None
-            modules.append(record or legacy_names.Removed(
-                name, legacy_census.removed_in(name) or "0.10.0", legacy_names.INTERNAL, ""))
+            modules.append(record or internal_module_record(name))
     for record in modules:
         if not _module_exists(record.name):
             _finder.modules[record.name] = functools.partial(_raise_import, record)

@@ -25,7 +25,7 @@ from pmapkit.legacy import classic_test_util
 from pmapkit.legacy import classic_values as cv
 from pmapkit.legacy import pmap_sharding
 
-__all__ = ["INTERNAL", "census_records", "REAL_USE", "CONFIG_ATTRS", "ARRAY_METHODS",
+__all__ = ["INTERNAL", "INDEX_METHODS", "census_records", "REAL_USE", "CONFIG_ATTRS", "ARRAY_METHODS",
            "ARRAY_PROPERTIES", "REFUSED_REAL_USE", "UNSERVABLE", "CONFIG_OPTIONS", "ConfigOption",
            "RemovedConfigValueError", "removed_config_text", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
@@ -238,6 +238,10 @@ def _refused(name, modern, example):
 
 
 # -- the census -----------------------------------------------------------------
+#: ``jax.ops.index_*`` and the ``x.at[idx]`` method each one is now.
+INDEX_METHODS = {"index_update": "set", "index_add": "add", "index_mul": "multiply",
+                 "index_min": "min", "index_max": "max"}
+
 # Names installed on an existing JAX module (set only where it lacks them).
 _TREE = "jax.tree_util.{0}"
 NAMES = tuple(
@@ -252,17 +256,15 @@ NAMES = tuple(
        Removed("jax.tree_multimap", "jax.tree.map",
                "jax.tree.map(lambda a, b: a + b, xs, ys)", "jax.tree_util.tree_map",
                _tree("tree_map"), rename=True),
-       Removed("jax.tree_util.tree_multimap", "jax.tree_util.tree_map",
-               "jax.tree_util.tree_map(lambda a, b: a + b, xs, ys)",
-               "jax.tree_util.tree_map", _tree("tree_map")),
+       Removed("jax.tree_util.tree_multimap", "jax.tree.map",
+               "jax.tree.map(lambda a, b: a + b, xs, ys)",
+               "jax.tree_util.tree_map", _tree("tree_map"), rename=True),
        Removed("jax.ops.index", "plain index expressions with .at[]",
                "x.at[1:3].set(0.0)", "numpy.s_", lambda: np.s_)]
     + [Removed(f"jax.ops.{name}", f"x.at[idx].{method}(y)",
                f"x = x.at[0, 1:].{method}(y)", f"x.at[idx].{method}(y)",
                _index_op(method, name))
-       for name, method in (("index_update", "set"), ("index_add", "add"),
-                            ("index_mul", "multiply"), ("index_min", "min"),
-                            ("index_max", "max"))]
+       for name, method in INDEX_METHODS.items()]
     + [Removed("jax.numpy.DeviceArray", "jax.Array",
                "isinstance(x, jax.Array)", "jax.Array", _array_type),
        Removed("jax.interpreters.xla.DeviceArray", "jax.Array",
@@ -790,7 +792,7 @@ class ConfigOption:
 
     @property
     def removed_in(self):
-        return census.config_removed_in(self.name) or "0.10.0"
+        return census.config_removed_in(self.name) or census.TARGET_RELEASE
 
     def check(self, value):
         if bool(value) not in self.accepted:
@@ -894,15 +896,16 @@ _MODULE_RECORDS = {r.name for r in MODULES + REFUSED_MODULES}
 
 def removal_release(name):
     """The release that removed ``name``: ``OVERRIDES``, else the census,
-    else (a module record) its sources; "0.10.0" for a name the census has
-    no removal for (JAX 0.10 lists it, but not as the classic one was)."""
+    else (a module record) its sources; ``census.TARGET_RELEASE`` for a name
+    the census has no removal for (JAX 0.10 lists it, but not as the classic
+    one was)."""
     override = OVERRIDES.get(name)
     if override is not None:
         return override[0]
     found = census.removed_in(name)
     if (found is None or found.startswith("after")) and name in _MODULE_RECORDS:
         found = census.module_removed_in(name) or found
-    return found or "0.10.0"
+    return found or census.TARGET_RELEASE
 
 
 _ALL = {r.name: r for group in (NAMES, REAL_USE, CONFIG_ATTRS, ARRAY_METHODS,

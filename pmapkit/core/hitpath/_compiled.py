@@ -7,9 +7,10 @@ are missing Python's import finds the same sources, so behaviour is identical.
 
 A compiled extension carries the hash of the sources it was built from
 (``BUILT_FROM``, stamped by setup.py). One whose sources beside it hash
-otherwise (a ``.py`` edited, not rebuilt) is refused with an ImportError
-naming the rebuild command: it would run the old code while the tests read
-the new. Refused, not replaced by the pure build: a silent fallback would
+otherwise (a ``.py`` edited, not rebuilt), one carrying no hash, and one
+beside part of its sources are refused with an ImportError naming the
+rebuild command (``check_fresh``): it would run old code while the tests
+read the new. Refused, not replaced by the pure build: a silent fallback would
 report the compiled core as tested when it was not, and change the speed
 of every call without a word. ``PMAPKIT_PUREPYTHON=1`` is the explicit way
 to run the sources without rebuilding.
@@ -55,21 +56,34 @@ def _load(name):
 
 
 def check_fresh(module, name):
-    """Raise ``StaleBuildError`` unless compiled ``module`` was built from
-    the sources of ``name`` here, those the pure build runs (none here:
-    nothing to compare, accepted)."""
+    """Raise ``StaleBuildError`` unless compiled ``module`` carries the hash
+    of the sources of ``name`` beside it, those the pure build runs.
+
+    Refused: an extension with no hash (``BUILT_FROM`` missing or empty:
+    built otherwise than by pmapkit's setup.py, so nothing tells what from);
+    one whose hash differs from the sources' (edited since); one beside only
+    part of its sources (nothing whole to compare). Accepted without a
+    comparison only where none of its sources is beside it and it carries a
+    hash: an install shipping the extension alone, which nothing there can
+    contradict, and nothing else could run (the pure build is its sources).
+    """
     directory = _HERE
-    sources = _source_hash.source_hash(directory, name)
-    if sources is None:
-        return
+    paths = _source_hash.source_paths(directory, name)
+    missing = [os.path.basename(p) for p in paths if not os.path.exists(p)]
     built = getattr(module, "BUILT_FROM", None)
-    if built == sources:
+    if not isinstance(built, str) or not built:
+        what = "carries no source hash (built without pmapkit's setup.py)"
+    elif len(missing) == len(paths):
         return
-    what = ("carries no source hash (built without pmapkit's setup.py)"
-            if not built else "was built from other sources than "
-            + " and ".join(os.path.basename(p)
-                           for p in _source_hash.source_paths(directory, name))
-            + f" in {directory} (edited since the last build)")
+    elif missing:
+        what = (f"was built from {' and '.join(os.path.basename(p) for p in paths)}, "
+                f"but {' and '.join(missing)} is missing in {directory}")
+    elif built == _source_hash.source_hash(directory, name):
+        return
+    else:
+        what = ("was built from other sources than "
+                + " and ".join(os.path.basename(p) for p in paths)
+                + f" in {directory} (edited since the last build)")
     raise StaleBuildError(
         f"pmapkit: the compiled module {module.__file__} {what}: it would run "
         f"old code. Rebuild it from the checkout root with "

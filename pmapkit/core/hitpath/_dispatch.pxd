@@ -35,8 +35,8 @@ cdef class CacheEntry:
     cdef public LeafTypes types
     cdef public tuple donated
     cdef public Py_ssize_t resharded
-    cdef public unsigned long long last_used
     cdef public Py_ssize_t n_inputs
+    cdef readonly object key
 
     cpdef object run(self, leaves)
 
@@ -73,7 +73,7 @@ cdef class SharedCaches:
     cdef readonly object next_id
     cdef readonly object lock
     cdef public bint sign_global
-    cdef public unsigned long long clock
+    cdef readonly object newest
     cdef readonly object members
     cdef public tuple current
     cdef object __weakref__
@@ -132,14 +132,16 @@ cdef class DispatchFunction:
     cdef object _compile_entry(self, CacheEntry entry, tuple args, dict kwargs,
                                dict cache, object key, object leaves)
     cdef bint _fill(self, CacheEntry entry, object fastpath, object leaves) except -1
-    @cython.locals(shared=SharedCaches)
     cdef _finish(self, CacheEntry entry, dict cache, object key, bint drop)
+    cdef CacheEntry _insert(self, dict cache, object key, CacheEntry fresh)
+    @cython.locals(held=CacheEntry, lock=object, key=object)
+    cdef _refresh(self, dict cache, CacheEntry entry)
     @cython.locals(fresh=CacheEntry, replace=bint)
     cdef object _retry_failed(self, CacheEntry failed, tuple args, dict kwargs,
                               dict cache, object key, object leaves)
     cdef _set_sign_global(self)
     cdef bint _has_global(self, object leaves) except -1
-    @cython.locals(excess=Py_ssize_t, ready=list)
+    @cython.locals(excess=Py_ssize_t, doomed=list, e=CacheEntry, shared=SharedCaches)
     cdef _evict(self, dict cache)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,

@@ -120,8 +120,10 @@ class CacheEntry:
         self.types = None
         self.donated = None
         self.resharded = 0
-        self.last_used = 0
         self.n_inputs = 0
+        # The key object its cache holds it under: a move of the entry finds
+        # it by identity (no comparison of the keys' items).
+        self.key = None
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -403,6 +405,14 @@ class SharedCaches:
     the signature caches (per trace context), the leaf-signature tables that
     key them, the id counter, the lock, and whether global arrays sign apart.
 
+    A cache's order is its recency, oldest first: a hit moves its entry to
+    the end (whichever sharer hits it), a compile puts it there, eviction
+    pops from the front. ``newest`` is the entry last put at the end of its
+    cache: a hit on it moves nothing (the common case, one signature called
+    again and again, costs a pointer comparison). Every change of a cache's
+    keys holds ``lock``: a call finding its key gone while another moves it
+    waits for the move there instead of compiling it anew.
+
     Held by the wrappers and by the Python side's weak registry (keyed by the
     function), so it must not refer to the function: entries hold compiled
     programs only. Its containers are only ever mutated in place (cleared,
@@ -417,7 +427,7 @@ class SharedCaches:
         self.next_id = itertools.count()
         self.lock = threading.Lock()
         self.sign_global = False
-        self.clock = 0
+        self.newest = None
         self.members = weakref.WeakSet()
         # The context last selected by a sharer: a new wrapper starts there.
         self.current = (None, None, {})
@@ -561,7 +571,7 @@ class DispatchFunction:
             return self._python_call(args, kwargs)
         if entry is None:
             fresh = CacheEntry()
-            entry = cache.setdefault(key, fresh)
+            entry = self._insert(cache, key, fresh)
             if entry is fresh:
                 return self._compile_entry(entry, args, kwargs, cache, key, leaves)
         if not entry.ready:
@@ -570,10 +580,10 @@ class DispatchFunction:
             if entry.failure is not None:
                 return self._retry_failed(entry, args, kwargs, cache, key, leaves)
             return self._python_call(args, kwargs)
-        # One clock per shared cache, whichever wrapper ticks it: the least
-        # recently used entry is the one evicted, across every sharer.
-        self._shared.clock += 1
-        entry.last_used = self._shared.clock
+        # Recency is the cache's order, shared by every wrapper: a hit moves
+        # its entry to the end unless it is the newest already.
+        if entry is not self._shared.newest:
+            self._refresh(cache, entry)
         try:
             if entry.donated is not None:
                 if entry.aliases_donated(leaves):
@@ -651,17 +661,43 @@ class DispatchFunction:
     def _finish(self, entry, cache, key, drop):
         """Mark ``entry`` ready (waking its waiters); drop it from ``cache``
         or keep the cache within its bound."""
-        shared = self._shared
-        shared.clock += 1
-        entry.last_used = shared.clock
         entry.ready = True
         entry.event.set()
         with self._lock:
-            if drop:
-                if cache.get(key) is entry:
-                    del cache[key]
-            elif len(cache) > self._cache_size_limit:
+            if cache.get(key) is entry:
+                del cache[key]
+                if not drop:
+                    # A compile is a use: the entry is the newest.
+                    cache[key] = entry
+                    entry.key = key
+                    self._shared.newest = entry
+            if not drop and len(cache) > self._cache_size_limit:
                 self._evict(cache)
+
+    def _insert(self, cache, key, fresh):
+        """The entry of ``key`` in ``cache``: ``fresh``, put there now, unless
+        one is there. (Apart from ``_dispatch``: a ``with`` there costs every
+        hit the set-up and clean-up of its temporaries.)"""
+        fresh.key = key
+        with self._lock:
+            return cache.setdefault(key, fresh)
+
+    def _refresh(self, cache, entry):
+        """Move ``entry`` to the end of ``cache`` (the newest), if its key is
+        still there (not evicted or cleared meanwhile; the entry there may be
+        one that replaced it)."""
+        key = entry.key
+        lock = self._lock
+        # The lock's methods called, not ``with``: half the cost here.
+        lock.acquire()
+        try:
+            held = cache.pop(key, None)
+            if held is not None:
+                cache[key] = held
+                held.key = key
+                self._shared.newest = held
+        finally:
+            lock.release()
 
     def _retry_failed(self, failed, args, kwargs, cache, key, leaves):
         """A call whose entry's compile failed (for another call's arguments,
@@ -672,6 +708,7 @@ class DispatchFunction:
         other (the entry already replaced or cleared) takes Python with its
         own arguments, never waiting on another failure."""
         fresh = CacheEntry()
+        fresh.key = failed.key  # the key object the cache keeps
         with self._lock:
             replace = cache.get(key) is failed
             if replace:
@@ -696,14 +733,21 @@ class DispatchFunction:
         return False
 
     def _evict(self, cache):
-        """Drop least recently used ready entries until the cache fits."""
+        """Drop the least recently used ready entries, the first in the
+        cache's order, until it fits (caller holds the lock)."""
         excess = len(cache) - self._cache_size_limit
         if excess <= 0:
             return
-        ready = [(e.last_used, k) for k, e in list(cache.items()) if e.ready]
-        ready.sort(key=_first)
-        for _, k in ready[:excess]:
-            cache.pop(k, None)
+        doomed = []
+        for k, e in cache.items():
+            if e.ready:  # one being compiled stays: its callers wait on it
+                doomed.append(k)
+                if len(doomed) == excess:
+                    break
+        shared = self._shared
+        for k in doomed:
+            if cache.pop(k) is shared.newest:
+                shared.newest = None
             self._evictions += 1
 
     def _sign(self, args, kwargs):
@@ -960,6 +1004,7 @@ class DispatchFunction:
         with self._lock:
             for cache in list(self._caches.values()):
                 cache.clear()
+            self._shared.newest = None
         self._current = (None, None, {})
         self._forget_signatures()
         if self._on_clear is not None:

@@ -35,11 +35,28 @@ class CacheEntry:
     ready: bool
     fallback: bool
     failure: str | None
-    n_inputs: int
-    equivalents: list[tuple[Any, ...]] | None
-    resharded: int
+    event: Any
+    executable: Any
+    execute: Callable[..., Any] | None
+    unflatten: Callable[..., Any] | None
+    single_out: bool
+    kept: Any
+    in_shardings: tuple[Any, ...] | None
+    host_specs: tuple[Any, ...] | None
+    out_handlers: list[Any] | None
+    out_treedef: Any
+    shard_fallback: Any
+    host_call: Any
+    host_refusal: Any
     mover: Any
-    last_used: int
+    is_equivalent: Any
+    equivalents: list[tuple[Any, ...]] | None
+    differents: list[Any] | None
+    types: LeafTypes | None
+    donated: tuple[int, ...] | None
+    resharded: int
+    n_inputs: int
+    key: Any
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...
     def run(self, leaves: Any) -> Any: ...
@@ -59,7 +76,7 @@ class SharedCaches:
     next_id: Any
     lock: Any
     sign_global: bool
-    clock: int
+    newest: CacheEntry | None
     members: Any
     current: tuple[Any, Any, dict[Any, CacheEntry]]
     def __init__(self) -> None: ...

@@ -58,6 +58,10 @@ def program_shardings(primitive, params, in_avals):
     hit = _shardings_memo.get(key)
     if hit is not None and hit[0] is params:  # (the id of a live dict)
         result = hit[1]
+        with _memo_lock:
+            # Least recently used first: a hit is the newest (if still kept).
+            if _shardings_memo.get(key) is hit:
+                _shardings_memo.move_to_end(key)
     else:
         ins, outs = _PROGRAMS[primitive].shardings(params, in_avals)
         result = tuple(map(intern_sharding, ins)), tuple(map(intern_sharding, outs))
