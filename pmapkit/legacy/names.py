@@ -448,16 +448,16 @@ REAL_USE = (
             cv.not_mapped()),
     _same("jax.interpreters.ad.call_transpose", "jax._src.interpreters.ad"),
     Removed("jax.interpreters.pxla.spec_to_indices", INTERNAL, "",
-            "pmapkit.core.sharding_specs.spec_to_indices (classic ShardingSpec)",
-            lambda: __import__("pmapkit.core.sharding_specs",
+            "pmapkit.sharding_specs.spec_to_indices (classic ShardingSpec)",
+            lambda: __import__("pmapkit.sharding_specs",
                                fromlist=["spec_to_indices"]).spec_to_indices),
     Removed("jax.experimental.pjit.ParsedPartitionSpec", INTERNAL, "",
-            "pmapkit.core.sharding_specs.ParsedPartitionSpec (classic pjit's)",
-            lambda: __import__("pmapkit.core.sharding_specs",
+            "pmapkit.sharding_specs.ParsedPartitionSpec (classic pjit's)",
+            lambda: __import__("pmapkit.sharding_specs",
                                fromlist=["ParsedPartitionSpec"]).ParsedPartitionSpec),
     Removed("jax.experimental.pjit.get_array_mapping", INTERNAL, "",
-            "pmapkit.core.sharding_specs.array_mapping (classic pjit's)",
-            lambda: __import__("pmapkit.core.sharding_specs",
+            "pmapkit.sharding_specs.array_mapping (classic pjit's)",
+            lambda: __import__("pmapkit.sharding_specs",
                                fromlist=["array_mapping"]).array_mapping),
     Removed("jax._src.tree_util._replace_nones", INTERNAL, "",
             "a tree_map replacing None (classic semantics)", cv.replace_nones),
@@ -501,7 +501,7 @@ def _sharding_spec(self):
 
 ARRAY_PROPERTIES = (
     Removed("jax.Array.sharding_spec", "x.sharding", "x.sharding",
-            "the layout as a classic ShardingSpec (pmapkit.core.sharding_specs)",
+            "the layout as a classic ShardingSpec (pmapkit.sharding_specs)",
             lambda: _sharding_spec),
 )
 # Classic ``x.device()`` (a method until JAX 0.4.26; a property since 0.4.31)
