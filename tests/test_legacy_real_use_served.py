@@ -78,7 +78,7 @@ out["batching"] = [BatchTracer is jp.private_attr("jax._src.interpreters.batchin
                    bool(jax.vmap(lambda t: jnp.asarray(isinstance(t, BatchTracer)))(jnp.ones(3)).all()),
                    ad.call_transpose is jp.private_attr("jax._src.interpreters.ad", "call_transpose")]
 out["not_mapped"] = repr(not_mapped)
-from pmapkit.core import sharding_specs as ss
+from pmapkit import sharding_specs as ss
 spec = ss.ShardingSpec(sharding=(ss.Unstacked(4), ss.NoSharding()), mesh_mapping=(ss.ShardedAxis(0),))
 out["spec_to_indices_unstacked"] = repr(pxla.spec_to_indices((4, 3), spec))
 spec = ss.ShardingSpec(sharding=(ss.Chunked((2,)), ss.NoSharding()), mesh_mapping=(ss.ShardedAxis(0),))

@@ -405,7 +405,7 @@ def to_py(self):
 def sharding_spec(self):
     """Classic ``ShardedDeviceArray.sharding_spec``: the array's layout as a
     classic ``ShardingSpec`` (a pmap output's mapped axis ``Unstacked``)."""
-    from pmapkit.core import sharding_specs as ss
+    from pmapkit import sharding_specs as ss
     from pmapkit.legacy import pmap_sharding
     sharding = self.sharding
     if not isinstance(sharding, jax.sharding.NamedSharding):
