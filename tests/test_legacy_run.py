@@ -407,3 +407,24 @@ def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
     assert got == want
     assert want[0] == -signal.SIGINT and want[2] == "KeyboardInterrupt"
     assert len(want[1]) == 2 and all(script in frame for frame in want[1])
+
+
+def test_install_starts_no_backend_so_xla_flags_set_after_import_count(tmp_path):
+    # Classic JAX starts its backends at the first JAX operation, not at
+    # ``import jax``: a program (chex.set_n_cpu_devices, many scripts) sets
+    # XLA_FLAGS after the import and gets that many devices. pmapkit run
+    # imports JAX before the program; installing must start nothing.
+    script = _script(tmp_path, """
+        import os
+        import jax
+        from jax._src import xla_bridge
+        print("started before", bool(xla_bridge._backends))
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
+        print("devices", jax.device_count())
+        x = jax.device_put(jax.numpy.arange(3.0))
+        print("device_buffers", len(x.device_buffers), "local_shards", len(x.local_shards))
+        print("device_buffer", x.device_buffer.shape)
+    """)
+    lines = _ok(_run(RUN + [script], tmp_path))
+    assert lines == ["started before False", "devices 3", "device_buffers 1 local_shards 1",
+                     "device_buffer (3,)"]
