@@ -428,3 +428,26 @@ def test_install_starts_no_backend_so_xla_flags_set_after_import_count(tmp_path)
     lines = _ok(_run(RUN + [script], tmp_path))
     assert lines == ["started before False", "devices 3", "device_buffers 1 local_shards 1",
                      "device_buffer (3,)"]
+
+
+def test_classic_pjit_and_maps_imports_warn_of_nothing(tmp_path):
+    # Classic `from jax.experimental import maps` warned of nothing; a suite
+    # run with warnings as errors (flax's pytest.ini) stops at any warning
+    # pmapkit's served modules would trigger in JAX (its deprecated
+    # jax.interpreters.pxla.thread_resources).
+    script = _script(tmp_path, """
+        import warnings
+        warnings.simplefilter("error")
+        import numpy as np
+        import jax
+        from jax.experimental import PartitionSpec, maps
+        from jax.experimental.pjit import pjit, with_sharding_constraint
+        mesh = maps.Mesh(np.array(jax.devices()[:2]), ("x",))
+        with mesh:
+            print("mesh", dict(maps.thread_resources.env.physical_mesh.shape))
+            f = pjit(lambda a: with_sharding_constraint(a * 2, PartitionSpec("x")),
+                     in_axis_resources=PartitionSpec("x"),
+                     out_axis_resources=PartitionSpec("x"))
+            print(f(np.arange(4.0)).tolist())
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == ["mesh {'x': 2}", "[0.0, 2.0, 4.0, 6.0]"]
