@@ -727,3 +727,26 @@ from jax._src import util as _util  # noqa: E402
 def util_helper(name):
     """``jax._src.util.<name>``, or AttributeError where this JAX lacks it."""
     return getattr(_util, name)
+
+
+# --- classic internals pmapkit.legacy serves (issue 48) ---------------------
+# Classic programs reached JAX internals that JAX 0.10 still holds under
+# jax._src; pmapkit.legacy serves those very objects, found here by name.
+def private_module(name):
+    """The module ``name`` of JAX's ``jax._src`` (imported on first use)."""
+    if not (name == "jax._src" or name.startswith("jax._src.")):
+        raise ValueError(f"private_module takes a jax._src module; got {name!r}")
+    import importlib
+    return importlib.import_module(name)
+
+
+def private_attr(module, attr):
+    """``jax._src.<module>.<attr>``, or AttributeError where this JAX lacks it."""
+    return getattr(private_module(module), attr)
+
+
+# jax._src.core.definitely_equal is classic core.symbolic_equal_dim renamed.
+definitely_equal = _core.definitely_equal
+
+# jaxlib's extension module: classic jaxlib.xla_extension (renamed jaxlib._jax).
+xla_extension = _colocated_jax

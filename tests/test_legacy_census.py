@@ -311,6 +311,8 @@ def test_installed_names_match_their_modern_equivalents(tmp_path):
 
 
 _REFUSED = """
+    import sys
+    sys.modules["optax"] = None     # optix is served from optax where it is installed
     import jax, pmapkit.legacy
     from pmapkit.legacy.names import RemovedFromJax
     pmapkit.legacy.install()
@@ -377,11 +379,14 @@ def _report_blocks(lines):
         if not line.startswith(" "):
             name = line
             blocks[name] = {}
-        elif line[4:16].strip() in _REPORT_LABELS:
+        elif line[4:16].strip() in _REPORT_LABELS + ("real use",):
             label = line[4:16].strip()
             blocks[name][label] = line[16:].strip()
         else:
             blocks[name][label] += " " + line.strip()
+    for b in blocks.values():
+        # every name says how many public repositories reach it (census.real_use)
+        assert re.fullmatch(r"\d+ of \d+ public repositories \(2019-2024\)", b["real use"]), b
     return {n: [b[k] for k in _REPORT_LABELS] for n, b in blocks.items()}
 
 
@@ -408,8 +413,11 @@ def test_report_lists_what_the_script_used(tmp_path):
         assert report[0].startswith("pmapkit.legacy report: 8 classic name(s) used"), report
         wide = "wide" in options[0] if options else extra["PMAPKIT_REPORT"] == "wide"
         if wide:   # one line per name, however wide
-            rows = {r.split("|")[0].strip(): [c.strip() for c in r.split("|")[1:]]
-                    for r in report[3:]}
+            rows = {}
+            for r in report[3:]:
+                cells = [c.strip() for c in r.split("|")]
+                assert re.fullmatch(r"\d+ repos", cells.pop(4)), r   # real use
+                rows[cells[0]] = cells[1:]
         else:      # within 100 columns: a few lines per name
             assert max(len(line) for line in report) <= 100, report
             rows = _report_blocks(report[1:])

@@ -156,6 +156,7 @@ def _install(route_pmap, report, classic_prng):
         if ours is not None:
             new += _install_name(jax, f"jax.{name}", _counted(f"jax.{name}", ours))
     new += _install_removed_names()
+    new += _install_real_use()
     new += _install_census_names()
     new += _install_config_options()
     refused = len(refused | _install_refusals())
@@ -276,6 +277,77 @@ def _classic_property(cls, record):
     return property(read)
 
 
+def _install_real_use():
+    """What real code reached (``names.REAL_USE``, ``CONFIG_ATTRS``, the
+    array's classic members): each where this JAX lacks it. A record whose
+    owner is not imported yet waits for its import; one whose owner is an
+    object reached by attributes (``jax.ad``, ``jax.lib.xla_client``) is set
+    on that object."""
+    new = []
+    for record in legacy_names.REAL_USE:
+        owner = sys.modules.get(record.owner)
+        if owner is None and _module_exists(record.owner):
+            if record.owner not in _finder.modules:
+                pending = _pending_names.setdefault(record.owner, [])
+                if record not in pending:
+                    pending.append(record)
+                    _finder.after_import.add(record.owner)
+                    new.append(record.name)
+                continue
+            owner = importlib.import_module(record.owner)
+        if owner is None:
+            owner = _owner_object(record.owner)
+        if owner is not None:
+            new += _serve(owner, record)
+    config = jax.config
+    for record in legacy_names.CONFIG_ATTRS:
+        if not _has(config, record.attr):
+            setattr(config, record.attr, _counted(record.name, record.make(), "uses"))
+            new.append(record.name)
+    # From the class, never an instance (install starts no backend: see
+    # _install_removed_names).
+    array_type = legacy_names.array_type()
+    for record in legacy_names.ARRAY_METHODS:
+        if inspect.getattr_static(array_type, record.attr, None) is None:
+            setattr(array_type, record.attr, _counted(record.name, record.make()))
+            new.append(record.name)
+    for record in legacy_names.ARRAY_PROPERTIES:
+        served = _classic_property(array_type, record)
+        if served is not None:
+            setattr(array_type, record.attr, served)
+            new.append(record.name)
+    return new
+
+
+def _owner_object(name):
+    """The object ``name`` reaches by attributes from an imported module
+    (``jax.ad``: JAX's namespace; ``jax.lib.xla_client``: the jaxlib module
+    served there), or None."""
+    head, _, rest = name.partition(".")
+    obj = sys.modules.get(head)
+    for part in rest.split(".") if rest else ():
+        if obj is None:
+            return None
+        with warnings.catch_warnings(), legacy_report.unseen():
+            warnings.simplefilter("ignore")
+            obj = getattr(obj, part, None)
+    return obj
+
+
+def _serve(owner, record):
+    """Sets ``record``'s value on ``owner`` where it lacks it; a lazy record
+    is built on the first read (a chained module ``__getattr__``)."""
+    if record.lazy and isinstance(owner, types.ModuleType):
+        lazy = _chain_getattr(owner)[3]
+        if record.attr in lazy or _has(owner, record.attr):
+            return []
+        lazy[record.attr] = record
+        return [record.name]
+    if _has(owner, record.attr):
+        return []
+    return _install_name(owner, record.name, _counted(record.name, record.make()))
+
+
 def _install_config_options():
     """The removed config options ``CONFIG_OPTIONS`` serves become options
     of JAX's config again; ``jax.config.update`` of another removed option
@@ -311,9 +383,7 @@ def _install_census_names():
     for record in legacy_names.census_records().values():
         if record.make is None or record.owner not in sys.modules:
             continue
-        owner = sys.modules[record.owner]
-        if not _has(owner, record.attr):
-            new += _install_name(owner, record.name, _counted(record.name, record.make()))
+        new += _serve(sys.modules[record.owner], record)
     return new
 
 
@@ -324,7 +394,8 @@ def _census_refusals_by_owner():
     if _BY_OWNER is None:
         by_owner = {}
         records = [r for r in legacy_names.census_records().values() if r.make is None]
-        for record in records + list(legacy_names.REFUSED_NAMES):
+        for record in records + list(legacy_names.REFUSED_NAMES) + list(
+                legacy_names.REFUSED_REAL_USE):
             by_owner.setdefault(record.owner, []).append(record)
         _BY_OWNER = by_owner
     return _BY_OWNER
@@ -339,8 +410,7 @@ def _refuse_census_names(module, name):
     """A module being created or imported gets its census names: those
     served (set where it lacks them) and the refusals of the rest."""
     for record in _census_served_by_owner().get(name, ()):
-        if not _has(module, record.attr):
-            _install_name(module, record.name, _counted(record.name, record.make()))
+        _serve(module, record)
     records = _census_refusals_by_owner().get(name)
     if records:
         _refuse_names(module, name, records)
@@ -375,8 +445,7 @@ class _AfterImport(importlib.abc.Loader):
     def exec_module(self, module):
         self.loader.exec_module(module)
         for record in _pending_names.pop(module.__name__, ()):
-            if not _has(module, record.attr):
-                _install_name(module, record.name, _counted(record.name, record.make()))
+            _serve(module, record)
         _refuse_census_names(module, module.__name__)
 
 
@@ -446,6 +515,9 @@ def _install_refusals():
             _scheduled.add(owner)
             _finder.after_import.add(owner)
             refused |= {r.name for r in records}
+        elif isinstance(_owner_object(owner), types.ModuleType):
+            # a module served under another name (jax.lib.xla_client)
+            refused |= _refuse_names(_owner_object(owner), owner, records)
     return refused
 
 
@@ -490,21 +562,23 @@ def _refuse_names(module, owner, records=None):
 
 
 def _chain_getattr(module):
-    """``(submodules, refusals, values)`` of the one ``__getattr__``
+    """``(submodules, refusals, values, lazy)`` of the one ``__getattr__``
     pmapkit.legacy chains on ``module``: JAX's own hook (if any) answers
     first; then a name in ``values`` (``{attr: (classic name, value)}``,
     only while the report is on) is served and seen by the report; a name in
-    ``submodules`` is imported as ``module.name``; a name in ``refusals``
-    raises its removal error."""
+    ``lazy`` (``{attr: record}``) is built, set on the module and served; a
+    name in ``submodules`` is imported as ``module.name``; a name in
+    ``refusals`` raises its removal error."""
     hook = module.__dict__.get("__getattr__")
     state = getattr(hook, "_pmapkit_state", None)
     if state is None:
-        state = (set(), {}, {})
-        submodules, refusals, values = state
+        state = (set(), {}, {}, {})
+        submodules, refusals, values, lazy = state
         original = hook
 
         def __getattr__(attr):
-            ours = attr in refusals or attr in submodules or attr in values
+            ours = (attr in refusals or attr in submodules or attr in values
+                    or attr in lazy)
             if original is not None:
                 try:
                     return original(attr)
@@ -516,6 +590,12 @@ def _chain_getattr(module):
             if attr in values:
                 full_name, value = values[attr]
                 legacy_report.seen(full_name)
+                return value
+            if attr in lazy:
+                record = lazy[attr]
+                value = _counted(record.name, record.make())
+                setattr(module, attr, value)
+                del lazy[attr]
                 return value
             if attr in submodules:
                 return importlib.import_module(f"{module.__name__}.{attr}")

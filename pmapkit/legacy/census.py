@@ -25,11 +25,12 @@ import functools
 import importlib
 import os
 import re
+import typing
 import warnings
 
 __all__ = ["RELEASES", "COLLECTED", "ERAS", "release_names", "union", "history",
            "removed_in", "module_removed_in", "config_removed_in", "origin", "classify", "clear_error", "counts",
-           "OUTCOMES"]
+           "OUTCOMES", "public_homes", "RealUse", "RealUseSource", "real_use", "real_use_sources"]
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
@@ -238,6 +239,77 @@ def removed_in(full_name: str) -> str | None:
         return None
     last, first_without = window
     return f"after {last}" + (f", by {first_without}" if first_without else "")
+
+
+@functools.lru_cache(maxsize=None)
+def public_homes() -> dict[str, str]:
+    """``{classic name: public name}`` for census names whose object JAX
+    still exports publicly under another name (``census_data/public_homes.txt``,
+    written by ``python -m pmapkit.legacy.census_public_homes``)."""
+    path = os.path.join(_DATA, "public_homes.txt")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return dict(line.split() for line in f if line.strip() and line[0] != "#")
+
+
+# -- the census of real use ----------------------------------------------------
+
+class RealUseSource(typing.NamedTuple):
+    """One repository read at one commit (``census_data/real_use.tsv``)."""
+    repository: str      # OWNER/NAME
+    commit: str
+    date: str            # the commit's date, YYYY-MM-DD
+
+
+class RealUse(typing.NamedTuple):
+    """One dotted name public code reaches: its kind (``module``, ``name``,
+    ``config_attr``, ``config_option``, ``array_member``, ``jaxlib_class``),
+    how many repositories reach it, and which sources (indices into
+    ``real_use_sources()``)."""
+    name: str
+    kind: str
+    repos: int
+    repo_ids: tuple
+
+    def repositories(self):
+        """The OWNER/NAME of each repository reaching it, sorted."""
+        sources = real_use_sources()
+        return tuple(sorted({sources[i].repository for i in self.repo_ids}))
+
+
+@functools.lru_cache(maxsize=None)
+def _real_use():
+    path = os.path.join(_DATA, "real_use.tsv")
+    sources, rows = [], []
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line[0] == "#":
+                continue
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "source":
+                sources.append(RealUseSource(*fields[2:5]))
+            elif fields[0] != "name":
+                name, kind, repos, ids = fields
+                rows.append(RealUse(name, kind, int(repos), tuple(_spans(ids))))
+    return tuple(sources), tuple(rows)
+
+
+def real_use_sources() -> tuple[RealUseSource, ...]:
+    """The repositories and commits the census of real use read, in the
+    order ``RealUse.repo_ids`` index."""
+    return _real_use()[0]
+
+
+def real_use(min_repos: int = 1) -> tuple[RealUse, ...]:
+    """The census of real use (``census_data/real_use.tsv``, written by
+    ``python -m pmapkit.legacy.census_real_use``): every ``jax.*`` /
+    ``jaxlib.*`` name public code of 2019-2024 reaches, most used first;
+    those reached by at least ``min_repos`` repositories. The one reader of
+    that table (``pmapkit run --report``, migrate's leftover scan and
+    ``census_check`` all read it here)."""
+    rows = _real_use()[1]
+    return rows if min_repos <= 1 else tuple(r for r in rows if r.repos >= min_repos)
 
 
 _RELEASE = re.compile(r"JAX (v?\d+\.\d+|after \d+\.\d+)")

@@ -329,3 +329,92 @@ def extend_ffi_module():
     return _module("jax.extend.ffi", "jax.extend.ffi as JAX 0.4.3x had it: jax.ffi's "
                    "functions (the same objects).",
                    **{n: getattr(jax.ffi, n) for n in names if hasattr(jax.ffi, n)})
+
+
+# -- issue 48: what real code reached ------------------------------------------
+
+def private_object(module, attr):
+    """() -> ``jax._src.<module>.<attr>``: the object classic JAX exported and
+    JAX 0.10 still holds."""
+    return lambda: jp.private_attr(module, attr)
+
+
+def private_module(name):
+    """() -> the ``jax._src`` module a classic module name was."""
+    return lambda: jp.private_module(name)
+
+
+def public_module(name):
+    """() -> JAX's module ``name`` (a classic alias of it, ``jax.xla``)."""
+    def make():
+        import importlib
+        return importlib.import_module(name)
+    return make
+
+
+def get_aval():
+    # Classic core.get_aval: the abstract value of a value or tracer. JAX 0.10
+    # calls it jax.typeof (concrete values give a ShapedArray: ConcreteArray
+    # went in 0.4.36).
+    return lambda: jax.typeof
+
+
+def symbolic_equal_dim():
+    return lambda: jp.definitely_equal
+
+
+def replace_nones():
+    def _replace_nones(sentinel, tree):
+        """Classic ``jax._src.tree_util._replace_nones``: ``tree`` with every
+        ``None`` (a node with no children) replaced by ``sentinel``."""
+        return jax.tree_util.tree_map(lambda x: sentinel if x is None else x, tree,
+                                      is_leaf=lambda x: x is None)
+    _replace_nones.__module__ = "jax._src.tree_util"
+    return _replace_nones
+
+
+def not_mapped():
+    # classic batching marked an unbatched operand with None
+    return lambda: None
+
+
+def seed_with_impl():
+    def seed_with_impl(impl, seed):
+        """Classic ``jax.prng.seed_with_impl``: a typed key of ``impl`` from
+        ``seed`` (``jax.random.key(seed, impl=impl)``)."""
+        return jax.random.key(seed, impl=impl)
+    seed_with_impl.__module__ = "jax.prng"
+    return seed_with_impl
+
+
+def prng_module():
+    import jax.extend.random as er
+    values = {"seed_with_impl": seed_with_impl(), "PRNGKeyArray": jp.PRNGKeyArray}
+    for name in ("PRNGImpl", "threefry_2x32", "threefry_prng_impl", "rbg_prng_impl",
+                 "unsafe_rbg_prng_impl"):
+        if hasattr(er, name):
+            values[name] = getattr(er, name)
+    return _module("jax.prng", "jax.prng as JAX 0.3 had it: seed_with_impl and the "
+                   "PRNG implementations (jax.extend.random's objects).", **values)
+
+
+def to_py(self):
+    """Classic ``DeviceArray.to_py()``: the value as a NumPy array."""
+    return jax.numpy.asarray(self).__array__()
+
+
+def sharding_spec(self):
+    """Classic ``ShardedDeviceArray.sharding_spec``: the array's layout as a
+    classic ``ShardingSpec`` (a pmap output's mapped axis ``Unstacked``)."""
+    from pmapkit.core import sharding_specs as ss
+    from pmapkit.legacy import pmap_sharding
+    sharding = self.sharding
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        raise AttributeError(f"sharding_spec: an array laid out by {type(sharding).__name__} "
+                             "has no classic ShardingSpec (only mesh layouts had one)")
+    mapped = pmap_sharding.mapped_dims(sharding)
+    if mapped:
+        parts = tuple(ss.Unstacked(self.shape[d]) if d in mapped else ss.NoSharding()
+                      for d in range(self.ndim))
+        return ss.ShardingSpec(sharding=parts, mesh_mapping=(ss.ShardedAxis(0),))
+    return ss.named_sharding_to_sharding_spec(sharding, self.ndim)

@@ -116,3 +116,9 @@ class GlobalDeviceArray(metaclass=_ArrayAlias):
 def local_shards(self):
     """Classic ``GlobalDeviceArray.local_shards``: this process's shards."""
     return self.addressable_shards
+
+
+def _hashed_index(index):
+    """Classic GDA helper real loaders used: a hash of a shard's index (a
+    tuple of slices), equal for equal (start, stop) bounds."""
+    return hash(tuple((s.start, s.stop) for s in index))

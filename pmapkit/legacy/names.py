@@ -19,10 +19,14 @@ import numpy as np
 
 from pmapkit import _jax_private as jp
 from pmapkit.legacy import census
+from pmapkit.legacy import classic_config
+from pmapkit.legacy import classic_devices
+from pmapkit.legacy import classic_test_util
 from pmapkit.legacy import classic_values as cv
 from pmapkit.legacy import pmap_sharding
 
-__all__ = ["INTERNAL", "census_records", "CONFIG_OPTIONS", "ConfigOption",
+__all__ = ["INTERNAL", "census_records", "REAL_USE", "CONFIG_ATTRS", "ARRAY_METHODS",
+           "ARRAY_PROPERTIES", "REFUSED_REAL_USE", "UNSERVABLE", "CONFIG_OPTIONS", "ConfigOption",
            "RemovedConfigValueError", "removed_config_text", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
            "REFUSED_MODULES",
@@ -59,6 +63,11 @@ class Removed:
     # name on this JAX and: True, a drop-in spelling; None, only if it is the
     # very object ``make`` serves; False, never.
     rename: bool | None = None
+    # built on the first read (a module __getattr__), not at install: what it
+    # needs may be costly to import or absent (absl-py, optax)
+    lazy: bool = False
+    # for a refusal: why no faithful equivalent exists (said in the error)
+    why: str = ""
 
     @property
     def removed_in(self):
@@ -80,7 +89,12 @@ class Removed:
         would turn an AttributeError into its own generic ImportError):
         an ImportError; read as an attribute, a removed module or name is an
         AttributeError, so ``hasattr`` sees it missing."""
-        if self.modern == INTERNAL:
+        if self.why:
+            text = (f"{self.name} was removed in JAX {self.removed_in} and has no "
+                    f"faithful equivalent on JAX {jax.__version__}: {self.why}; so "
+                    f"pmapkit.legacy does not provide it: use {self.modern} instead"
+                    + (f", e.g. {self.example}" if self.example else ""))
+        elif self.modern == INTERNAL:
             text = (f"{self.name} was removed in JAX {self.removed_in}. {INTERNAL} "
                     f"on JAX {jax.__version__}, so pmapkit.legacy does not provide it.")
         else:
@@ -167,6 +181,7 @@ def _config_module():
     module = types.ModuleType("jax.config", "The jax.config module of JAX before "
                               "0.4.29: its `config` is JAX's config object.")
     module.config = jax.config
+    module.FLAGS = classic_config.flags()     # the classic module's, over the values
     return module
 
 
@@ -362,6 +377,192 @@ NAMES = tuple(
            ("jax.experimental.multihost_utils", ("tree_map",)))
        for attr in attrs])
 
+
+# -- what real code reached (issue 48: census.real_use(), two or more
+# repositories) that the release census served wrongly or not at all --------
+def _same(owner_attr, module, attr=None, note=""):
+    """A classic internal served as the object JAX 0.10 holds in ``module``."""
+    attr = attr or owner_attr.rpartition(".")[2]
+    return Removed(owner_attr, INTERNAL, "", f"{module}.{attr} (the same object{note})",
+                   cv.private_object(module, attr))
+
+
+def _test_util_record(attr, make=None):
+    return Removed(f"jax.test_util.{attr}", "absl's parameterized.TestCase and numpy.testing",
+                   "np.testing.assert_allclose(x, y)",
+                   f"jax._src.test_util.{attr} (the same object; needs absl-py)"
+                   if make is None else make[0],
+                   make[1] if make else classic_test_util.same_object(attr), lazy=True)
+
+
+REAL_USE = (
+    Removed("jax.ShapedArray", "jax.core.ShapedArray",
+            "jax.core.ShapedArray((2, 3), jnp.float32)", "jax.core.ShapedArray (the same class)",
+            lambda: jax.core.ShapedArray, rename=True),
+    Removed("jax.xla", "jax.interpreters.xla", "from jax.interpreters import xla",
+            "the module jax.interpreters.xla (classic jax re-exported it)",
+            cv.public_module("jax.interpreters.xla"), rename=True, lazy=True),
+    Removed("jax.pxla", "jax.interpreters.pxla", "from jax.interpreters import pxla",
+            "the module jax.interpreters.pxla (classic jax re-exported it)",
+            cv.public_module("jax.interpreters.pxla"), rename=True, lazy=True),
+    Removed("jax.ad.deflinear", "jax.interpreters.ad.deflinear",
+            "jax.interpreters.ad.deflinear(prim, transpose_rule)",
+            "jax.interpreters.ad.deflinear (classic jax.ad was jax.interpreters.ad)",
+            cv.private_object("jax._src.interpreters.ad", "deflinear"), rename=True),
+    Removed("jax.numpy.alltrue", "jax.numpy.all", "jnp.all(x)", "jax.numpy.all",
+            cv.jnp_alias("all"), rename=True),
+    Removed("jax.numpy.product", "jax.numpy.prod", "jnp.prod(x)", "jax.numpy.prod",
+            cv.jnp_alias("prod"), rename=True),
+    Removed("jax.interpreters.xla._DeviceArray", "jax.Array", "isinstance(x, jax.Array)",
+            "jax.Array", _array_type),
+    Removed("jax.interpreters.xla.Device", "jax.Device", "isinstance(d, jax.Device)",
+            "jax.Device (the one device class)", lambda: jax.Device, rename=True),
+    Removed("jax.lib.xla_client.Device", "jax.Device", "isinstance(d, jax.Device)",
+            "jax.Device (the one device class)", lambda: jax.Device, rename=True),
+    Removed("jax.interpreters.xla.abstractify", "jax.typeof", "jax.typeof(x)",
+            "the abstract value of an argument (JAX's shaped_abstractify)",
+            lambda: jp.shaped_abstractify),
+    Removed("jax.interpreters.xla.xb", "jax.extend.backend", "jax.extend.backend.get_backend()",
+            "the module jax.lib.xla_bridge (as classic xla imported it)",
+            cv.public_module("jax.lib.xla_bridge"), lazy=True),
+    Removed("jax.core.get_aval", "jax.typeof", "jax.typeof(x)",
+            "jax.typeof (a concrete value gives its ShapedArray: ConcreteArray went in "
+            "JAX 0.4.36)", cv.get_aval(), rename=True),
+    Removed("jax._src.core.get_aval", "jax.typeof", "jax.typeof(x)",
+            "jax.typeof (a concrete value gives its ShapedArray: ConcreteArray went in "
+            "JAX 0.4.36)", cv.get_aval(), rename=True),
+    Removed("jax.core.ConcretizationTypeError", "jax.errors.ConcretizationTypeError",
+            "except jax.errors.ConcretizationTypeError: ...",
+            "jax.errors.ConcretizationTypeError (the same class)",
+            lambda: jax.errors.ConcretizationTypeError, rename=True),
+    Removed("jax.core.symbolic_equal_dim", INTERNAL, "",
+            "jax._src.core.definitely_equal (the same function, renamed)",
+            cv.symbolic_equal_dim()),
+    _same("jax.core.Shape", "jax._src.core"),
+    _same("jax.interpreters.batching.BatchTracer", "jax._src.interpreters.batching"),
+    _same("jax.interpreters.batching.BatchTrace", "jax._src.interpreters.batching",
+          note="; its constructor is the stackless one of JAX 0.4.36+"),
+    Removed("jax.interpreters.batching.not_mapped", INTERNAL, "", "None (as classic batching)",
+            cv.not_mapped()),
+    _same("jax.interpreters.ad.call_transpose", "jax._src.interpreters.ad"),
+    Removed("jax.interpreters.pxla.spec_to_indices", INTERNAL, "",
+            "pmapkit.core.sharding_specs.spec_to_indices (classic ShardingSpec)",
+            lambda: __import__("pmapkit.core.sharding_specs",
+                               fromlist=["spec_to_indices"]).spec_to_indices),
+    Removed("jax.experimental.pjit.ParsedPartitionSpec", INTERNAL, "",
+            "pmapkit.core.sharding_specs.ParsedPartitionSpec (classic pjit's)",
+            lambda: __import__("pmapkit.core.sharding_specs",
+                               fromlist=["ParsedPartitionSpec"]).ParsedPartitionSpec),
+    Removed("jax.experimental.pjit.get_array_mapping", INTERNAL, "",
+            "pmapkit.core.sharding_specs.array_mapping (classic pjit's)",
+            lambda: __import__("pmapkit.core.sharding_specs",
+                               fromlist=["array_mapping"]).array_mapping),
+    Removed("jax._src.tree_util._replace_nones", INTERNAL, "",
+            "a tree_map replacing None (classic semantics)", cv.replace_nones),
+    Removed("jax._src.lib.xla_bridge", "jax.extend.backend", "jax.extend.backend.get_backend()",
+            "jax._src.xla_bridge (the same module, moved)",
+            cv.private_module("jax._src.xla_bridge"), lazy=True),
+    _test_util_record("JaxTestCase", ("a subclass of jax._src.test_util.JaxTestCase with "
+                                      "the classic defaults (needs absl-py)",
+                                      classic_test_util.jax_test_case)),
+    _test_util_record("cases_from_list", ("the classic sampling (JAX_NUM_GENERATED_CASES "
+                                          "of the list, seed 42)",
+                                          classic_test_util.cases_from_list)),
+) + tuple(_test_util_record(attr) for attr in classic_test_util.SAME_OBJECTS)
+
+# Attributes of JAX's config object (``jax.config.NAME``).
+CONFIG_ATTRS = (
+    Removed("jax.config.FLAGS", "jax.config.read / jax.config.NAME",
+            "jax.config.jax_enable_x64", "a namespace over the config values (reads "
+            "and updates)", classic_config.flags),
+    Removed("jax.config.enable_omnistaging", "nothing (omnistaging is always on)",
+            "# drop the jax.config.enable_omnistaging() line", "a no-op that warns",
+            classic_config.enable_omnistaging),
+    Removed("jax.config.omnistaging_enabled", "nothing (omnistaging is always on)",
+            "True", "True", classic_config.omnistaging_enabled),
+)
+
+# Methods installed on JAX's array type (classic DeviceArray's).
+ARRAY_METHODS = (
+    Removed("jax.Array.to_py", "numpy.asarray(x)", "np.asarray(x)",
+            "the value as a NumPy array", lambda: cv.to_py),
+)
+def _sharding_spec(self):
+    try:
+        return cv.sharding_spec(self)
+    except AttributeError as e:
+        raise RemovedAttributeError(
+            f"jax.Array.sharding_spec was removed in JAX "
+            f"{removal_release('jax.Array.sharding_spec')} with ShardedDeviceArray "
+            f"({e}): use x.sharding instead") from None
+
+
+ARRAY_PROPERTIES = (
+    Removed("jax.Array.sharding_spec", "x.sharding", "x.sharding",
+            "the layout as a classic ShardingSpec (pmapkit.core.sharding_specs)",
+            lambda: _sharding_spec),
+)
+# Classic ``x.device()`` (a method until JAX 0.4.26; a property since 0.4.31)
+# cannot be served: the call reaches the Device itself, and a callable Device
+# is read as a function by JAX's and pmapkit's own code (cache keys take weak
+# references of callables). Refused, with its reason, where it can be seen:
+# ``pmapkit migrate`` and its leftover scan, the report's table, the docs.
+UNSERVABLE = (
+    Removed("jax.Array.device", "x.device (no call)", "x.device",
+            why="x.device is a property that gives the Device, and making every Device "
+                "callable would make JAX's own code take devices for functions"),
+)
+
+
+def _gone(name, why, modern, example=""):
+    return Removed(name, modern, example, why=why)
+
+
+_STACKLESS = ("JAX's tracing is stackless since 0.4.36: no main traces, sublevels "
+              "or trace stack exist")
+_MLIR_ONLY = ("JAX lowers to StableHLO through MLIR only: XLA-builder translation "
+              "rules and ops have no equivalent")
+_MLIR_RULE = "jax.interpreters.mlir.register_lowering(prim, mlir.lower_fun(impl))"
+_NO_BUILDER = "jaxlib no longer has the XLA builder (xla_client.ops, XlaBuilder)"
+
+# Names real code reached (two or more repositories) that JAX 0.10 holds
+# nowhere, each refused with the reason no faithful equivalent exists.
+REFUSED_REAL_USE = (
+    _gone("jax.core.as_named_shape", "named shapes left JAX's avals in 0.4.31",
+          "jax.core.ShapedArray(shape, dtype)"),
+    _gone("jax.core.cur_sublevel", _STACKLESS, "jax.make_jaxpr / primitives with rules"),
+    _gone("jax.core.new_main", _STACKLESS, "jax.make_jaxpr / primitives with rules"),
+    _gone("jax.core.thread_local_state", _STACKLESS, "jax.make_jaxpr / primitives with rules"),
+    _gone("jax.core.extract_call_jaxpr", "call primitives carry their jaxpr in their "
+          "params", "eqn.params['jaxpr']"),
+    _gone("jax.interpreters.partial_eval.trace_to_jaxpr", _STACKLESS, "jax.make_jaxpr",
+          "jax.make_jaxpr(f)(*args)"),
+    _gone("jax.interpreters.partial_eval.trace_to_jaxpr_final", _STACKLESS, "jax.make_jaxpr",
+          "jax.make_jaxpr(f)(*args)"),
+    _gone("jax.interpreters.xla.xla_call_p", "jax.jit binds the pjit primitive: there "
+          "is no xla_call", "jax.jit", "jax.jit(f)"),
+) + tuple(_gone(f"jax.interpreters.xla.{n}", _MLIR_ONLY, "jax.interpreters.mlir",
+                _MLIR_RULE)
+          for n in ("call_translations", "jaxpr_subcomp", "register_translation",
+                    "translations", "lower_fun", "xops", "AxisEnv")) + (
+    _gone("jax.lib.xla_client.ops", _NO_BUILDER, "jax.interpreters.mlir", _MLIR_RULE),
+    _gone("jax.lib.xla_client.make_gpu_client", "jaxlib makes its clients through "
+          "PJRT plugins", "jax.devices('gpu')"),
+    _gone("jax.lib.xla_bridge.make_computation_builder", _NO_BUILDER,
+          "jax.interpreters.mlir", _MLIR_RULE),
+    _gone("jax.lib.xla_bridge.parameter", _NO_BUILDER, "jax.interpreters.mlir", _MLIR_RULE),
+    _gone("jax.experimental.pjit._prepare_axis_resources", "an internal of classic "
+          "pjit's argument parsing; pmapkit's pjit parses the classic arguments itself",
+          "jax.sharding.PartitionSpec"),
+    _gone("jax.experimental.maps._PositionalSemantics", "the local/global positional "
+          "semantics went with the GlobalDeviceArray: every jax.Array is global",
+          "jax.make_array_from_process_local_data"),
+    _gone("jax.util.extend_name_stack", "name stacks are source_info_util's since JAX "
+          "0.2", "jax.named_scope", "with jax.named_scope('name'): ..."),
+    _gone("jax.defvjp_all", "custom differentiation rules are custom_vjp's since JAX "
+          "0.2", "jax.custom_vjp", "f = jax.custom_vjp(f); f.defvjp(fwd, bwd)"),
+)
+
 # Properties installed on JAX's array type.
 PROPERTIES = (
     Removed("jax.Array.device_buffers", "x.addressable_shards",
@@ -421,6 +622,24 @@ MODULES = (
     _served("jax.experimental.x64_context", "jax.enable_x64",
             "with jax.enable_x64(True): ...", "a module with enable_x64/disable_x64",
             cv.x64_context_module),
+    _served("jax.experimental.optix", "the optax package",
+            "import optax; opt = optax.adam(1e-3)",
+            "optax's functions under optix's names (needs optax)", lambda: _optix_module()),
+    _served("jax.prng", "jax.random.key(seed, impl=...)",
+            "jax.random.key(0, impl='threefry2x32')",
+            "a module with seed_with_impl and jax.extend.random's implementations",
+            cv.prng_module),
+    _served("jax.numpy.lax_numpy", "jax.numpy", "import jax.numpy as jnp",
+            "jax._src.numpy.lax_numpy (the same module)",
+            cv.private_module("jax._src.numpy.lax_numpy")),
+    _served("jaxlib.xla_extension", "jax.Device / jax.Array",
+            "isinstance(d, jax.Device) and d.platform == 'cpu'",
+            "jaxlib._jax's objects with per-platform device classes (isinstance by "
+            "platform)", lambda: classic_devices.xla_extension_module("jaxlib.xla_extension")),
+    _served("jax.lib.xla_extension", "jax.Device / jax.Array",
+            "isinstance(d, jax.Device) and d.platform == 'cpu'",
+            "jaxlib._jax's objects with per-platform device classes (isinstance by "
+            "platform)", lambda: classic_devices.xla_extension_module("jax.lib.xla_extension")),
     _served("jax.extend.ffi", "jax.ffi", "jax.ffi.ffi_call(...)",
             "a module of jax.ffi's functions (the same objects)", cv.extend_ffi_module),
 )
@@ -486,10 +705,14 @@ REFUSED_NAMES = (
 ))
 
 REFUSED_MODULES = (
+    Removed("jax.experimental.gda_serialization", "orbax-checkpoint, or "
+            "jax.experimental.array_serialization.serialization",
+            "orbax.checkpoint.PyTreeCheckpointer().save(path, tree)",
+            why="it became jax.experimental.array_serialization, whose functions take "
+                "other arguments (a sharding, not a mesh and mesh axes) and write "
+                "another format"),
     Removed("jax.experimental.loops", "jax.lax.fori_loop / jax.lax.scan",
             "jax.lax.fori_loop(0, n, body, init)"),
-    Removed("jax.experimental.optix", "the optax package",
-            "import optax; opt = optax.adam(1e-3)"),
     Removed("jax.experimental.sharded_jit", "jax.jit with in_shardings",
             "jax.jit(f, in_shardings=NamedSharding(mesh, P('x')))"),
 )
@@ -593,6 +816,8 @@ CONFIG_OPTIONS = (
     ConfigOption("jax_omnistaging", True, (True,),
                  "JAX stages every operation under jit"),
     ConfigOption("jax_enable_mlir", True, (True,), "JAX lowers through MLIR only"),
+    ConfigOption("jax_coordination_service", True, (True,),
+                 "the coordination service is the only one jax.distributed has"),
 )
 
 
@@ -620,6 +845,12 @@ OVERRIDES = {
     "jax.Array.local_shards": ("0.4.7", "GlobalDeviceArray's property; jax.Array took "
                                "the GDA's place"),
     "jax.sharding.PmapSharding.devices": ("0.10.0", "a property of a removed class"),
+    # what real code reached (issue 48), removals the release notes date
+    "jax.Array.to_py": ("0.4.9", "DeviceArray's method, kept on jax.Array until then"),
+    "jax.Array.sharding_spec": ("0.4.14", "ShardedDeviceArray's property"),
+    "jax.Array.device": ("0.4.31", "a method until then; a property since"),
+    "jax.config.enable_omnistaging": ("0.3.15", "a method of the config object"),
+    "jax.config.omnistaging_enabled": ("0.3.15", "an attribute of the config object"),
     "jax.device_put_replicated": ("0.10.0", "probed: deprecated names answered until 0.10"),
     "jax.device_put_sharded": ("0.10.0", "probed: deprecated names answered until 0.10"),
     # modules JAX 0.10 still answers for (an empty or deprecated module)
@@ -670,8 +901,26 @@ def removal_release(name):
     return found or "0.10.0"
 
 
-_ALL = {r.name: r for group in (NAMES, PROPERTIES, SHARDING_PROPERTIES, MODULES,
+_ALL = {r.name: r for group in (NAMES, REAL_USE, CONFIG_ATTRS, ARRAY_METHODS,
+                                ARRAY_PROPERTIES, UNSERVABLE, REFUSED_REAL_USE,
+                                PROPERTIES, SHARDING_PROPERTIES, MODULES,
                                 REFUSED_NAMES, REFUSED_MODULES, SYSTEMS) for r in group}
+
+# The jax._src module that holds today what each classic internal module held
+# (census_public_homes looks a classic name's object up there).
+PRIVATE_HOMES = {
+    "jax.core": "jax._src.core", "jax.util": "jax._src.util",
+    "jax.test_util": "jax._src.test_util", "jax.api_util": "jax._src.api_util",
+    "jax.dtypes": "jax._src.dtypes", "jax.custom_derivatives": "jax._src.custom_derivatives",
+    "jax.lib.xla_bridge": "jax._src.xla_bridge", "jax.experimental.pjit": "jax._src.pjit",
+    "jax.tree_util": "jax._src.tree_util", "jax.ad_util": "jax._src.ad_util",
+    "jax.lax": "jax._src.lax.lax", "jax.linear_util": "jax._src.linear_util",
+    "jax.interpreters.ad": "jax._src.interpreters.ad",
+    "jax.interpreters.batching": "jax._src.interpreters.batching",
+    "jax.interpreters.partial_eval": "jax._src.interpreters.partial_eval",
+    "jax.interpreters.mlir": "jax._src.interpreters.mlir",
+    "jax.interpreters.pxla": "jax._src.interpreters.pxla",
+}
 
 # JAX internals classic modules re-exported that JAX still has, public, under
 # jax.extend: served as the same objects. (owner, where JAX has them now)
@@ -692,6 +941,7 @@ def census_records():
         sources = {}
         for owner, source in _SAME_OBJECTS:
             sources[owner] = importlib.import_module(source)
+        homes = census.public_homes()
         for module, attr in census.union():
             name = f"{module}.{attr}"
             if name in _ALL or not census.missing_here(name):
@@ -717,6 +967,19 @@ def census_records():
                 # a module served from today's API: the name where it has it
                 records[name] = Removed(name, ours.modern, ours.example,
                                         f"{module}.{attr} in {ours.served_by}, where it has it")
+            elif name in homes and owner_here:
+                # the object JAX still exports under another public name
+                public = homes[name]
+                records[name] = Removed(name, public, f"{public}  # the same object",
+                                        f"{public} (the same object)",
+                                        lambda public=public: _public_object(public),
+                                        lazy=True)
+            elif name in homes:
+                # its module is gone: refused, naming the object JAX exports
+                public = homes[name]
+                records[name] = Removed(name, f"{public} (the same object)",
+                                        f"from {public.rpartition('.')[0]} import "
+                                        f"{public.rpartition('.')[2]}")
             elif source is not None and attr in vars(source):
                 where = f"{source.__name__}.{attr}"
                 records[name] = Removed(
@@ -730,6 +993,13 @@ def census_records():
 
 
 _CENSUS = None
+
+
+def _public_object(name):
+    """The object JAX's public dotted ``name`` names (its module imported)."""
+    import importlib
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _outside_object(origin):
@@ -746,6 +1016,31 @@ def _outside_object(origin):
         return None
     loaded = sys.modules.get(module)
     return getattr(loaded, attr, None) if loaded is not None else None
+
+
+def _optix_module():
+    """``jax.experimental.optix`` (JAX 0.1.x-0.2.6): its functions live on,
+    under the same names, in optax; served from optax when it is installed."""
+    try:
+        import optax
+    except ImportError:
+        raise RemovedModuleError(
+            f"jax.experimental.optix was removed in JAX {removal_release('jax.experimental.optix')}"
+            f" and has no faithful equivalent on JAX {jax.__version__} without optax: its "
+            "functions live on in optax, which is not installed; install it "
+            "(pip install optax) and pmapkit.legacy serves them under optix's names, "
+            "or use optax instead, e.g. import optax; opt = optax.adam(1e-3)",
+            name="jax.experimental.optix") from None
+
+    def missing(attr):
+        raise RemovedAttributeError(
+            f"jax.experimental.optix.{attr} was removed in JAX "
+            f"{removal_release('jax.experimental.optix')} and optax {optax.__version__} "
+            f"has no {attr}: use optax instead")
+    names = {n: getattr(optax, n) for n in dir(optax) if not n.startswith("_")}
+    return stand_in_module("jax.experimental.optix", "jax.experimental.optix as JAX "
+                           "0.1-0.2.6 had it: optax's functions under optix's names.",
+                           missing, **names)
 
 
 def by_name(name):

@@ -4,7 +4,9 @@ uses, the file:line of the first use in the program (outside pmapkit and
 JAX), what served it and the modern replacement.
 
 The report fits 100 columns (``WIDTH``): a few lines per name, long values
-folded. ``--report=wide`` / ``PMAPKIT_REPORT=wide`` prints it as one table
+folded. Each name also says how many public repositories of 2019-2024 reach it (the
+census of real use, ``census.real_use()``).
+``--report=wide`` / ``PMAPKIT_REPORT=wide`` prints it as one table
 line per name, however wide. ``--report=json`` / ``PMAPKIT_REPORT=json``
 prints the same as one JSON object on stderr (one line starting
 ``{"pmapkit_legacy_report"``); ``--report=PATH.json`` /
@@ -27,6 +29,7 @@ import sys
 import textwrap
 import threading
 
+from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import names as legacy_names
 
 __all__ = ["enable", "enabled", "note", "seen", "unseen", "counted", "counting_module_getattr",
@@ -206,6 +209,21 @@ def _served_by(record):
     return record.served_by or "refused: a clear error"
 
 
+@functools.lru_cache(maxsize=1)
+def _real_use():
+    """``({name: repositories reaching it}, repositories read)`` of the census
+    of real use."""
+    rows = legacy_census.real_use()
+    read = len({s.repository for s in legacy_census.real_use_sources()})
+    return {r.name: r.repos for r in rows}, read
+
+
+def real_use_text(name):
+    """How many public repositories of the census of real use reach ``name``."""
+    counts, read = _real_use()
+    return f"{counts.get(name, 0)} of {read} public repositories (2019-2024)"
+
+
 def entries():
     """The names counted so far, as dicts (the JSON form's ``names``)."""
     used = {name: n for name, n in counts().items() if legacy_names.known(name)}
@@ -215,7 +233,8 @@ def entries():
         out.append({"name": name, "removed_in": record.removed_in, "uses": used[name],
                     "how": _how.get(name, "calls"), "first_use": _first.get(name, "?"),
                     "served_by": _served_by(record), "modern": record.modern,
-                    "example": record.example})
+                    "example": record.example,
+                    "real_use": _real_use()[0].get(name, 0)})
     return out
 
 
@@ -240,6 +259,7 @@ def format_entries(rows, wide=False):
         for label, value in (("uses", f"{e['uses']} {e['how']}"),
                              ("first use", e["first_use"]),
                              ("served by", e["served_by"]),
+                             ("real use", real_use_text(e["name"])),
                              ("modern JAX", e["modern"]),
                              ("example", e["example"])):
             lines.append(_folded(value, f"    {label:<12}"))
@@ -255,16 +275,17 @@ def _folded(text, lead):
 
 
 def _wide_table(rows):
-    cells = [("classic name", "uses", "first use", "served by", "modern JAX", "example")]
+    cells = [("classic name", "uses", "first use", "served by", "real use", "modern JAX",
+              "example")]
     for e in rows:
         cells.append((f"{e['name']} (removed in {e['removed_in']})",
                       f"{e['uses']} {e['how']}", e["first_use"], e["served_by"],
-                      e["modern"], e["example"]))
-    widths = [max(len(r[i]) for r in cells) for i in range(5)]
+                      f"{e.get('real_use', 0)} repos", e["modern"], e["example"]))
+    widths = [max(len(r[i]) for r in cells) for i in range(6)]
     lines = [f"pmapkit.legacy report: {len(rows)} classic name(s) used"]
     for k, row in enumerate(cells):
         lines.append("  " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths))
-                     + " | " + row[5])
+                     + " | " + row[6])
         if k == 0:
             lines.append("  " + "-+-".join("-" * w for w in widths) + "-+-" + "-" * 7)
     return "\n".join(lines)

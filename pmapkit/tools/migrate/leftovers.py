@@ -13,7 +13,12 @@ dotted prefix of it, is
   that are not loaded yet;
 
 and a star import (``from jax.experimental.maps import *``) of such a module
-is one too. Each is a ``report.Left`` line.
+is one too. So is what the census of real use (``census.real_use()``) counts
+beyond module names, where this JAX lacks it: an attribute of JAX's config
+object (``jax.config.enable_omnistaging``), an option given to
+``jax.config.update`` (``"jax_array"``), and a classic array member read on
+anything (``x.to_py()``, ``x.device_buffers``, the call ``x.device()``). Each is
+a ``report.Left`` line.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import jax
 import libcst as cst
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
+from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import names as census
 from pmapkit.tools.migrate import deprecations
 from pmapkit.tools.migrate import syntax as sx
@@ -86,6 +92,72 @@ def _census_why(name):
     return f"removed in JAX {record.removed_in}{modern}"
 
 
+@functools.lru_cache(maxsize=1)
+def _real_use():
+    """``{name: record}`` of the census of real use."""
+    return {r.name: r for r in legacy_census.real_use()}
+
+
+def _real_use_why(name):
+    if census.known(name):
+        record = census.by_name(name)
+        why = f"; {record.why}" if record.why else ""
+        return f"removed in JAX {record.removed_in}{why}; use {record.modern}"
+    record = _real_use().get(name)
+    used = f"; reached by {record.repos} public repositories" if record else ""
+    return f"not in JAX {jax.__version__}{used}"
+
+
+@functools.lru_cache(maxsize=256)
+def config_attr(attr):
+    """(name, why) when JAX's config object lacks ``attr``, else None."""
+    config = jax.config
+    if attr.startswith("__") or attr in config.values or hasattr(config, attr):
+        return None
+    name = f"jax.config.{attr}"
+    return name, _real_use_why(name)
+
+
+@functools.lru_cache(maxsize=256)
+def config_option(option):
+    """(name, why) for an option ``jax.config.update`` no longer knows."""
+    if not option.startswith("jax_") or option in jax.config.values:
+        return None
+    name = f"jax.config:{option}"
+    removed = legacy_census.config_removed_in(option)
+    why = (f"config option removed in JAX {removed}" if removed
+           else _real_use_why(name))
+    return name, why
+
+
+@functools.lru_cache(maxsize=1)
+def _lacking_array_members():
+    """Classic array members the census of real use counts that a
+    ``jax.Array`` of this JAX lacks."""
+    import numpy as np
+    probe = jax.device_put(np.zeros((), np.float32))
+    lacking = set()
+    for record in legacy_census.real_use():
+        if record.kind == "array_member":
+            attr = record.name.rpartition(".")[2]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if not hasattr(probe, attr):
+                    lacking.add(attr)
+    return frozenset(lacking)
+
+
+def array_member(attr, called_bare=False):
+    """(name, why) for a classic array member this JAX lacks (``device``:
+    only its call without arguments, the classic method)."""
+    if attr == "device":
+        return ("jax.Array.device", _real_use_why("jax.Array.device")) if called_bare else None
+    if attr in _lacking_array_members():
+        name = f"jax.Array.{attr}"
+        return name, _real_use_why(name)
+    return None
+
+
 @functools.lru_cache(maxsize=4096)
 def classic(q):
     """(the classic name, why) for a qualified name ``q`` that is or lies
@@ -104,6 +176,8 @@ def classic(q):
             return prefix, f"deprecated in JAX {jax.__version__}: {message}"
     if status == _GONE:
         return missing, f"not in JAX {jax.__version__}"
+    if q.startswith("jax.config.") and q.count(".") >= 2:
+        return config_attr(q.split(".")[2])
     return None
 
 
@@ -153,7 +227,22 @@ class _Scan(cst.CSTVisitor):
         return False             # the outermost name of a chain says it all
 
     def visit_Attribute(self, node):
+        qualified = self.get_metadata(QualifiedNameProvider, node, set())
+        if not any(n.name.startswith("jax.") for n in qualified):
+            self._add(node, array_member(sx.code(node.attr)))
         return self._reference(node)
+
+    def visit_Call(self, node):
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            names = {n.name for n in self.get_metadata(QualifiedNameProvider, func, set())}
+            if names & {"jax.config.update", "jax.config.config.update"} and node.args:
+                value = node.args[0].value
+                if isinstance(value, cst.SimpleString):
+                    self._add(node, config_option(value.evaluated_value))
+            elif sx.code(func.attr) == "device" and not node.args:
+                self._add(node, array_member("device", called_bare=True))
+        return True
 
     def visit_Name(self, node):
         return self._reference(node)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 import collections
 import json
-import os
-import subprocess
 import sys
+
+from pmapkit.legacy.census_git import dotted, parse_target, python_files
 
 PARAMS = ("fun", "axis_name")
 KEYWORDS = ("axis_name", "in_axes", "out_axes", "static_broadcasted_argnums", "devices",
@@ -35,17 +35,6 @@ PYTREE_KINDS = {"flax.struct.dataclass": "flax struct dataclass",
                 "register_pytree_node_class": "register_pytree_node_class",
                 "register_dataclass": "register_dataclass",
                 "TrainState": "flax TrainState"}
-
-
-def _dotted(node):
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 class _Module:
@@ -67,10 +56,10 @@ class _Module:
                 self.functions[node.name].append(node)
 
     def qualified(self, node):
-        dotted = _dotted(node)
-        if dotted is None:
+        name = dotted(node)
+        if name is None:
             return None
-        head, _, rest = dotted.partition(".")
+        head, _, rest = name.partition(".")
         if head not in self.aliases:
             return None
         full = self.aliases[head] + ("." + rest if rest else "")
@@ -102,7 +91,7 @@ def _axes_form(node):
         return "nested tree"
     if isinstance(node, ast.Dict):
         return "nested tree"
-    if isinstance(node, ast.Call) and _dotted(node.func) and "Spec" not in _dotted(node.func):
+    if isinstance(node, ast.Call) and dotted(node.func) and "Spec" not in dotted(node.func):
         return "nested tree"
     return "a name or expression"
 
@@ -127,8 +116,8 @@ def _calls_in(module, body):
     seen = set()
     for node in ast.walk(body):
         if isinstance(node, ast.Call):
-            dotted = _dotted(node.func) or ""
-            last = dotted.rsplit(".", 1)[-1]
+            name = dotted(node.func) or ""
+            last = name.rsplit(".", 1)[-1]
             if last in BODY_CALLS:
                 seen.add(last)
             if last == "vmap" and any(k.arg == "axis_name" for k in node.keywords):
@@ -215,24 +204,16 @@ def sites_of(source):
             handled.add(id(node))
             sites.append({"form": "jax.pmap as a value (passed or assigned)"})
     kinds = set()
-    text_names = {(_dotted(n) or "") for n in ast.walk(tree) if isinstance(n, (ast.Name, ast.Attribute))}
+    text_names = {(dotted(n) or "") for n in ast.walk(tree) if isinstance(n, (ast.Name, ast.Attribute))}
     for name, kind in PYTREE_KINDS.items():
         if any(t == name or t.endswith("." + name) for t in text_names):
             kinds.add(kind)
     if any(isinstance(n, ast.ClassDef) and any(
-            (_dotted(d) or "").endswith("dataclass") or (
-                isinstance(d, ast.Call) and (_dotted(d.func) or "").endswith("dataclass"))
+            (dotted(d) or "").endswith("dataclass") or (
+                isinstance(d, ast.Call) and (dotted(d.func) or "").endswith("dataclass"))
             for d in n.decorator_list) for n in ast.walk(tree)):
         kinds.add("a dataclass")
     return sites, kinds
-
-
-def _files(git_dir, commit):
-    listed = subprocess.run(["git", "-C", git_dir, "ls-tree", "-r", "--name-only", commit],
-                            capture_output=True, text=True, check=True).stdout.split("\n")
-    for path in listed:
-        if path.endswith(".py"):
-            yield path
 
 
 def census(targets):
@@ -245,9 +226,7 @@ def census(targets):
     unparsed = 0
     for git_dir, commit, name in targets:
         count = 0
-        for path in _files(git_dir, commit):
-            blob = subprocess.run(["git", "-C", git_dir, "show", f"{commit}:{path}"],
-                                  capture_output=True, text=True, errors="replace").stdout
+        for path, blob in python_files(git_dir, commit):
             if "pmap" not in blob:
                 continue
             try:
@@ -282,11 +261,7 @@ def census(targets):
 def main(argv):
     """``usage_census OUT.json NAME=GIT_DIR@COMMIT ...``."""
     out, *specs = argv
-    targets = []
-    for spec in specs:
-        name, _, rest = spec.partition("=")
-        git_dir, _, commit = rest.partition("@")
-        targets.append((git_dir, commit, name))
+    targets = [parse_target(spec) for spec in specs]
     result = census(targets)
     result["how"] = __doc__.strip().split("\n\n")[0].replace("\n", " ")
     with open(out, "w") as f:
