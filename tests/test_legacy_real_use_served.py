@@ -223,6 +223,11 @@ print(json.dumps({
     "classes": [issubclass(xe.CpuDevice, xe.GpuDevice), issubclass(xe.CpuDevice, xe.CpuDevice),
                 xe.Device is jax.Device, isinstance(jnp.ones(2), xe.DeviceArray),
                 xe.DeviceList is jax._src.lib._jax.DeviceList],
+    # classic jax.jit returned a jax_jit.CompiledFunction (chex's
+    # is_traceable asks that); jaxlib's own names stay reachable there
+    "jit": [isinstance(jax.jit(lambda x: x), jxe.jax_jit.CompiledFunction),
+            isinstance(lambda x: x, xe.jax_jit.CompiledFunction),
+            jxe.jax_jit.PyArgSignature is jax._src.lib._jax.jax_jit.PyArgSignature],
 }))
 '''
 
@@ -231,6 +236,7 @@ def test_jaxlib_device_classes_answer_isinstance_by_platform(tmp_path):
     out = _run(_DEVICES, tmp_path)
     assert out["cpu"] == [True, False, False, True, False]
     assert out["classes"] == [False, True, True, True, True]
+    assert out["jit"] == [True, False, True]
 
 
 _TEST_CASE = r'''
