@@ -574,6 +574,12 @@ ifrt_programs = _colocated_jax.ifrt_programs
 JaxRuntimeError = _colocated_jax.JaxRuntimeError
 global_avals_to_results_handler = _pxla.global_avals_to_results_handler
 xla_backends = _xb.backends
+
+
+def started_backends():
+    """The backends JAX has started so far, by platform (none before its
+    first operation); starts none."""
+    return _xb._backends
 jax_util = _colocated_util  # tests set jax_util.test_event_listener
 
 

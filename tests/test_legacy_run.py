@@ -452,3 +452,20 @@ def test_classic_pjit_and_maps_imports_warn_of_nothing(tmp_path):
             print(f(np.arange(4.0)).tolist())
     """)
     assert _ok(_run(RUN + [script], tmp_path)) == ["mesh {'x': 2}", "[0.0, 2.0, 4.0, 6.0]"]
+
+
+def test_xla_client_local_backends_is_read_live_as_chex_reads_it(tmp_path):
+    # chex.set_n_cpu_devices (2021) reads jax.lib.xla_client._local_backends:
+    # classic jaxlib kept it None until the first backend started, then a
+    # table by platform; chex refuses a new device count only after that.
+    script = _script(tmp_path, """
+        import os
+        import jax
+        from jax.lib import xla_client
+        print("before", xla_client._local_backends)
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+        jax.numpy.ones(2).block_until_ready()
+        started = xla_client._local_backends
+        print("after", sorted(started), started["cpu"].device_count())
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == ["before None", "after ['cpu'] 4"]

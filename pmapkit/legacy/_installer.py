@@ -337,7 +337,7 @@ def _owner_object(name):
 def _serve(owner, record):
     """Sets ``record``'s value on ``owner`` where it lacks it; a lazy record
     is built on the first read (a chained module ``__getattr__``)."""
-    if record.lazy and isinstance(owner, types.ModuleType):
+    if (record.lazy or record.live) and isinstance(owner, types.ModuleType):
         lazy = _chain_getattr(owner)[3]
         if record.attr in lazy or _has(owner, record.attr):
             return []
@@ -593,6 +593,9 @@ def _chain_getattr(module):
                 return value
             if attr in lazy:
                 record = lazy[attr]
+                if record.live:
+                    legacy_report.seen(record.name)
+                    return record.make()()
                 value = _counted(record.name, record.make())
                 setattr(module, attr, value)
                 del lazy[attr]

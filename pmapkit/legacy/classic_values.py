@@ -93,6 +93,13 @@ def xla_client():
     return jaxlib.xla_client
 
 
+def started_backends():
+    """Classic ``xla_client._local_backends``: ``None`` until JAX starts its
+    backends (its first operation), then ``{platform: backend}``; reading it
+    starts nothing."""
+    return dict(jp.started_backends()) or None
+
+
 def clear_backends():
     import jax.extend.backend
     return jax.extend.backend.clear_backends

@@ -66,6 +66,10 @@ class Removed:
     # built on the first read (a module __getattr__), not at install: what it
     # needs may be costly to import or absent (absl-py, optax)
     lazy: bool = False
+    # read anew at every access (a module __getattr__, never set on the
+    # module): ``make()`` is the reader, for a value classic JAX kept current
+    # (jaxlib's table of the backends started so far)
+    live: bool = False
     # for a refusal: why no faithful equivalent exists (said in the error)
     why: str = ""
 
@@ -419,6 +423,11 @@ REAL_USE = (
             "jax.Device (the one device class)", lambda: jax.Device, rename=True),
     Removed("jax.lib.xla_client.Device", "jax.Device", "isinstance(d, jax.Device)",
             "jax.Device (the one device class)", lambda: jax.Device, rename=True),
+    Removed("jax.lib.xla_client._local_backends", "jax.extend.backend.get_backend()",
+            "jax.extend.backend.get_backend('cpu')",
+            "the backends started so far by platform, None before the first "
+            "(read at each access; chex.set_n_cpu_devices asks it)",
+            lambda: cv.started_backends, live=True),
     Removed("jax.interpreters.xla.abstractify", "jax.typeof", "jax.typeof(x)",
             "the abstract value of an argument (JAX's shaped_abstractify)",
             lambda: jp.shaped_abstractify),
