@@ -440,6 +440,11 @@ REAL_USE = (
     Removed("jax._src.core.get_aval", "jax.typeof", "jax.typeof(x)",
             "jax.typeof (a concrete value gives its ShapedArray: ConcreteArray went in "
             "JAX 0.4.36)", cv.get_aval(), rename=True),
+    # flax 0.3.6 (2021-12) imports it in flax.linen.module: every flax user of
+    # that release reaches it, one repository in the census.
+    Removed("jax._src.numpy.lax_numpy.isin", "jax.numpy.isin", "jnp.isin(x, test_elements)",
+            "jax.numpy.isin (the same function; JAX moved it out of lax_numpy)",
+            lambda: jnp.isin, rename=True),
     Removed("jax.core.ConcretizationTypeError", "jax.errors.ConcretizationTypeError",
             "except jax.errors.ConcretizationTypeError: ...",
             "jax.errors.ConcretizationTypeError (the same class)",
