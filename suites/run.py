@@ -212,7 +212,7 @@ def _fmt(c):
 
 def classify(suite, mode, test_id, message, rules):
     for rule in rules:
-        if rule["suite"] != suite or mode not in rule.get("modes", list(MODES)):
+        if rule["suite"] not in ("*", suite) or mode not in rule.get("modes", list(MODES)):
             continue
         if re.search(rule["test"], test_id) and re.search(rule.get("message", ""), message):
             return rule["class"], rule["why"]
