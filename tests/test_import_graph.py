@@ -2,9 +2,10 @@
 
 Every ``import`` counts, module-level or inside a function, read from the
 source (``ast``) of every module of the installed package, and of the
-checkout's ``bench/``, the stress pass (the top-level package ``stress``, run
-as ``python -m stress`` from the checkout) and ``tests/`` (helpers such as
-``_install`` are imported by their bare names).
+checkout's ``bench/``, ``suites/`` (real libraries' test suites), the
+stress pass (the top-level package ``stress``, run as ``python -m stress``
+from the checkout) and ``tests/`` (helpers such as ``_install`` are imported
+by their bare names).
 """
 import ast
 import os
@@ -22,7 +23,7 @@ ROOT = "pmapkit"
 #: on sys.path, so its modules are named relative to it ("." holds only the
 #: top-level scripts, setup.py, and the packages below; the others are read
 #: whole).
-CHECKOUT_ROOTS = ("bench", "tests", "docs", ".ci", ".")
+CHECKOUT_ROOTS = ("bench", "tests", "docs", ".ci", "suites", ".")
 TOP_LEVEL_PACKAGES = ("stress",)
 
 
@@ -156,7 +157,7 @@ def test_no_import_circles_in_the_repository(checkout_graph):
     graph = checkout_graph
     # The checker sees the stress pass, the bench scripts and the tests' helpers.
     for seen in (".:stress.runner", ".:stress.probes", ".:stress.__main__",
-                 "bench:dispatch_cost", "tests:_install", "tests:_doc_blocks",
+                 "bench:dispatch_cost", "suites:run", "tests:_install", "tests:_doc_blocks",
                  "tests:test_import_graph", ".:setup"):
         assert seen in graph, seen
     assert ".:stress.probes" in graph[".:stress.common"]

@@ -427,3 +427,64 @@ def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
     assert got == want
     assert want[0] == -signal.SIGINT and want[2] == "KeyboardInterrupt"
     assert len(want[1]) == 2 and all(script in frame for frame in want[1])
+
+
+def test_install_starts_no_backend_so_xla_flags_set_after_import_count(tmp_path):
+    # Classic JAX starts its backends at the first JAX operation, not at
+    # ``import jax``: a program (chex.set_n_cpu_devices, many scripts) sets
+    # XLA_FLAGS after the import and gets that many devices. pmapkit run
+    # imports JAX before the program; installing must start nothing.
+    script = _script(tmp_path, """
+        import os
+        import jax
+        from jax._src import xla_bridge
+        print("started before", bool(xla_bridge._backends))
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
+        print("devices", jax.device_count())
+        x = jax.device_put(jax.numpy.arange(3.0))
+        print("device_buffers", len(x.device_buffers), "local_shards", len(x.local_shards))
+        print("device_buffer", x.device_buffer.shape)
+    """)
+    lines = _ok(_run(RUN + [script], tmp_path))
+    assert lines == ["started before False", "devices 3", "device_buffers 1 local_shards 1",
+                     "device_buffer (3,)"]
+
+
+def test_classic_pjit_and_maps_imports_warn_of_nothing(tmp_path):
+    # Classic `from jax.experimental import maps` warned of nothing; a suite
+    # run with warnings as errors (flax's pytest.ini) stops at any warning
+    # pmapkit's served modules would trigger in JAX (its deprecated
+    # jax.interpreters.pxla.thread_resources).
+    script = _script(tmp_path, """
+        import warnings
+        warnings.simplefilter("error")
+        import numpy as np
+        import jax
+        from jax.experimental import PartitionSpec, maps
+        from jax.experimental.pjit import pjit, with_sharding_constraint
+        mesh = maps.Mesh(np.array(jax.devices()[:2]), ("x",))
+        with mesh:
+            print("mesh", dict(maps.thread_resources.env.physical_mesh.shape))
+            f = pjit(lambda a: with_sharding_constraint(a * 2, PartitionSpec("x")),
+                     in_axis_resources=PartitionSpec("x"),
+                     out_axis_resources=PartitionSpec("x"))
+            print(f(np.arange(4.0)).tolist())
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == ["mesh {'x': 2}", "[0.0, 2.0, 4.0, 6.0]"]
+
+
+def test_xla_client_local_backends_is_read_live_as_chex_reads_it(tmp_path):
+    # chex.set_n_cpu_devices (2021) reads jax.lib.xla_client._local_backends:
+    # classic jaxlib kept it None until the first backend started, then a
+    # table by platform; chex refuses a new device count only after that.
+    script = _script(tmp_path, """
+        import os
+        import jax
+        from jax.lib import xla_client
+        print("before", xla_client._local_backends)
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+        jax.numpy.ones(2).block_until_ready()
+        started = xla_client._local_backends
+        print("after", sorted(started), started["cpu"].device_count())
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == ["before None", "after ['cpu'] 4"]

@@ -299,7 +299,7 @@ def _top_level_jit(caller):
         return tuple(jax.tree_util.tree_leaves(jexp.call(*args, **kwargs)))
 
     run.__name__ = f"exported_{_identifier(exported.fun_name)}"
-    return jax.jit(run, donate_argnums=_donated_inputs(exported._jax))
+    return jp.jit(run, donate_argnums=_donated_inputs(exported._jax))
 
 
 class DeviceCountError(ValueError, NotImplementedError):

@@ -33,6 +33,7 @@ import re
 import jax
 from jax import export as jax_export
 
+from pmapkit import _jax_private as jp
 from pmapkit.core.misses import calls
 from pmapkit.core.programs import compiling, kinds, lowering
 from pmapkit.core.programs import process_local
@@ -140,7 +141,7 @@ def export(fun, *, lowering_platform=None, strict_checks=None,
                 jexp = _export_pmapkit(fun, fun_name, chosen, disabled,
                                        args_specs, kwargs_specs)
             else:
-                jitted = fun if isinstance(fun, jax.stages.Wrapped) else jax.jit(fun)
+                jitted = fun if isinstance(fun, jax.stages.Wrapped) else jp.jit(fun)
                 jexp = jax_export.export(jitted, platforms=chosen,
                                          disabled_checks=disabled)(
                     *args_specs, **kwargs_specs)
@@ -215,7 +216,7 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
 
     flat_program.__name__ = fun_name
     donate = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
-    jitted = jax.jit(flat_program, in_shardings=in_shardings,
+    jitted = jp.jit(flat_program, in_shardings=in_shardings,
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in prepared.in_avals]
     with lowering.own_jit_of_pmap():  # the export's jit, not the user's jit-of-pmap

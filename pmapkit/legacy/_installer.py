@@ -18,13 +18,11 @@ import types
 import warnings
 
 import jax
-import numpy as np
 
 import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_values
 from pmapkit.legacy import names as legacy_names
-from pmapkit.legacy import pmap_sharding
 from pmapkit.legacy import report as legacy_report
 
 __all__ = ["install", "installed"]
@@ -233,28 +231,53 @@ def _install_removed_names():
         owner = importlib.import_module(record.owner)
         if not _has(owner, record.attr):
             new += _install_name(owner, record.name, _counted(record.name, record.make()))
-    array_type = legacy_names.array_type()
-    probe = jax.device_put(np.zeros((), np.float32))
-    for record in legacy_names.PROPERTIES:
-        # JAX 0.10 keeps the two names as properties that raise AttributeError:
-        # an instance tells whether the name works.
-        if not _has(probe, record.attr):
-            setattr(array_type, record.attr,
-                    property(_counted(record.name, record.make(), "reads")))
-            new.append(record.name)
-    # A pmap layout: the one kind of sharding the properties are for.
-    probe = pmap_sharding.PmapSharding.default((1,), 0, jax.devices()[:1])
-    for record in legacy_names.SHARDING_PROPERTIES:
-        if not _has(probe, record.attr):
-            setattr(jax.sharding.NamedSharding, record.attr,
-                    property(_counted(record.name, record.make(), "reads")))
-            new.append(record.name)
+    # Decided from the classes, never from an instance: making an array or a
+    # device list here would start JAX's backends, and a program that sets
+    # XLA_FLAGS after ``import jax`` (before its first JAX operation, as
+    # ``chex.set_n_cpu_devices`` does) would get the devices of the flags
+    # before it.
+    for cls, records in ((legacy_names.array_type(), legacy_names.PROPERTIES),
+                         (jax.sharding.NamedSharding, legacy_names.SHARDING_PROPERTIES)):
+        for record in records:
+            served = _classic_property(cls, record)
+            if served is not None:
+                setattr(cls, record.attr, served)
+                new.append(record.name)
     for record in legacy_names.MODULES:
         if record.name == "jax.config":
             new += _install_config_module(record)
         else:
             new += _install_module(record.name, record.make)
     return new
+
+
+def _classic_property(cls, record):
+    """The property serving ``record`` on ``cls``, or None where it is in
+    place already. Where ``cls`` has no such attribute, the classic one; where
+    JAX keeps the name as a property (JAX 0.10's ``device_buffers`` raises
+    AttributeError), a property reading JAX's first and the classic one only
+    where JAX's raises AttributeError: whether JAX's works is known only on
+    an instance, and install makes none."""
+    present = inspect.getattr_static(cls, record.attr, None)
+    if getattr(getattr(present, "fget", None), "_pmapkit_classic", False):
+        return None
+    classic = _counted(record.name, record.make(), "reads")
+    if present is None:
+        def read(self):
+            return classic(self)
+    elif isinstance(present, property) and present.fget is not None:
+        jax_read = present.fget
+
+        def read(self):
+            try:
+                return jax_read(self)
+            except AttributeError:
+                return classic(self)
+    else:
+        return None
+    functools.update_wrapper(read, classic)
+    read._pmapkit_classic = True
+    return property(read)
 
 
 def _install_real_use():
@@ -284,17 +307,17 @@ def _install_real_use():
         if not _has(config, record.attr):
             setattr(config, record.attr, _counted(record.name, record.make(), "uses"))
             new.append(record.name)
+    # From the class, never an instance (install starts no backend: see
+    # _install_removed_names).
     array_type = legacy_names.array_type()
-    probe = jax.device_put(np.zeros((), np.float32))
     for record in legacy_names.ARRAY_METHODS:
-        if not _has(probe, record.attr):
+        if inspect.getattr_static(array_type, record.attr, None) is None:
             setattr(array_type, record.attr, _counted(record.name, record.make()))
             new.append(record.name)
     for record in legacy_names.ARRAY_PROPERTIES:
-        # a served property may refuse a given array (AttributeError): ask the class
-        if record.attr not in vars(array_type) and not _has(probe, record.attr):
-            setattr(array_type, record.attr,
-                    property(_counted(record.name, record.make(), "reads")))
+        served = _classic_property(array_type, record)
+        if served is not None:
+            setattr(array_type, record.attr, served)
             new.append(record.name)
     return new
 
@@ -317,7 +340,7 @@ def _owner_object(name):
 def _serve(owner, record):
     """Sets ``record``'s value on ``owner`` where it lacks it; a lazy record
     is built on the first read (a chained module ``__getattr__``)."""
-    if record.lazy and isinstance(owner, types.ModuleType):
+    if (record.lazy or record.live) and isinstance(owner, types.ModuleType):
         lazy = _chain_getattr(owner)[3]
         if record.attr in lazy or _has(owner, record.attr):
             return []
@@ -578,6 +601,9 @@ def _chain_getattr(module):
                 return value
             if attr in lazy:
                 record = lazy[attr]
+                if record.live:
+                    legacy_report.seen(record.name)
+                    return record.make()()
                 value = _counted(record.name, record.make())
                 setattr(module, attr, value)
                 del lazy[attr]

@@ -66,6 +66,10 @@ class Removed:
     # built on the first read (a module __getattr__), not at install: what it
     # needs may be costly to import or absent (absl-py, optax)
     lazy: bool = False
+    # read anew at every access (a module __getattr__, never set on the
+    # module): ``make()`` is the reader, for a value classic JAX kept current
+    # (jaxlib's table of the backends started so far)
+    live: bool = False
     # for a refusal: why no faithful equivalent exists (said in the error)
     why: str = ""
 
@@ -421,6 +425,11 @@ REAL_USE = (
             "jax.Device (the one device class)", lambda: jax.Device, rename=True),
     Removed("jax.lib.xla_client.Device", "jax.Device", "isinstance(d, jax.Device)",
             "jax.Device (the one device class)", lambda: jax.Device, rename=True),
+    Removed("jax.lib.xla_client._local_backends", "jax.extend.backend.get_backend()",
+            "jax.extend.backend.get_backend('cpu')",
+            "the backends started so far by platform, None before the first "
+            "(read at each access; chex.set_n_cpu_devices asks it)",
+            lambda: cv.started_backends, live=True),
     Removed("jax.interpreters.xla.abstractify", "jax.typeof", "jax.typeof(x)",
             "the abstract value of an argument (JAX's shaped_abstractify)",
             lambda: jp.shaped_abstractify),
@@ -433,6 +442,11 @@ REAL_USE = (
     Removed("jax._src.core.get_aval", "jax.typeof", "jax.typeof(x)",
             "jax.typeof (a concrete value gives its ShapedArray: ConcreteArray went in "
             "JAX 0.4.36)", cv.get_aval(), rename=True),
+    # flax 0.3.6 (2021-12) imports it in flax.linen.module: every flax user of
+    # that release reaches it, one repository in the census.
+    Removed("jax._src.numpy.lax_numpy.isin", "jax.numpy.isin", "jnp.isin(x, test_elements)",
+            "jax.numpy.isin (the same function; JAX moved it out of lax_numpy)",
+            lambda: jnp.isin, rename=True),
     Removed("jax.core.ConcretizationTypeError", "jax.errors.ConcretizationTypeError",
             "except jax.errors.ConcretizationTypeError: ...",
             "jax.errors.ConcretizationTypeError (the same class)",

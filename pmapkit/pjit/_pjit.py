@@ -868,7 +868,7 @@ def _bind_traced(spec, prepared):
 # body), emptied with pmapkit's caches.
 @functools.lru_cache(maxsize=256)
 def _jit_of_body(closed_jaxpr):
-    return jax.jit(jp.jaxpr_as_fun(closed_jaxpr))
+    return jp.jit(jp.jaxpr_as_fun(closed_jaxpr))
 
 
 caches.register_clear(_jit_of_body.cache_clear)

@@ -312,6 +312,12 @@ def _out_axes_flat(spec, out_tree, jaxpr):
     return tuple(axes)
 
 
+class EmptyMappedAxisError(ValueError, ZeroDivisionError):
+    """A pmap over a mapped axis of size 0. A ValueError naming the argument,
+    and the ZeroDivisionError classic pmap raised there (its C++ dispatch
+    divided by the axis size), which classic code and tests catch."""
+
+
 def _mapped_size(in_avals, in_axes_flat, describe):
     sizes = {}
     for k, (aval, ax) in enumerate(zip(in_avals, in_axes_flat)):
@@ -332,7 +338,7 @@ def _mapped_size(in_avals, in_axes_flat, describe):
     size = next(iter(sizes))
     if size == 0:
         k = sizes[0][0]
-        raise ValueError(
+        raise EmptyMappedAxisError(
             f"pmap got a mapped axis of size 0 ({describe(k)} has axis "
             f"{in_axes_flat[k]} of size 0, type {in_avals[k].str_short()}): a "
             "pmap runs one program instance per element of the mapped axis, "

@@ -174,10 +174,10 @@ def _outer_jit(primitive, params, in_avals, named=True):
         # committed cotangent placed otherwise (a replicated weight's, under
         # eager grad); the program constrains its results itself.
         in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
-        jitted = jax.jit(_constrained_program(primitive, params, out_shardings),
-                         in_shardings=in_shardings)
+        jitted = jp.jit(_constrained_program(primitive, params, out_shardings),
+                        in_shardings=in_shardings)
     else:
-        jitted = jax.jit(_program(primitive, params))
+        jitted = jp.jit(_program(primitive, params))
     with _compile_lock:
         jitted = _outer_jits.setdefault(key, jitted)
         _trim(_outer_jits, caches.programs_size())
@@ -190,9 +190,9 @@ def lower_program(primitive, params, in_avals, keep_unused=False):
     option), else they are pruned."""
     in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
     donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
-    jitted = jax.jit(_program(primitive, params), in_shardings=in_shardings,
-                     out_shardings=out_shardings, donate_argnums=donate,
-                     keep_unused=keep_unused)
+    jitted = jp.jit(_program(primitive, params), in_shardings=in_shardings,
+                    out_shardings=out_shardings, donate_argnums=donate,
+                    keep_unused=keep_unused)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     with _outside_ambient_mesh(), own_jit_of_pmap():

@@ -149,7 +149,7 @@ def _deoptimized_pmap(params, args):
     def per_instance(*xs):
         return _eval_unrolled(body.jaxpr, body.consts, xs)
 
-    return jax.vmap(per_instance, in_axes=params["in_axes"], out_axes=0,
+    return jp.vmap(per_instance, in_axes=params["in_axes"], out_axes=0,
                     axis_name=params["axis_name"],
                     axis_size=params["axis_size"])(*args)
 
