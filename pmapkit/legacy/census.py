@@ -325,6 +325,11 @@ def clear_error(error: BaseException, full_name: str) -> bool:
     JAX release that removed it, and what to use instead."""
     text = str(error)
     module = full_name.rpartition(".")[0]
+    if isinstance(error, ModuleNotFoundError) and full_name in text \
+            and " needs " in text and "pip install " in text:
+        # Served, but on a package classic JAX needed for it too (absl-py for
+        # jax.test_util): the error names the name and the install.
+        return True
     named = full_name in text or (module and f"{module} was removed" in text)
     says_what = ("instead" in text or "no public replacement" in text
                  or "use " in text.lower())
