@@ -32,8 +32,10 @@ def _helper_statements():
     """The text of every top-level statement of every helper's source."""
     out = set()
     for helper in helpers.ALL.values():
-        parsed = cst.parse_module(helper.source.lstrip("\n"))
+        parsed = cst.parse_module(helper.source)
         out.update(parsed.code_for_node(s).strip() for s in parsed.body)
+        if helper.call_after:
+            out.add(f"{helper.name}()")
     return out
 
 

@@ -1,7 +1,7 @@
 """Mutation check of ``pmapkit migrate``'s rules (run by hand; pytest does not
 collect it):
 
-    python -P tests/migrate_mutations.py [--refusals] [--rules] [--check] [-k WORDS]
+    python -P tests/migrate_mutations.py [--refusals] [--rules] [--translation] [--check] [-k WORDS]
 
 Each mutant is run against the in-process migrate tests (the ``test_migrate_*``
 files less the tests that start processes) and the failing tests are counted:
@@ -16,18 +16,25 @@ files less the tests that start processes) and the failing tests are counted:
   a move a family writes itself; the census's generated renames are data, not
   rules) taken out of ``transformer.tables()``; these stop at the first
   failing test (it is named) — a rule needs one test that fails without it;
+- ``--translation``: each of ``TRANSLATION_MUTANTS`` (a planted bug in the pmap
+  translation, the helpers written into files, ordered host_callback, the
+  same-behaviour rewrites, the leftover scan) written over its file on disk,
+  the translation tests run in a fresh process (``-x``; the helpers' source is
+  read from disk, and the ordered-tap test runs its migrated file in a process
+  of its own), the file restored.
 - ``--check``: each mutant of ``--check``'s comparison and isolation in
   ``tests/_check_mutants.py`` (text edits to ``check.py``/``check_runs.py``:
   numbers, tolerance, ``--ignore``, exit statuses, timeouts, the copies, stdin)
   against ``tests/test_migrate_check.py``, stopping at its first failing test.
 
-No flag: all three.
+No flag: all four.
 
 A mutant that no test kills is printed SURVIVED; the exit status is then 1.
 """
 import argparse
 import ast
 import os
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,18 +43,22 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest  # noqa: E402
 
-from pmapkit.tools.migrate import (rules_export, rules_host_callback, rules_modern,  # noqa: E402
+from pmapkit.tools.migrate import (rules_classic_names, rules_export,  # noqa: E402
+                                    rules_host_callback, rules_modern,
                                     rules_pjit, rules_placement, rules_pmap,
                                     rules_trees_ops, transformer)
 
-RULE_MODULES = (rules_export, rules_host_callback, rules_modern, rules_pjit, rules_placement,
-                rules_pmap, rules_trees_ops)
+RULE_MODULES = (rules_classic_names, rules_export, rules_host_callback, rules_modern, rules_pjit,
+                rules_placement, rules_pmap, rules_trees_ops)
 TEST_FILES = [os.path.join(HERE, f) for f in ("test_migrate_every_rule.py", "test_migrate_rules.py",
                                               "test_migrate_refusals.py",
-                                              "test_migrate_honesty.py")]
+                                              "test_migrate_honesty.py",
+                                              "test_migrate_translate.py",
+                                              "test_migrate_pmap_forms.py")]
 # Tests that start processes: slow, and a mutant in this process does not reach them.
 IN_PROCESS = ("not every_family and not check_proves and not a_rewritten_dotted_name "
-              "and not every_rule_has_a_sample")
+              "and not every_rule_has_a_sample and not one_at_a_time and not training_loop "
+              "and not forms_programs")
 
 
 class _Failures:
@@ -184,17 +195,116 @@ def mutate_rules(only):
     return results
 
 
+MIGRATE = os.path.join(os.path.dirname(HERE), "pmapkit", "tools", "migrate")
+TRANSLATION_TESTS = [os.path.join(HERE, f) for f in (
+    "test_migrate_translate.py", "test_migrate_pmap_forms.py", "test_migrate_rules.py",
+    "test_migrate_refusals.py")]
+# (file under pmapkit/tools/migrate, text, planted bug, label)
+TRANSLATION_MUTANTS = [
+    ("rules_pmap.py", "return f\"jax.P({'None, ' * axis}{name})\"", "return f\"jax.P({name})\"",
+     "a spec ignores its axis (in_axes=1 read as 0)"),
+    ("rules_pmap.py", "            in_axes = tuple(in_axes[k] for k in dynamic)\n", "",
+     "in_axes not narrowed to the non-static arguments"),
+    ("rules_pmap.py", '"check_vma=False"]', "]", "shard_map's varying-axes check left on"),
+    ("rules_pmap.py", '            options.append(f"donate_argnums={_tuple_text(self.donate)}")',
+     "            pass", "donate_argnums dropped"),
+    ("rules_pmap.py", '            options.append(f"static_argnums={_tuple_text(self.static)}")',
+     "            pass", "static_argnums dropped"),
+    ("rules_pmap.py", 'self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"',
+     'self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"',
+     "devices= ignored"),
+    ("rules_pmap.py", "    if ctx.is_nested_pmap(original):", "    if False:",
+     "a pmap of a pmap translated"),
+    ("rules_pmap.py", 'if isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute))',
+     "if True", "an axis name computed at run time translated"),
+    ("written.py", "args = list(per_leaf(in_axes, args, jax.numpy.squeeze))",
+     "args = list(per_leaf(in_axes, args, lambda v, a: v[0]))",
+     "the device axis taken by indexing (a longer block silently sliced)"),
+    ("written.py", "return per_leaf(out_axes, fun(*args), jax.numpy.expand_dims)",
+     "return per_leaf(out_axes, fun(*args), lambda v, a: jax.numpy.expand_dims(v, 0))",
+     "out_axes ignored"),
+    ("written.py", "            args.insert(position, value)", "            pass",
+     "statics not handed back"),
+    ("written.py", "jax.experimental.io_callback(run, None, arg, _device_index(), ordered=True)",
+     "jax.debug.callback(run, arg, _device_index())", "taps unordered (jax.debug.callback)"),
+    ("written.py", "        with _lock:\n            device = {\"device\": jax.local_devices()"
+     "[int(index)]} if tap_with_device else {}\n            tap_func(value, (), **device)",
+     "        device = {\"device\": jax.local_devices()[int(index)]} if tap_with_device else {}"
+     "\n        tap_func(value, (), **device)", "taps not one at a time"),
+    ("written.py", "        return jax.experimental.io_callback(run, result_shape, arg, _device_index(),"
+     "\n                                            ordered=True)",
+     "        return jax.pure_callback(run, result_shape, arg, _device_index())",
+     "a call as pure_callback (dropped when unused)"),
+    ("written.py", "    return jax.lax.axis_index(axes) if axes else numpy.int32(0)",
+     "    return numpy.int32(0)", "the device index always 0"),
+    ("rules_host_callback.py", "    return bool(names) and all(id(n) in ids for n in names)",
+     "    return True", "call_with_device translated whatever the device is used for"),
+    ("transformer.py", "            return isinstance(node.func, cst.Name) and node.func.value in "
+     "self.mesh_functions", "            return False", "a mesh from a function not entered"),
+    ("transformer.py", "            return node.attr.value in self.mesh_attributes",
+     "            return False", "a mesh from an attribute not entered"),
+    ("transformer.py", "                and original_node.func.attr.value == rules_classic_names.TO_PY):",
+     "                and False):", "x.to_py() kept"),
+    ("transformer.py", "        if len(original_node.body) == 1 and self._dropped(original_node.body[0]):",
+     "        if False:", "config.enable_omnistaging() kept"),
+    ("transformer.py", "                and self.qualname(original_node.value.func) in "
+     "rules_classic_names.BACKEND_PLATFORM):", "                and False):",
+     "get_backend().platform kept"),
+    ("transformer.py", "            if target is not None and \".\" not in target:",
+     "            if False:", "optix import kept"),
+    ("leftovers.py", "            hit = config_option(found[0].split(\".\")[2])", "            pass",
+     "a removed config option read not flagged"),
+    ("leftovers.py", "                self._add(node, config_option(node.args[0].value."
+     "evaluated_value))", "                pass", "a removed config option set not flagged"),
+    ("leftovers.py", "        if gone is not None and not self._is_jax_name(node.value):",
+     "        if False:", "a classic array method not flagged"),
+    ("leftovers.py", "            return False         # the program's own attribute of a module",
+     "            pass", "a program's own module attribute flagged"),
+]
+
+
+def mutate_translation(only):
+    results = []
+    for name, text, bug, label in TRANSLATION_MUTANTS:
+        label = f"translation {name}: {label}"
+        if only and not all(w in label for w in only):
+            continue
+        path = os.path.join(MIGRATE, name)
+        with open(path) as f:
+            source = f.read()
+        if source.count(text) != 1:
+            raise SystemExit(f"mutant text not found once in {name}: {text!r}")
+        counter = _Failures()
+        try:
+            with open(path, "w") as f:
+                f.write(source.replace(text, bug))
+            proc = subprocess.run([sys.executable, "-P", "-m", "pytest", "-x", "-q",
+                                   "-p", "no:cacheprovider", "--no-header", "--tb=no",
+                                   *TRANSLATION_TESTS], capture_output=True, text=True,
+                                  timeout=1800, cwd=os.path.dirname(HERE))
+        finally:
+            with open(path, "w") as f:
+                f.write(source)
+        failed = [line.split(" ")[1] for line in proc.stdout.splitlines()
+                  if line.startswith("FAILED ")]
+        counter.failed.update(failed or ([] if proc.returncode == 0 else ["(the run failed)"]))
+        counter.ran = 1
+        results.append((label, counter))
+    return results
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="python -P tests/migrate_mutations.py")
     parser.add_argument("--refusals", action="store_true")
     parser.add_argument("--rules", action="store_true")
+    parser.add_argument("--translation", action="store_true")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("-k", nargs="*", default=[], help="only mutants whose label has these")
     args = parser.parse_args(argv)
     sys.path.insert(0, HERE)
-    every = not (args.refusals or args.rules or args.check)
+    every = not (args.refusals or args.rules or args.translation or args.check)
     results = []
-    if args.refusals or args.rules or every:
+    if args.refusals or args.rules or args.translation or every:
         baseline = run_tests(trace=True)
         if baseline.failed:
             print(f"the tests fail without a mutant: {sorted(baseline.failed)}")
@@ -203,6 +313,8 @@ def main(argv):
             results += mutate_refusals(args.k, baseline)
         if args.rules or every:
             results += mutate_rules(args.k)
+        if args.translation or every:
+            results += mutate_translation(args.k)
         print(f"\nbaseline: {baseline.passed} in-process tests pass")
     if args.check or every:
         import _check_mutants
@@ -219,7 +331,8 @@ def main(argv):
         n = len(counter.failed)
         survived += n == 0
         first = f"  (first: {sorted(counter.failed)[0].rpartition('::')[2][:60]})" \
-            if label.startswith(("calls", "names", "attributes", "moves", "check:")) and n else ""
+            if label.startswith(("calls", "names", "attributes", "moves", "translation", "check:")) \
+            and n else ""
         print(f"{'SURVIVED' if n == 0 else 'killed':>8}  {n:>3} failing / {counter.ran:>3} "
               f"run  {label}{first}")
     print(f"{len(results)} mutants, {len(results) - survived} killed, {survived} survived")

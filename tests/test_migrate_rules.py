@@ -105,15 +105,6 @@ def test_config_example_libraries_array_types_tie_in_shuffle():
         import jax.numpy as jnp
 
 
-        def _classic_prng():
-            # jax.random streams as the original drew them (JAX before 0.5, and pmapkit
-            # run): jax_threefry_partitionable off (written by pmapkit migrate).
-            jax.config.update("jax_threefry_partitionable", False)
-
-
-        _classic_prng()
-
-
         config.update("jax_enable_x64", False)
 
 
@@ -306,12 +297,15 @@ def test_host_callback_and_what_is_left():
     assert new == textwrap.dedent(f'''\
         from jax.experimental import host_callback as hcb
         import jax
+        import jax.experimental
+        import numpy
+        import threading
 
 
         def f(x):
             y = _id_tap(tap, x, result=x + 1)
             z = _id_print(y, what="y")
-            w = jax.pure_callback(host_fn, z, z)
+            w = _host_call(host_fn, z, z)
             v = _id_tap(tap, w, tap_with_device=True)
             # pmapkit migrate: jax.experimental.host_callback.id_print left as written: {why}
             return hcb.id_print(v, output_stream=stream)
@@ -354,14 +348,14 @@ def test_pmap_to_shard_map_and_the_pmaps_kept():
 
 
         @jax.pmap
-        def f(x):
-            return x
+        def double(x):
+            return x * 2
 
 
         g = pmap(f, "i", in_axes=(0, None), devices=jax.devices()[:2])
         h = functools.partial(jax.pmap, axis_name="i")
         k = jax.pmap(f, in_axes=1, out_axes=None)
-        m = jax.pmap(f, static_broadcasted_argnums=(1,))
+        m = jax.pmap(f, static_broadcasted_argnums=(1,), donate_argnums=0)
         b = jax.pmap(f, backend="cpu")
         s = jax.pmap(f, axis_size=8)
         o = jax.pmap(f, global_arg_shapes=(shape,))
@@ -369,29 +363,47 @@ def test_pmap_to_shard_map_and_the_pmaps_kept():
     assert new == textwrap.dedent('''\
         import functools
         import jax
-        import numpy
-        import threading
-        import weakref
 
 
-        @_pmap
-        def f(x):
-            return x
+        @jax.jit
+        @functools.partial(jax.shard_map, mesh=jax.sharding.Mesh(jax.local_devices(), ("devices",)),
+                           in_specs=jax.P("devices"), out_specs=jax.P("devices"), check_vma=False)
+        @_per_device
+        def double(x):
+            return x * 2
 
 
-        g = _pmap(f, "i", in_axes=(0, None), devices=jax.devices()[:2])
-        h = functools.partial(_pmap, axis_name="i")
-        k = _pmap(f, in_axes=1, out_axes=None)
-        m = _pmap(f, static_broadcasted_argnums=(1,))
+        g = jax.jit(jax.shard_map(
+            _per_device(f, in_axes=(0, None)),
+            mesh=jax.sharding.Mesh(jax.devices()[:2], ("i",)), in_specs=(jax.P("i"), jax.P()),
+            out_specs=jax.P("i"), check_vma=False))
+        # pmapkit migrate: jax.pmap kept: functools.partial(jax.pmap, ...) as a value: the pmap is made where it is called, which migrate does not follow
+        h = functools.partial(jax.pmap, axis_name="i")
+        k = jax.jit(jax.shard_map(
+            _per_device(f, in_axes=1, out_axes=None),
+            mesh=jax.sharding.Mesh(jax.local_devices(), ("devices",)), in_specs=jax.P(None, "devices"),
+            out_specs=jax.P(), check_vma=False))
+        m = (lambda fn, mesh: jax.jit(
+            lambda *args: jax.shard_map(
+                _per_device(fn, static=((1, args[1]),)),
+                mesh=mesh, in_specs=jax.P("devices"), out_specs=jax.P("devices"), check_vma=False,
+            )(*[x for k, x in enumerate(args) if k not in (1,)]),
+            static_argnums=(1,), donate_argnums=(0,)))(
+            f, jax.sharding.Mesh(jax.local_devices(), ("devices",)))
+        # pmapkit migrate: jax.pmap kept: backend= (the devices of a platform) is kept for jax.pmap
         b = jax.pmap(f, backend="cpu")
+        # pmapkit migrate: jax.pmap kept: axis_size= (a mapped size across processes) is kept for jax.pmap
         s = jax.pmap(f, axis_size=8)
         # pmapkit migrate: jax.pmap left as written: global_arg_shapes= is gone from jax.pmap (JAX 0.10 has none); drop it: a pmap takes each process's local slice
         o = jax.pmap(f, global_arg_shapes=(shape,))
         ''')
     assert [(k.line, k.why) for k in report.kept] == [
+        (12, "functools.partial(jax.pmap, ...) as a value: the pmap is made where it is called, "
+             "which migrate does not follow"),
         (15, "backend= (the devices of a platform) is kept for jax.pmap"),
         (16, "axis_size= (a mapped size across processes) is kept for jax.pmap")]
     assert [(k.line, k.name) for k in report.left] == [(17, "jax.pmap")]
+    assert report.helpers == ["_per_device"]
 
 
 def test_names_without_a_modern_spelling_are_left_with_a_comment():

@@ -3,7 +3,7 @@
 Rows are labelled by what ran: ``jax.pmap`` (JAX 0.10's own, the baseline),
 ``pmapkit`` (pmapkit's pmap: the original under ``pmapkit run --route-pmap``,
 or ``pmapkit.pmap``) and ``migrated`` (the file ``pmapkit migrate`` writes, on
-plain jax with no pmapkit imported: its pmaps are the written-in ``_pmap``,
+plain jax with no pmapkit imported: each pmap translated at its site into
 ``jax.jit`` of ``jax.shard_map``). A ``migrated`` row carries
 ``migrated/pmapkit``, its value over the ``pmapkit`` row's.
 
@@ -17,11 +17,11 @@ lowered is the same).
 
 ``migrate_pmap_per_call_8_devices``: caller-thread CPU µs per cached call of
 one pmapped function (8 devices, blocking each call) for ``jax.pmap``,
-``pmapkit.pmap`` and the migrated ``_pmap``, interleaved in one process.
+``pmapkit.pmap`` and what ``pmapkit migrate`` writes for ``jax.pmap(f)`` (run as
+written: ``jax.jit(jax.shard_map(_per_device(f), ...))``), interleaved in one process.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import tempfile
@@ -33,7 +33,7 @@ import numpy as np
 import pmapkit
 from pmapkit.tools.bench.features import feature_case, interleaved_cpu_us
 from pmapkit.tools.bench.features_wrappers import SCRIPT, alternating_rows
-from pmapkit.tools.migrate import helpers, migrate_source
+from pmapkit.tools.migrate import migrate_source
 
 
 @feature_case("migrate_inline_pmaps_script_8_devices", baseline="jax.pmap",
@@ -64,11 +64,14 @@ def _versus_pmapkit(rows):
     return rows
 
 
-def _migrated_pmap():
-    """The ``_pmap`` helper exactly as ``pmapkit migrate`` writes it."""
-    namespace = {name: importlib.import_module(name) for name in helpers.PMAP.imports}
-    exec(compile(helpers.PMAP.source, "<pmapkit migrate _pmap>", "exec"), namespace)
-    return namespace["_pmap"]
+def _migrated_pmap(fun):
+    """``jax.pmap(fun)`` as ``pmapkit migrate`` translates it, the migrated source run."""
+    source, report = migrate_source("import jax\n\nmapped = jax.pmap(fun)\n")
+    if report.left or report.kept:
+        raise RuntimeError(f"jax.pmap(fun) did not migrate:\n{report.format()}")
+    namespace = {"fun": fun}
+    exec(compile(source, "<pmapkit migrate>", "exec"), namespace)
+    return namespace["mapped"]
 
 
 def _add_one(x):
@@ -79,7 +82,7 @@ def _add_one(x):
 def pmap_per_call_migrated(settings):
     x = np.zeros((8, 128), np.float32)
     impls = {"jax.pmap": jax.pmap(_add_one), "pmapkit": pmapkit.pmap(_add_one),
-             "migrated": _migrated_pmap()(_add_one)}
+             "migrated": _migrated_pmap(_add_one)}
     args = {name: fn(x) for name, fn in impls.items()}   # inputs placed as each wants
 
     def cpu_us(fn, calls):

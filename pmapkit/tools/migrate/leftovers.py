@@ -17,8 +17,10 @@ is one too. So is what the census of real use (``census.real_use()``) counts
 beyond module names, where this JAX lacks it: an attribute of JAX's config
 object (``jax.config.enable_omnistaging``), an option given to
 ``jax.config.update`` (``"jax_array"``), and a classic array member read on
-anything (``x.to_py()``, ``x.device_buffers``, the call ``x.device()``). Each is
-a ``report.Left`` line.
+anything (``x.to_py()``, ``x.device_buffers``, the call ``x.device()``); an
+option ``config.read`` reads too. A name the program itself sets on a module
+(``jax.my_flag = 1``) is the program's, not a leftover. Each is a
+``report.Left`` line.
 """
 from __future__ import annotations
 
@@ -90,6 +92,11 @@ def _census_why(name):
     record = census.by_name(name)
     modern = f"; use {record.modern}" if record.modern else ""
     return f"removed in JAX {record.removed_in}{modern}"
+
+
+#: What names a config option in its first argument.
+_CONFIG_CALLS = frozenset(f"jax.config.{prefix}{call}" for prefix in ("", "config.")
+                          for call in ("update", "read", "_read"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -184,8 +191,9 @@ def classic(q):
 class _Scan(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-    def __init__(self):
+    def __init__(self, own=frozenset()):
         super().__init__()
+        self.own = own        # names the program sets on modules itself
         self.found = []       # (line, name, why)
 
     def _line(self, node):
@@ -223,6 +231,8 @@ class _Scan(cst.CSTVisitor):
                        if n.name.startswith("jax."))
         if not found:
             return True          # e.g. ``f(x).attr``: look inside
+        if any(found[0] == n or found[0].startswith(n + ".") for n in self.own):
+            return False         # the program's own attribute of a module
         self._add(node, classic(found[0]))
         return False             # the outermost name of a chain says it all
 
@@ -236,7 +246,7 @@ class _Scan(cst.CSTVisitor):
         func = node.func
         if isinstance(func, cst.Attribute):
             names = {n.name for n in self.get_metadata(QualifiedNameProvider, func, set())}
-            if names & {"jax.config.update", "jax.config.config.update"} and node.args:
+            if names & _CONFIG_CALLS and node.args:
                 value = node.args[0].value
                 if isinstance(value, cst.SimpleString):
                     self._add(node, config_option(value.evaluated_value))
@@ -248,10 +258,27 @@ class _Scan(cst.CSTVisitor):
         return self._reference(node)
 
 
+class _OwnAttributes(cst.CSTVisitor):
+    """The qualified names the program assigns to (``jax.my_flag = 1``)."""
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def visit_AssignTarget(self, node):
+        if isinstance(node.target, cst.Attribute):
+            self.names.update(n.name for n in self.get_metadata(
+                QualifiedNameProvider, node.target, set()) if n.name.startswith("jax."))
+
+
 def scan(source):
     """[(line, classic name, why)] for the migrated ``source``, one per line and name."""
-    scanner = _Scan()
-    cst.MetadataWrapper(cst.parse_module(source)).visit(scanner)
+    wrapper = cst.MetadataWrapper(cst.parse_module(source))
+    own = _OwnAttributes()
+    wrapper.visit(own)
+    scanner = _Scan(frozenset(own.names))
+    wrapper.visit(scanner)
     return sorted(set(scanner.found))
 
 

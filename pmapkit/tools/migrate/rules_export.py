@@ -2,7 +2,7 @@
 (0.4.2x) → ``jax.export``: ``export(f)`` → ``jax.export.export(jax.jit(f))``
 (``lowering_platforms=`` → ``platforms=``), ``serialize(exp)`` →
 ``exp.serialize()``, ``deserialize`` → ``jax.export.deserialize``,
-``call_exported(exp)`` → ``exp.call``, ``symbolic_shape``/``Exported``."""
+``call_exported(exp)`` and ``call(exp)`` → ``exp.call``, ``symbolic_shape``/``Exported``."""
 from __future__ import annotations
 
 import libcst as cst
@@ -67,6 +67,7 @@ def family():
         calls[f"{module}.export"] = _export
         calls[f"{module}.serialize"] = _serialize
         calls[f"{module}.call_exported"] = _call_exported
+        calls[f"{module}.call"] = _call_exported      # export.call(exp): exp.call
         calls[f"{module}.deserialize"] = _renamed("jax.export.deserialize")
         for name in ("symbolic_shape", "Exported", "DisabledSafetyCheck",
                      "default_export_platform", "symbolic_args_specs", "SymbolicScope",

@@ -1,13 +1,34 @@
-"""pmap: a ``jax.pmap`` becomes ``_pmap`` (``jax.jit`` of ``jax.shard_map`` over a
-mesh of the devices, the body seeing each device's slice as classic pmap's did:
-every ``in_axes``/``out_axes`` tree, ``static_broadcasted_argnums``,
-``donate_argnums``, ``devices=``, keyword arguments, a pmap inside a pmap);
-a pmap given ``backend=`` or ``axis_size=`` stays ``jax.pmap`` (JAX 0.10's
-own) and the report says why; one given ``global_arg_shapes=`` (gone from
-``jax.pmap``) is left with a comment.
+"""pmap, translated at each site into the modern JAX it stands for:
 
-Three spellings are rewritten: ``jax.pmap(f, ...)``, ``functools.partial(
-jax.pmap, ...)`` and a bare ``@jax.pmap`` decorator."""
+    jax.pmap(f, "i", donate_argnums=(0,))
+    → jax.jit(jax.shard_map(_per_device(f), mesh=jax.sharding.Mesh(jax.local_devices(), ("i",)),
+                            in_specs=jax.P("i"), out_specs=jax.P("i"), check_vma=False),
+              donate_argnums=(0,))
+
+A mesh of one named axis over the local devices (or the ``devices=`` given),
+specs read from ``in_axes``/``out_axes`` (``jax.P(None, "i")`` for axis 1,
+``jax.P()`` for None), ``donate_argnums`` to ``jax.jit``, and ``_per_device``
+(``written``) for pmap's per-device view: the body sees each mapped argument
+without its device axis, as classic pmap's did (shard_map hands it a block of
+one). ``check_vma=False``: classic pmap had no varying-axes check (loop carries
+start from constants). ``static_broadcasted_argnums`` become ``jax.jit``'s
+``static_argnums``, taken out before the shard_map and handed back to the body.
+A decorator becomes the stack of the three (``@jax.jit``,
+``@functools.partial(jax.shard_map, ...)``, ``@_per_device``).
+
+What the source cannot say stays ``jax.pmap`` (JAX 0.10 runs it) and the
+report says why: ``in_axes`` computed at run time, ``backend=``/``axis_size=``, ``jax.pmap`` or
+``partial(jax.pmap, ...)`` passed as a value. A pmap of a pmap is left with a
+comment (JAX 0.10's own pmap refuses one too), and so is a negative axis (its
+spec needs the argument's rank; JAX 0.10's pmap refuses a negative in_axes);
+``global_arg_shapes=`` is gone.
+
+Not translated, and failing loudly rather than computing something else: a
+call with keyword arguments (``jax.shard_map`` takes positional ones), inputs
+committed to devices outside the mesh (``jax.jit`` refuses them), a mapped
+axis whose size is not the number of devices of the mesh (shard_map's "not
+evenly divisible", or the squeeze of a block larger than one).
+"""
 from __future__ import annotations
 
 import libcst as cst
@@ -22,10 +43,14 @@ _PARAMS = ("fun", "axis_name", "*", "in_axes", "out_axes", "static_broadcasted_a
            "devices", "backend", "axis_size", "donate_argnums", "global_arg_shapes")
 _UNSUPPORTED = {"backend": "backend= (the devices of a platform) is kept for jax.pmap",
                 "axis_size": "axis_size= (a mapped size across processes) is kept for jax.pmap"}
+NESTED = ("a pmap of a pmap: JAX 0.10 has no nested pmap (its jax.pmap refuses one too); "
+          "write one jax.shard_map over a 2-D mesh with an axis for each")
+# The axis name of a pmap given none (its body names no axis; a vmap inside it might).
+DEFAULT_AXIS = ("devices", "pmap_devices", "pmap_axis")
 
 
 def _check(bound):
-    """KeepPmap (or LeaveAsIs) unless these pmap arguments fit ``_pmap``."""
+    """KeepPmap (or LeaveAsIs) unless these pmap arguments can be translated."""
     for name, what in _UNSUPPORTED.items():
         arg = bound.get(name)
         if arg is not None and sx.code(arg.value) not in ("()", "None", "[]"):
@@ -43,29 +68,247 @@ def _bind(call, params):
         raise KeepPmap(str(exc)) from None
 
 
+# -- reading the site -------------------------------------------------------------------
+
+class _Axes:
+    """An ``in_axes``/``out_axes`` tree read from the source: ints ≥ 0, None,
+    tuples/lists, dicts with literal keys."""
+
+    def __init__(self, node, what):
+        self.what = what
+        self.tree = self._read(node)
+
+    def _read(self, node):
+        if isinstance(node, cst.Integer):
+            return int(node.value, 0)
+        if isinstance(node, cst.Name) and node.value == "None":
+            return None
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+            raise LeaveAsIs(f"a negative {self.what} needs the argument's rank, which the source "
+                            "does not say: give the axis counted from the front (JAX 0.10's "
+                            "jax.pmap refuses a negative in_axes)")
+        if isinstance(node, (cst.Tuple, cst.List)):
+            if any(isinstance(e, cst.StarredElement) for e in node.elements):
+                raise KeepPmap(f"{self.what} with a starred entry is read at run time: "
+                               "kept for jax.pmap")
+            return tuple(self._read(e.value) for e in node.elements)
+        if isinstance(node, cst.Dict):
+            out = {}
+            for element in node.elements:
+                if not isinstance(element, cst.DictElement) or not isinstance(
+                        element.key, (cst.SimpleString, cst.Integer)):
+                    raise KeepPmap(f"{self.what} with keys computed at run time: "
+                                   "kept for jax.pmap")
+                out[sx.code(element.key)] = self._read(element.value)
+            return _DictAxes(out)
+        raise KeepPmap(f"{self.what}={sx.code(node)} is computed at run time; migrate "
+                       "writes its specs from a literal: kept for jax.pmap")
+
+
+class _DictAxes(dict):
+    """A dict of axes, its keys kept as source text."""
+
+
+def _text(tree, leaf):
+    """Source text of an axes tree with each int/None leaf written by ``leaf``."""
+    if isinstance(tree, tuple):
+        inner = ", ".join(_text(t, leaf) for t in tree)
+        return f"({inner},)" if len(tree) == 1 else f"({inner})"
+    if isinstance(tree, _DictAxes):
+        return "{" + ", ".join(f"{k}: {_text(v, leaf)}" for k, v in tree.items()) + "}"
+    return leaf(tree)
+
+
+def _spec(name):
+    def leaf(axis):
+        if axis is None:
+            return "jax.P()"
+        return f"jax.P({'None, ' * axis}{name})"
+    return leaf
+
+
+def _argnums(bound, key):
+    """The literal positions of ``key`` (an int or a tuple/list of ints), or ()."""
+    arg = bound.get(key)
+    if arg is None or sx.code(arg.value) in ("()", "None", "[]"):
+        return ()
+    node = arg.value
+    items = [node] if isinstance(node, cst.Integer) else (
+        [e.value for e in node.elements] if isinstance(node, (cst.Tuple, cst.List)) else None)
+    if items is None or not all(isinstance(i, cst.Integer) for i in items):
+        raise KeepPmap(f"{key}={sx.code(node)} is computed at run time: kept for jax.pmap")
+    return tuple(int(i.value, 0) for i in items)
+
+
+def _tuple_text(numbers):
+    return f"({numbers[0]},)" if len(numbers) == 1 else f"({', '.join(map(str, numbers))})"
+
+
+class Site:
+    """One pmap call site, read: the texts its translation is written from."""
+
+    def __init__(self, ctx, bound):
+        name = bound.get("axis_name")
+        if name is None or sx.code(name.value) == "None":
+            self.name = f'"{ctx.free_axis_name(DEFAULT_AXIS)}"'
+        elif isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
+            self.name = sx.code(name.value)
+        else:
+            raise KeepPmap(f"axis_name={sx.code(name.value)} is computed at run time: "
+                           "kept for jax.pmap")
+        in_axes = _Axes(bound["in_axes"].value, "in_axes").tree if "in_axes" in bound else 0
+        out_axes = _Axes(bound["out_axes"].value, "out_axes").tree if "out_axes" in bound else 0
+        self.static = _argnums(bound, "static_broadcasted_argnums")
+        self.donate = _argnums(bound, "donate_argnums")
+        if isinstance(in_axes, tuple) and self.static:
+            # Classic pmap read in_axes by position among all the positional arguments,
+            # the static ones' entries unread: it may cover only those before a trailing
+            # static argument.
+            count = max(len(in_axes), max(self.static) + 1)
+            dynamic = [k for k in range(count) if k not in self.static]
+            if dynamic and dynamic[-1] >= len(in_axes):
+                raise KeepPmap(f"in_axes has {len(in_axes)} entries, fewer than the "
+                               "positional arguments it must cover: kept for jax.pmap")
+            in_axes = tuple(in_axes[k] for k in dynamic)
+        self.in_axes, self.out_axes = in_axes, out_axes
+        devices = bound.get("devices")
+        if devices is None or sx.code(devices.value) == "None":
+            self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
+        else:
+            self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"
+        ctx.need_import("jax")
+        ctx.need_helper(helpers.PER_DEVICE)
+
+    def per_device_options(self, static=None):
+        options = []
+        if self.in_axes != 0:
+            options.append(f"in_axes={_text(self.in_axes, repr)}")
+        if self.out_axes != 0:
+            options.append(f"out_axes={_text(self.out_axes, repr)}")
+        if static:
+            options.append(f"static={static}")
+        return options
+
+    def shard_map_options(self, mesh=None):
+        return [f"mesh={mesh or self.mesh}", f"in_specs={_text(self.in_axes, _spec(self.name))}",
+                f"out_specs={_text(self.out_axes, _spec(self.name))}", "check_vma=False"]
+
+    def jit_options(self):
+        options = []
+        if self.static:
+            options.append(f"static_argnums={_tuple_text(self.static)}")
+        if self.donate:
+            options.append(f"donate_argnums={_tuple_text(self.donate)}")
+        return options
+
+    def expression(self, fun, indent=None, column=0):
+        """The translation of ``jax.pmap(fun, ...)`` (``fun``: source text), on one
+        line, or over several (``indent``: the statement's) where one would pass
+        ``WIDTH`` columns from ``column``."""
+        if self.static:
+            return self._with_statics(fun, indent, column)
+        body = sx.call_text("_per_device", [fun] + self.per_device_options())
+        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options())
+        line = sx.call_text("jax.jit", [mapped] + self.jit_options())
+        if indent is None or column + len(line) <= WIDTH or "\n" in fun:
+            return line
+        step = indent + "    "
+        if not self.jit_options():
+            return (f"jax.jit(jax.shard_map(\n{step}{body},\n"
+                    f"{_fill(self.shard_map_options(), step)}))")
+        inner = step + "    "
+        return (f"jax.jit(\n{step}jax.shard_map(\n{inner}{body},\n"
+                f"{_fill(self.shard_map_options(), inner)}),\n"
+                f"{_fill(self.jit_options(), step)})")
+
+    def _with_statics(self, fun, indent=None, column=0):
+        # jax.jit passes the static arguments as they are: they go round the shard_map
+        # (which maps arrays only) and are handed back to the body.
+        statics = ", ".join(f"({k}, args[{k}])" for k in self.static)
+        body = sx.call_text("_per_device", ["fn"] + self.per_device_options(
+            f"({statics},)" if len(self.static) == 1 else f"({statics})"))
+        dynamic = f"*[x for k, x in enumerate(args) if k not in {_tuple_text(self.static)}]"
+        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options("mesh"))
+        jitted = sx.call_text("jax.jit", [f"lambda *args: {mapped}({dynamic})"]
+                              + self.jit_options())
+        line = f"(lambda fn, mesh: {jitted})({fun}, {self.mesh})"
+        if indent is None or column + len(line) <= WIDTH or "\n" in fun:
+            return line
+        step, inner = indent + "    ", indent + "        "
+        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: jax.shard_map(\n"
+                f"{inner}{body},\n{_fill(self.shard_map_options('mesh'), inner)},\n"
+                f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
+                f"{_fill([fun, self.mesh], step)})")
+
+    def decorators(self, indent=""):
+        """The decorators standing for ``@partial(jax.pmap, ...)`` (texts, outermost
+        first; ``indent``: the function's)."""
+        if self.static:
+            return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
+        jit = self.jit_options()
+        per_device = self.per_device_options()
+        head = "functools.partial(jax.shard_map, "
+        return [("jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)),
+                head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
+                             first=len(indent) + len(head) + 1).lstrip() + ")",
+                ("_per_device" if not per_device
+                 else sx.call_text("functools.partial", ["_per_device"] + per_device))]
+
+
+WIDTH = 99
+
+
+def _fill(parts, indent, first=None):
+    """``parts`` joined by ", " in lines of at most ``WIDTH`` columns, each starting
+    with ``indent`` (the first at column ``first`` if given)."""
+    lines, line = [], ""
+    at = len(indent) if first is None else first
+    for part in parts:
+        if line and at + len(line) + len(part) + 2 > WIDTH:
+            lines.append(line + ",")
+            line, at = "", len(indent)
+        line = f"{line}, {part}" if line else part
+    lines.append(line)
+    return "\n".join(indent + text for text in lines)
+
+
+# -- the rules ---------------------------------------------------------------------------
+
+def _site(ctx, original, bound):
+    if ctx.is_nested_pmap(original):
+        raise LeaveAsIs(NESTED)
+    _check(bound)
+    return Site(ctx, bound)
+
+
 def pmap_call(ctx, original, updated):
     """``jax.pmap(f, ...)``."""
     bound = _bind(updated, _PARAMS)
     if "fun" not in bound:
         raise KeepPmap("a pmap without its function (pmap(axis_name=...)) is kept")
-    _check(bound)
-    ctx.need_helper(helpers.PMAP)
-    return sx.code(updated.with_changes(func=cst.Name("_pmap")))
+    site = _site(ctx, original, bound)
+    return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original))
 
 
 def partial_pmap(ctx, original, updated):
-    """``functools.partial(jax.pmap, ...)``: None unless it is one."""
+    """``functools.partial(jax.pmap, ...)`` as a value: None unless it is one."""
     if not updated.args or updated.args[0].keyword or updated.args[0].star:
         return None
     if ctx.qualname(original.args[0].value) != PMAP:
         return None
-    rest = updated.with_changes(args=[cst.Arg(cst.Name("f"))] + list(updated.args[1:]))
-    bound = _bind(rest, _PARAMS)
-    _check(bound)
-    ctx.need_helper(helpers.PMAP)
-    args = list(updated.args)
-    args[0] = args[0].with_changes(value=cst.Name("_pmap"))
-    return sx.code(updated.with_changes(args=args))
+    raise KeepPmap("functools.partial(jax.pmap, ...) as a value: the pmap is made where it "
+                   "is called, which migrate does not follow")
+
+
+def decorator(ctx, original, updated):
+    """The decorators (texts) standing for a pmap decorator (``@jax.pmap``,
+    ``@functools.partial(jax.pmap, ...)``)."""
+    if isinstance(updated, cst.Call):
+        rest = updated.with_changes(args=[cst.Arg(cst.Name("f"))] + list(updated.args[1:]))
+        bound = _bind(rest, _PARAMS)
+    else:
+        bound = {}
+    return _site(ctx, original, bound).decorators(ctx.indent())
 
 
 def family():

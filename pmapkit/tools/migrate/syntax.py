@@ -20,7 +20,7 @@ def code(node):
 
 def one_line(text, limit=100):
     """``text`` with its whitespace runs collapsed, cut at ``limit`` characters."""
-    flat = " ".join(text.split())
+    flat = " ".join(text.split()).replace("( ", "(").replace(", )", ")")
     return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 

@@ -15,7 +15,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider
 
-from pmapkit.tools.migrate import (deprecations, helpers, leftovers, rules_export,
+from pmapkit.tools.migrate import (deprecations, helpers, leftovers, rules_classic_names,
+                                    rules_export,
                                     rules_host_callback, rules_modern, rules_pjit,
                                     rules_placement, rules_pmap, rules_trees_ops)
 from pmapkit.tools.migrate import syntax as sx
@@ -31,7 +32,8 @@ def tables():
     """Every family's rules merged: (moves, names, calls, attributes, reasons),
     each value paired with its family's name."""
     moves, names, calls, attributes, reasons = {}, {}, {}, {}, {}
-    for make in (rules_trees_ops.family, rules_placement.family, rules_pjit.family,
+    for make in (rules_trees_ops.family, rules_classic_names.family, rules_placement.family,
+                 rules_pjit.family,
                  rules_host_callback.family, rules_export.family, rules_pmap.family,
                  rules_modern.family):
         fam = make()
@@ -104,16 +106,25 @@ class Migrator(cst.CSTTransformer):
         self.report = report
         self.imports = set()          # top-level modules the new code needs
         self.helpers = {}             # name -> Helper
-        self.frames = []              # per statement: {start: (name, why)}
+        self.frames = []              # per statement: {start: (name, why, kept)}
         self.comments = []            # per statement: comments a rewrite could not keep
         self.rewritten = set()        # starts of rewritten expressions
         self.touched = set()          # qualified names rewritten (their imports may go)
         self.try_catches = []         # per enclosing try: handler type texts
         self.import_depth = 0
-        self.mesh_names = set()
+        self.mesh_names = set()       # names, attribute names and functions giving a mesh
+        self.mesh_attributes = set()
+        self.mesh_functions = set()
         self.ops_index = {}           # id(numpy.s_[...] node) -> (slice text, start, old)
         self.targets = set()          # ids of nodes assigned to or deleted: left alone
         self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
+        self.pmap_decorators = set()  # ids of pmap decorator expressions (leave_Decorator's)
+        self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
+        self.strings = set()          # the string literals of the module, evaluated
+        self.functions = []           # every def of the module
+        self.pmap_over_chosen_devices = False
+        self.depth = 0                # indented blocks around the statement visited
+        self.default_indent = "    "
         self.new_helpers = []         # helpers this file needs and does not define
 
     # -- the context rules see ------------------------------------------------
@@ -139,6 +150,31 @@ class Migrator(cst.CSTTransformer):
     def need_helper(self, helper):
         self.helpers[helper.name] = helper
         self.imports.update(helper.imports)
+        for other in helper.needs:
+            self.need_helper(other)
+
+    def free_axis_name(self, candidates):
+        """The first of ``candidates`` that no string literal of the module spells."""
+        return next((c for c in candidates if c not in self.strings), candidates[-1])
+
+    def is_nested_pmap(self, node):
+        return id(node) in self.nested_pmaps
+
+    def function_named(self, name):
+        """The module's one ``def name`` (at any depth), or None."""
+        found = [f for f in self.functions if f.name.value == name]
+        return found[0] if len(found) == 1 else None
+
+    @staticmethod
+    def walk(node, kind):
+        return _walk(node, kind)
+
+    def indent(self):
+        """The indentation of the statement being visited."""
+        return self.default_indent * self.depth
+
+    def column(self, node):
+        return self._start(node)[1]
 
     def in_try_catching(self, exception):
         return any(exception in texts or "Exception" in texts for texts in self.try_catches)
@@ -162,10 +198,10 @@ class Migrator(cst.CSTTransformer):
         self.report.rewrites.append(Rewrite(start[0], family, sx.one_line(sx.code(original)),
                                             sx.one_line(new_text)))
 
-    def _leave(self, original, name, why):
+    def _leave(self, original, name, why, kept=False):
         start = self._start(original)
         if self.frames and start not in self.rewritten:
-            self.frames[-1][start] = (name, why)
+            self.frames[-1][start] = (name, why, kept)
 
     def _moved(self, q):
         key, rest = _longest_prefix(self.moves, q)
@@ -183,12 +219,16 @@ class Migrator(cst.CSTTransformer):
             self.comments.append([])
         if isinstance(node, (cst.Import, cst.ImportFrom)):
             self.import_depth += 1
+        if isinstance(node, cst.IndentedBlock):
+            self.depth += 1
         return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):
         result = super().on_leave(original_node, updated_node)
         if isinstance(original_node, (cst.Import, cst.ImportFrom)):
             self.import_depth -= 1
+        if isinstance(original_node, cst.IndentedBlock):
+            self.depth -= 1
         if isinstance(original_node, _STATEMENTS):
             frame = self.frames.pop()
             comments = self.comments.pop()
@@ -213,20 +253,112 @@ class Migrator(cst.CSTTransformer):
     def _comment(self, statement, frame):
         lines = list(statement.leading_lines)
         present = {line.comment.value for line in lines if line.comment}
-        for (line, _column), (name, why) in sorted(frame.items()):
-            self.report.left.append(Left(line, name, why))
-            text = f"{COMMENT} {name} left as written: {why}"
+        for (line, _column), (name, why, kept) in sorted(frame.items()):
+            if kept:
+                self.report.kept.append(Left(line, name, why))
+                text = f"{COMMENT} jax.pmap kept: {why}"
+            else:
+                self.report.left.append(Left(line, name, why))
+                text = f"{COMMENT} {name} left as written: {why}"
             if text not in present:
                 present.add(text)
                 lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
         return statement.with_changes(leading_lines=lines)
 
     def visit_Module(self, node):
-        for assign in _walk(node, cst.Assign):
+        self.default_indent = node.default_indent
+        self.functions = _walk(node, cst.FunctionDef)
+        self._find_meshes(node)
+        for string in _walk(node, cst.SimpleString):
+            try:
+                self.strings.add(string.evaluated_value)
+            except Exception:     # a bytes literal, an odd prefix: not an axis name
+                pass
+        self._find_nested_pmaps(node)
+        # a pmap over devices= (not jax.local_devices()): a device index is not a local device
+        self.pmap_over_chosen_devices = any(
+            self._pmap_site(call) is not False and any(
+                a.keyword is not None and a.keyword.value == "devices"
+                and sx.code(a.value) != "None" for a in call.args)
+            for call in _walk(node, cst.Call))
+
+    def _makes_mesh(self, node):
+        """Whether the expression ``node`` makes a mesh: a mesh maker's call, a call
+        of a function of the module that returns one, a name or attribute assigned one."""
+        if isinstance(node, cst.Call):
+            if self.qualname(node.func) in rules_pjit.MESH_MAKERS:
+                return True
+            return isinstance(node.func, cst.Name) and node.func.value in self.mesh_functions
+        if isinstance(node, cst.Name):
+            return node.value in self.mesh_names
+        if isinstance(node, cst.Attribute):
+            return node.attr.value in self.mesh_attributes
+        return False
+
+    def _find_meshes(self, module):
+        # Until nothing new is found: names and attributes assigned a mesh, functions
+        # returning one (``def make_mesh(): ... return Mesh(...)``, ``self.mesh = make_mesh()``).
+        while True:
+            before = (len(self.mesh_names), len(self.mesh_attributes), len(self.mesh_functions))
+            for assign in _walk(module, cst.Assign):
+                if len(assign.targets) == 1 and self._makes_mesh(assign.value):
+                    target = assign.targets[0].target
+                    if isinstance(target, cst.Name):
+                        self.mesh_names.add(target.value)
+                    elif isinstance(target, cst.Attribute):
+                        self.mesh_attributes.add(target.attr.value)
+            for fn in self.functions:
+                if any(r.value is not None and self._makes_mesh(r.value)
+                       for r in _walk(fn.body, cst.Return)):
+                    self.mesh_functions.add(fn.name.value)
+            if before == (len(self.mesh_names), len(self.mesh_attributes),
+                          len(self.mesh_functions)):
+                return
+
+    def _pmap_site(self, node):
+        """The pmap function argument's node of a pmap call or decorator ``node``, or
+        False when ``node`` is none (True: a bare ``@jax.pmap``)."""
+        if isinstance(node, cst.Call):
+            q = self.qualname(node.func)
+            if q == rules_pmap.PMAP:
+                return node.args[0].value if node.args and not node.args[0].keyword else True
+            if (q in rules_pmap.PARTIAL and node.args
+                    and self.qualname(node.args[0].value) == rules_pmap.PMAP):
+                return True
+        return self.qualname(node) == rules_pmap.PMAP
+
+    def _find_nested_pmaps(self, module):
+        # Names bound to a pmap (``inner = jax.pmap(...)``, a pmap-decorated def), then
+        # each pmap whose function is one of them or a pmap call: both are nested.
+        made = {}
+        for assign in _walk(module, cst.Assign):
             if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
-                    and isinstance(assign.value, cst.Call)
-                    and self.qualname(assign.value.func) in rules_pjit.MESH_MAKERS):
-                self.mesh_names.add(assign.targets[0].target.value)
+                    and isinstance(assign.value, cst.Call) and self._pmap_site(assign.value)):
+                made[assign.targets[0].target.value] = assign.value
+        for fn in _walk(module, cst.FunctionDef):
+            for deco in fn.decorators:
+                if self._pmap_site(deco.decorator):
+                    made[fn.name.value] = deco.decorator
+        outer = {}      # def name -> the pmap site that maps it
+        for call in _walk(module, cst.Call):
+            fun = self._pmap_site(call)
+            if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
+                self.nested_pmaps.update((id(call), id(fun)))
+            elif isinstance(fun, cst.Name) and fun.value in made:
+                self.nested_pmaps.update((id(call), id(made[fun.value])))
+            elif isinstance(fun, cst.Name):
+                outer[fun.value] = call
+        for fn in _walk(module, cst.FunctionDef):
+            site = outer.get(fn.name.value) or next(
+                (d.decorator for d in fn.decorators if self._pmap_site(d.decorator)), None)
+            if site is None:
+                continue
+            # a pmap made in the body of a pmapped function: a pmap of a pmap
+            inner = [n for n in _walk(fn.body, (cst.Call, cst.Decorator))
+                     if self._pmap_site(n.decorator if isinstance(n, cst.Decorator) else n)]
+            for node in inner:
+                self.nested_pmaps.update((id(site), id(node.decorator if isinstance(
+                    node, cst.Decorator) else node)))
 
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
@@ -250,6 +382,8 @@ class Migrator(cst.CSTTransformer):
     def visit_Decorator(self, node):
         if self.qualname(node.decorator) == rules_pmap.PMAP:
             self.pmap_callees.add(id(node.decorator))
+        if self._pmap_site(node.decorator) is not False:
+            self.pmap_decorators.add(id(node.decorator))
 
     def visit_FunctionDef(self, node):
         return node.name.value not in helpers.DEFINED   # a helper written in before
@@ -272,6 +406,13 @@ class Migrator(cst.CSTTransformer):
         attr = original_node.attr.value
         if id(original_node) in self.targets:
             return updated_node
+        if (attr == "platform" and isinstance(original_node.value, cst.Call)
+                and not original_node.value.args and not self.import_depth
+                and self.qualname(original_node.value.func) in rules_classic_names.BACKEND_PLATFORM):
+            self.need_import("jax")
+            self._rewrote(original_node, "classic", "jax.default_backend()",
+                          self.qualname(original_node.value.func))
+            return sx.expr("jax.default_backend()")
         if attr in self.attributes and self.qualname(original_node) is None \
                 and not self.import_depth:
             family, rule = self.attributes[attr]
@@ -284,18 +425,19 @@ class Migrator(cst.CSTTransformer):
         if self.import_depth:
             return updated
         q = self.qualname(original)
-        if q is None or self._start(original) in self.rewritten:
-            return updated
+        if q is None or (self._start(original) in self.rewritten and q not in self.moves):
+            return updated      # (a member moved apart from its module is moved again)
         if q.startswith("jax.random.") and q not in _RANDOM_TYPES:
             # the original draws classic streams (pmapkit run's default): so
             # must the migrated file
             self.need_helper(helpers.CLASSIC_PRNG)
         raw = self.raw_qualname(original)
-        if q == rules_pmap.PMAP and id(original) not in self.pmap_callees:
-            # jax.pmap as a value (``pmap_fn = jax.pmap``): _pmap takes every argument.
-            self.need_helper(helpers.PMAP)
-            self._rewrote(original, "pmap", "_pmap", q)
-            return cst.Name("_pmap")
+        if q == rules_pmap.PMAP:
+            if id(original) not in self.pmap_callees:
+                # jax.pmap as a value (``pmap_fn = jax.pmap``): called elsewhere
+                self._leave(original, q, "jax.pmap as a value: the pmap is made where it is "
+                            "called, which migrate does not follow", kept=True)
+            return updated
         if raw in _ALIASES and not isinstance(original, cst.Name):
             # ``jax.api`` read as an attribute: its canonical module (what
             # follows it, a call of a classic name, is then rewritten too).
@@ -312,8 +454,17 @@ class Migrator(cst.CSTTransformer):
             if isinstance(original, cst.Name):
                 return updated          # bound by an import, which is rewritten
             root = sx.root_name(original)
-            if root is not None and self._moved(self.qualname(root) or "")[1] is not None:
-                return updated          # through a moved import
+            root_q = self.qualname(root) if root is not None else None
+            root_target = self._moved(root_q or "")[1]
+            if root_target is not None:
+                # through a moved import: only a member renamed apart (optix.InitUpdate
+                # is optax.GradientTransformation) changes
+                plain = root_target + q[len(root_q):]
+                if target == plain or not target.startswith(root_target + "."):
+                    return updated
+                text = root.value + target[len(root_target):]
+                self._rewrote(original, family, text, q)
+                return sx.expr(text)
             self.need_import(module_to_import(target))
             self._rewrote(original, family, target, q)
             return sx.expr(target)
@@ -339,7 +490,14 @@ class Migrator(cst.CSTTransformer):
     # -- calls ----------------------------------------------------------------
     def leave_Call(self, original_node, updated_node):
         q = self.qualname(original_node.func)
-        if q is None:
+        if (isinstance(original_node.func, cst.Attribute) and not updated_node.args
+                and original_node.func.attr.value == rules_classic_names.TO_PY):
+            # a classic array's value as numpy
+            text = f"numpy.asarray({sx.code(updated_node.func.value)})"
+            self.need_import("numpy")
+            self._rewrote(original_node, "classic", text)
+            return sx.expr(text)
+        if q is None or id(original_node) in self.pmap_decorators:
             return updated_node
         try:
             if q in rules_pmap.PARTIAL:
@@ -365,7 +523,7 @@ class Migrator(cst.CSTTransformer):
             self._leave(original_node, q, exc.why)
             return updated_node
         except KeepPmap as exc:
-            self.report.kept.append(Left(self._start(original_node)[0], q, exc.why))
+            self._leave(original_node, rules_pmap.PMAP, exc.why, kept=True)
             return updated_node
         self._rewrote(original_node, family, text, q)
         self._keep_comments(updated_node, text)
@@ -375,12 +533,11 @@ class Migrator(cst.CSTTransformer):
         return new
 
     def leave_Decorator(self, original_node, updated_node):
-        """A bare ``@jax.pmap`` / ``@pjit``."""
+        """A pmap decorator (``@jax.pmap``, ``@partial(jax.pmap, ...)``), a bare ``@pjit``."""
         q = self.qualname(original_node.decorator)
-        if q == rules_pmap.PMAP:
-            self.need_helper(helpers.PMAP)
-            family, text = "pmap", "_pmap"
-        elif q in rules_pjit.PJIT_NAMES:
+        if id(original_node.decorator) in self.pmap_decorators:
+            return self._pmap_decorator(original_node, updated_node)
+        if q in rules_pjit.PJIT_NAMES:
             self.need_import("jax")
             family, text = "pjit", "jax.jit"
         else:
@@ -388,15 +545,29 @@ class Migrator(cst.CSTTransformer):
         self._rewrote(original_node.decorator, family, text, q)
         return updated_node.with_changes(decorator=sx.expr(text))
 
+    def _pmap_decorator(self, original_node, updated_node):
+        try:
+            texts = rules_pmap.decorator(self, original_node.decorator, updated_node.decorator)
+        except LeaveAsIs as exc:
+            self._leave(original_node.decorator, rules_pmap.PMAP, exc.why)
+            return updated_node
+        except KeepPmap as exc:
+            self._leave(original_node.decorator, rules_pmap.PMAP, exc.why, kept=True)
+            return updated_node
+        self.need_import("functools")
+        self._rewrote(original_node.decorator, "pmap", "; ".join(f"@{t}" for t in texts),
+                      rules_pmap.PMAP)
+        self._keep_comments(updated_node, "")
+        first = updated_node.with_changes(decorator=sx.expr(texts[0]))
+        return cst.FlattenSentinel([first] + [cst.Decorator(decorator=sx.expr(t))
+                                              for t in texts[1:]])
+
     # -- with mesh: -------------------------------------------------------------
     def leave_With(self, original_node, updated_node):
         items = list(updated_node.items)
         for k, item in enumerate(original_node.items):
             e = item.item
-            is_mesh = ((isinstance(e, cst.Call)
-                        and self.qualname(e.func) in rules_pjit.MESH_MAKERS)
-                       or (isinstance(e, cst.Name) and e.value in self.mesh_names))
-            if not is_mesh:
+            if not self._makes_mesh(e):
                 continue
             inner = sx.code(items[k].item)
             if items[k].asname is not None:
@@ -409,9 +580,40 @@ class Migrator(cst.CSTTransformer):
 
     # -- imports ----------------------------------------------------------------
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        if len(original_node.body) == 1 and self._dropped(original_node.body[0]):
+            self._rewrote(original_node.body[0], "classic", "(dropped: JAX always does it)",
+                          self.qualname(original_node.body[0].value.func))
+            return cst.RemoveFromParent()
         if len(original_node.body) != 1 or not isinstance(original_node.body[0], cst.ImportFrom):
             return updated_node
         return self._import_from(original_node, updated_node)
+
+    def _dropped(self, statement):
+        """Whether ``statement`` asks for what JAX now always does
+        (``config.enable_omnistaging()``, ``config.update("jax_omnistaging", True)``)."""
+        if not isinstance(statement, cst.Expr) or not isinstance(statement.value, cst.Call):
+            return False
+        call = statement.value
+        q = self.qualname(call.func)
+        if q in rules_classic_names.DROPPED_CALLS:
+            return not call.args
+        if q in rules_classic_names.CONFIG_UPDATES and len(call.args) == 2 and isinstance(
+                call.args[0].value, cst.SimpleString):
+            option = (call.args[0].value.evaluated_value, sx.code(call.args[1].value))
+            return option in rules_classic_names.DROPPED_UPDATES
+        return False
+
+    def leave_Import(self, original_node, updated_node):
+        """``import jax.experimental.optix as optix``: the moved module, same local name."""
+        names = []
+        for alias in updated_node.names:
+            if alias.asname is not None:
+                _family, target = self._moved(sx.code(alias.name))
+                if target is not None:
+                    self._rewrote(original_node, "imports", f"import {target}")
+                    alias = alias.with_changes(name=sx.expr(target))
+            names.append(alias)
+        return updated_node.with_changes(names=names)
 
     def _import_from(self, original_line, line):
         imp = line.body[0]
@@ -424,7 +626,13 @@ class Migrator(cst.CSTTransformer):
             name = sx.code(alias.name)
             local = sx.code(alias.asname.name) if alias.asname else name
             _family, target = self._moved(f"{module}.{name}")
-            if target is None or "." not in target:
+            if target is not None and "." not in target:
+                # a module moved to a package of its own (optix → optax)
+                groups.setdefault(None, []).append(cst.ImportAlias(
+                    name=cst.Name(target),
+                    asname=None if target == local else cst.AsName(name=cst.Name(local))))
+                continue
+            if target is None:
                 kept.append(alias)
                 continue
             new_module, _, new_name = target.rpartition(".")
@@ -439,7 +647,8 @@ class Migrator(cst.CSTTransformer):
             statements.append(line.with_changes(body=[imp.with_changes(
                 names=kept, lpar=None, rpar=None) if len(kept) > 0 else imp]))
         for new_module, aliases in groups.items():
-            statement = cst.ImportFrom(module=sx.expr(new_module), names=aliases)
+            statement = (cst.Import(names=aliases) if new_module is None
+                         else cst.ImportFrom(module=sx.expr(new_module), names=aliases))
             if statements:
                 statements.append(cst.SimpleStatementLine(body=[statement]))
             else:
@@ -471,7 +680,10 @@ def _with_helpers(module, new):
     at = _after_imports(body)
     added = []
     for helper in new:
-        statements = list(cst.parse_module(helper.source.lstrip("\n")).body)
+        statements = list(cst.parse_module(helper.source).body)
+        if helper.call_after:
+            statements.append(cst.parse_statement(f"{helper.name}()\n").with_changes(
+                leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
         statements[0] = statements[0].with_changes(
             leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         added.extend(statements)

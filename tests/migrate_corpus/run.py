@@ -1,0 +1,118 @@
+"""The migrate corpus: public classic programs (``programs.tsv``) rebuilt from
+their repositories' git mirrors into /work/cache/migrate-corpus (never into
+the checkout), each run as users would: the original under ``pmapkit run``,
+``pmapkit migrate`` on it, the migrated file on plain JAX (pmapkit not
+imported, ``-W error::DeprecationWarning``), stdout compared exactly.
+
+    python -P tests/migrate_corpus/run.py [NAME ...]
+
+Outcomes: ``equal`` (both exit 0, the same stdout), ``DIFFERENT`` (both exit 0,
+stdout differs: a wrong value), ``migrated fails`` (with "0 left" said or not),
+``out`` (the original itself does not run here: a dataset, a cluster, ...).
+Needs the mirrors of the repositories (``/work/.mirror/OWNER+NAME/repo``,
+brought by the session tool ``fetch github:OWNER/NAME``)."""
+import csv
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE = "/work/cache/migrate-corpus"
+MIRRORS = "/work/.mirror"
+TIMEOUT_S = 180
+
+
+def programs():
+    with open(os.path.join(HERE, "programs.tsv")) as f:
+        rows = [line for line in f if not line.startswith("#")]
+    return list(csv.DictReader(rows, delimiter="\t"))
+
+
+def _env(spec):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["JAX_PLATFORMS"] = "cpu"
+    for item in filter(None, spec.split(";")):
+        key, _, value = item.partition("=")
+        if key == "DEVICES":
+            env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={value}"
+        else:
+            env[key] = value
+    return env
+
+
+def _run(command, folder, env):
+    try:
+        proc = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, "", f"timed out after {TIMEOUT_S} s"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _last_error(stderr):
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith(
+        ("W0000", "I0000", "WARNING: All log messages"))]
+    return lines[-1][:160] if lines else ""
+
+
+def rebuild(row):
+    """The program's folder in the cache, its original.py written from the mirror."""
+    mirror = os.path.join(MIRRORS, row["repository"].replace("/", "+"), "repo")
+    if not os.path.isdir(mirror):
+        raise FileNotFoundError(f"no mirror of {row['repository']}: fetch github:{row['repository']}")
+    source = subprocess.run(["git", "-C", mirror, "show", f"{row['commit']}:{row['path']}"],
+                            capture_output=True, check=True).stdout
+    folder = os.path.join(CACHE, row["name"])
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "original.py"), "wb") as f:
+        f.write(source)
+    return folder
+
+
+def measure(row):
+    """(outcome, migrate's counts, detail) for one program."""
+    folder = rebuild(row)
+    env = _env(row["env"])
+    rc, out, err = _run([sys.executable, "-m", "pmapkit", "run", "original.py"], folder, env)
+    if rc != 0:
+        return "out", "", f"the original fails under pmapkit run: {_last_error(err)}"
+    mrc, mout, merr = _run([sys.executable, "-m", "pmapkit", "migrate", "original.py", "-o",
+                            "migrated.py"], folder, env)
+    counts = re.search(r"(\d+) rewritten, (\d+) left, (\d+) pmap kept", mout)
+    counts = counts.group(0) if counts else f"migrate exit {mrc}: {_last_error(merr)}"
+    if mrc not in (0, 1) or not os.path.exists(os.path.join(folder, "migrated.py")):
+        return "migrate fails", counts, _last_error(merr)
+    nrc, nout, nerr = _run([sys.executable, "-P", "-W", "error::DeprecationWarning",
+                            "migrated.py"], folder, env)
+    if nrc != 0:
+        zero = " (said 0 left)" if " 0 left," in counts else ""
+        return "migrated fails" + zero, counts, _last_error(nerr)
+    if nout != out:
+        first = next((k for k, (a, b) in enumerate(zip(out.splitlines(), nout.splitlines()))
+                      if a != b), None)
+        return "DIFFERENT", counts, f"stdout line {first}"
+    return "equal", counts, f"{len(out.splitlines())} stdout lines"
+
+
+def main(names):
+    rows = [r for r in programs() if not names or r["name"] in names]
+    results = []
+    for row in rows:
+        try:
+            outcome, counts, detail = measure(row)
+        except Exception as exc:      # a missing mirror: say so, go on
+            outcome, counts, detail = "not rebuilt", "", str(exc)
+        results.append((row["name"], outcome, counts, detail))
+        print(f"{row['name']:<28} {outcome:<28} {counts:<40} {detail}", flush=True)
+    ran = [r for r in results if r[1] not in ("out", "not rebuilt")]
+    equal = sum(r[1] == "equal" for r in ran)
+    wrong = sum(r[1] == "DIFFERENT" for r in ran)
+    false_zero = sum("said 0 left" in r[1] for r in ran)
+    print(f"\n{len(results)} programs, {len(ran)} run here: {equal} equal, {wrong} DIFFERENT, "
+          f"{false_zero} failing after '0 left'")
+    return 1 if wrong or false_zero else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
