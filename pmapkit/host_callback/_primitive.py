@@ -212,10 +212,11 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 "region nested in another (not a nested pmapkit.pmap) is not "
                 "supported; tap outside the nested region.")
         region_devices = _region_devices(mesh)
-        meeting = _rendezvous.meeting_for(mesh)
-        if meeting is not None:
-            host_fn = functools.partial(meeting, region_devices,
-                                        invoker(_runtime.RAISE))
+        if not identity and _rendezvous.is_caller_region(mesh):
+            # A whole-mesh call's run on its caller: a failure is a number
+            # after the results (``_whole_mesh``).
+            host_fn = functools.partial(_per_device_host_fn, region_devices,
+                                        invoker(_runtime.FLAG))
         else:
             host_fn = functools.partial(_per_device_host_fn, region_devices,
                                         invoker(_region_on_failure(mesh, region_devices)))

@@ -32,8 +32,8 @@ def _region_devices(mesh, newly_manual_axes, jaxpr):
         return None  # some axes stay automatic: no per-device checks here
     if not _failures.has_call(jaxpr) or _failures.is_checked(jaxpr):
         return None
-    if _rendezvous.meeting_for(mesh) is not None:
-        return None  # a whole-mesh call: its devices meet at the call itself
+    if _rendezvous.is_caller_region(mesh):
+        return None  # a whole-mesh call: its failure reaches every device as data
     if isinstance(mesh, jax.sharding.Mesh):
         concrete = mesh
     else:

@@ -7,9 +7,9 @@ back zeros, the program would go on with a made-up value. So the call is
 lowered as a manual region over all the program's devices (one axis, the
 operands replicated to each), where every device takes part:
 
-- devices of one process meet at the host (``_rendezvous``): the caller
-  runs the function, the others wait for its outcome; all return its result
-  or all raise its error, at the same op;
+- devices of one process: only the caller crosses into Python; its result
+  and its failure's number (0: none) are gathered to every device by XLA,
+  and on a failure every device raises it (``_rendezvous``);
 - devices of several processes cannot meet in one process: the caller runs
   the function (a failure leaves zeros and pends), its result is gathered to
   every device, and the region ends with the failure checks
@@ -20,9 +20,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 from jax.interpreters import mlir
 from jax.sharding import PartitionSpec
 
+from pmapkit import _jax_private as jp
 from pmapkit.core.programs import manual_regions
 from pmapkit.core.programs import process_local
 from pmapkit.host_callback import _failures, _primitive, _rendezvous
@@ -33,9 +35,8 @@ AXIS = "_pmapkit_host_callback_devices"
 def lower(ctx, args, devices, params):
     mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
     if not process_local.spans_devices(devices):
-        body = _meeting_body(params)
-        meeting = _rendezvous.Meeting(len(devices), params["device_index"])
-        region = _rendezvous.meeting_region(mesh, meeting)
+        body = _caller_only_body(params, tuple(devices))
+        region = _rendezvous.caller_region(mesh)
     else:
         body = _checked_body(params, tuple(devices))
         region = manual_regions.checking_on(mesh)
@@ -47,9 +48,38 @@ def lower(ctx, args, devices, params):
         return mlir.lower_fun(spmd, multiple_results=True)(ctx, *args)
 
 
-def _meeting_body(params):
+_FAILURE_NUMBER = jp.ShapedArray((), np.int32)
+
+
+def _caller_only_body(params, devices):
+    caller = params["device_index"]
+    avals = params["flat_results_aval"]
+    # The caller's call gives the failure's number (0: none) after its results.
+    numbered = dict(params, flat_results_aval=(*avals, _FAILURE_NUMBER))
+    n = len(devices)
+
+    def call(xs):
+        return tuple(_primitive.outside_call_p.bind(*xs, **numbered))
+
+    def others(xs):
+        del xs
+        return (*[jnp.zeros(a.shape, a.dtype) for a in avals], jnp.zeros((), np.int32))
+
+    def raise_here(number):
+        # An effect of its own (unordered IO), so no DCE drops it.
+        return io_callback(
+            lambda k: _rendezvous.raise_failure(k, devices[caller], n),
+            jax.ShapeDtypeStruct((), np.int32), number, ordered=False)
+
     def body(*xs):
-        return tuple(_primitive.outside_call_p.bind(*xs, **params))
+        *outs, number = jax.lax.cond(jax.lax.axis_index(AXIS) == caller, call, others, xs)
+        # The caller's values, bit for bit, on every device.
+        outs = [jax.lax.all_gather(o, AXIS)[caller] for o in outs]
+        number = jax.lax.all_gather(number, AXIS)[caller]
+        # Every device crosses into Python only when the caller's run failed.
+        done = jax.lax.cond(number != 0, raise_here, lambda k: k, number)
+        *outs, _ = jax.lax.optimization_barrier((*outs, done))
+        return tuple(outs)
     return body
 
 

@@ -172,6 +172,12 @@ class CacheEntry:
 
     def run(self, leaves):
         """The flat outputs of one call of ``leaves`` (not donating)."""
+        if self.host_call is not None and self.n_inputs == 1:
+            x = leaves[0]
+            if type(x) is self.types.ndarray_type:
+                # One numpy input (the host route's usual call): straight to
+                # JAX's call, on a copy of its bytes (``_host_snapshot``).
+                return self.host_call(_copy_host_array(x) if _COMPILED else x.copy())
         arrays = self.shard(leaves)
         if arrays is None:
             # Host values, every device array placed as compiled: JAX's C++
@@ -221,14 +227,16 @@ class CacheEntry:
                     y = self._first_sight(x, x, have, i, j)
             elif t is leaf_types.ndarray_type:
                 if routable:
-                    if self._host_routable(leaves):
+                    # Every leaf before j passed on as it is (checked above):
+                    # only the ones after it are left to ask.
+                    if out is None and pending is None and self._host_routable(leaves, j + 1):
                         return None
                     routable = False
                 y = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
                   or isinstance(x, leaf_types.host_scalar_type)):
                 if routable:
-                    if self._host_routable(leaves):
+                    if out is None and pending is None and self._host_routable(leaves, j + 1):
                         return None
                     routable = False
                 spec = self.host_specs[j]
@@ -258,16 +266,17 @@ class CacheEntry:
             return leaves
         return out
 
-    def _host_routable(self, leaves):
-        """Whether ``host_call`` can run this call: each leaf a host value or
-        a live device array laid out as compiled (its sharding the compiled
-        one or one already found equivalent: on the program's one device,
-        JAX's call takes those as they are). Others are left to the hit path,
-        which moves them, and raises JAX's error for a deleted one. Its
-        entries keep every input."""
+    def _host_routable(self, leaves, start):
+        """Whether ``host_call`` can run this call, given that the leaves
+        before ``start`` can: each leaf a host value or a live device array
+        laid out as compiled (its sharding the compiled one or one already
+        found equivalent: on the program's one device, JAX's call takes
+        those as they are). Others are left to the hit path, which moves
+        them, and raises JAX's error for a deleted one. Its entries keep
+        every input."""
         leaf_types = self.types
         in_shardings = self.in_shardings
-        for j in range(len(in_shardings)):
+        for j in range(start, len(in_shardings)):
             x = leaves[j]
             t = type(x)
             if t is leaf_types.array_type:
@@ -283,20 +292,26 @@ class CacheEntry:
         return True
 
     def _host_snapshot(self, leaves):
-        """``leaves`` for ``host_call``, each numpy array a copy: JAX's call
-        puts a numpy array without a copy where it can (and CPU dispatch is
-        asynchronous), so the caller's later writes would reach the
-        computation. Scalars it converts itself. The host route takes only
-        small inputs (``CompiledProgram.host_call``): one small copy each."""
+        """``leaves`` for ``host_call`` (a tuple), each numpy array a copy:
+        JAX's call puts a numpy array without a copy where it can (and CPU
+        dispatch is asynchronous), so the caller's later writes would reach
+        the computation. Scalars it converts itself. The host route takes
+        only small inputs (``CompiledProgram.host_call``): one small copy
+        each, made in C where compiled (``_copy_host_array``: the bytes
+        into a new array, no more), else by numpy."""
         ndarray_type = self.types.ndarray_type
-        out = None
-        for j in range(len(leaves)):
-            x = leaves[j]
+        n = len(leaves)
+        if n == 1:
+            x = leaves[0]
             if type(x) is ndarray_type:
-                if out is None:
-                    out = list(leaves)
-                out[j] = x.copy()
-        return leaves if out is None else out
+                return (_copy_host_array(x) if _COMPILED else x.copy(),)
+            return tuple(leaves)
+        out = list(leaves)
+        for j in range(n):
+            x = out[j]
+            if type(x) is ndarray_type:
+                out[j] = _copy_host_array(x) if _COMPILED else x.copy()
+        return tuple(out)
 
     def _move(self, leaves, out, pending):
         """Fill ``out[j]`` for the kept inputs ``pending`` with the moved
