@@ -9,9 +9,9 @@ inputs, ...), ``jax.experimental.export`` of the 0.4.2x releases
 ``calling_convention_version``, ``in_shardings_hlo``, ...).
 
 This module is the bottom of ``pmapkit.export``: it imports none of its
-siblings. What runs an Exported (``_call``) and what writes it
-(``_serialize``) are built on it and give it its ``call`` and ``serialize``
-methods from above.
+siblings. What writes it (``_serialize``) is built on it and gives it its
+``serialize`` method from above; its ``call`` imports what runs it
+(``_call``) on first use.
 """
 from __future__ import annotations
 
@@ -59,6 +59,14 @@ class Exported:
         self._caller = None
         self._vjp = None
         self._unparsed = False
+
+    def call(self, *args, **kwargs):
+        """Run the exported function (top level, or inside jit/grad/vmap).
+
+        The call path (``_call``) is imported on the first call: a program
+        that only loads and inspects artifacts never imports it."""
+        from pmapkit.export import _call
+        return _call.caller_of(self)(*args, **kwargs)
 
     # -- every vintage -------------------------------------------------------
     @property
