@@ -37,12 +37,17 @@ cdef class CacheEntry:
     cdef public Py_ssize_t resharded
     cdef public unsigned long long last_used
     cdef public Py_ssize_t n_inputs
+    cdef public list held_scalars
 
     cpdef object run(self, leaves)
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
-                   out=list, in_shardings=tuple, pending=list, routable=bint)
+                   out=list, in_shardings=tuple, pending=list, routable=bint,
+                   clean=bint, scalar=bint)
     cpdef object shard(self, leaves)
+
+    @cython.locals(held=list, seen=tuple)
+    cdef object _held_scalar(self, object x, Py_ssize_t j)
 
     @cython.locals(leaf_types=LeafTypes, in_shardings=tuple, j=Py_ssize_t)
     cdef bint _host_routable(self, leaves, Py_ssize_t start) except -1

@@ -122,6 +122,7 @@ class CacheEntry:
         self.resharded = 0
         self.last_used = 0
         self.n_inputs = 0
+        self.held_scalars = None
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -163,6 +164,9 @@ class CacheEntry:
         self.types = types
         donated = fastpath.donated
         self.donated = tuple(donated) if donated else None
+        # Per kept input: the last scalar passed there and, once passed
+        # twice, its device array (``_held_scalar``); None: never held.
+        self.held_scalars = None if self.donated is not None else [None] * len(self.in_shardings)
 
     def aliases_donated(self, leaves):
         """Whether a donated leaf (an array) is also another leaf of the call
@@ -211,10 +215,14 @@ class CacheEntry:
         pending = None
         # Whether host_call may run the call: asked at its first host value.
         routable = self.host_call is not None
+        # Whether every leaf so far is passed on as it is, or is a scalar
+        # (then host_call may still take the leaves themselves).
+        clean = True
         for j in range(n):
             i = j if kept is None else kept[j]
             x = leaves[i]
             t = type(x)
+            scalar = False
             if t is leaf_types.array_type:
                 have = getattr(x, leaf_types.sharding_attr)
                 if have is in_shardings[j] or self._seen_equivalent(j, have):
@@ -229,18 +237,21 @@ class CacheEntry:
                 if routable:
                     # Every leaf before j passed on as it is (checked above):
                     # only the ones after it are left to ask.
-                    if out is None and pending is None and self._host_routable(leaves, j + 1):
+                    if clean and self._host_routable(leaves, j + 1):
                         return None
                     routable = False
                 y = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
                   or isinstance(x, leaf_types.host_scalar_type)):
-                if routable:
-                    if out is None and pending is None and self._host_routable(leaves, j + 1):
-                        return None
-                    routable = False
-                spec = self.host_specs[j]
-                y = spec.put_own(leaf_types.asarray(x, spec.dtype))
+                scalar = True
+                y = self._held_scalar(x, j)
+                if y is None:
+                    if routable:
+                        if clean and self._host_routable(leaves, j + 1):
+                            return None
+                        routable = False
+                    spec = self.host_specs[j]
+                    y = spec.put_own(leaf_types.asarray(x, spec.dtype))
             elif t is leaf_types.key_type:
                 # in_shardings hold the physical sharding of key inputs.
                 base = x._base_array
@@ -255,6 +266,9 @@ class CacheEntry:
                 y = self.shard_fallback(x, i)
             if y is None:
                 pending = _pend(pending, j)  # moved below, with the others
+                clean = False
+            elif y is not x and not scalar:
+                clean = False
             if out is not None:
                 out[j] = y
             elif y is not x:
@@ -265,6 +279,31 @@ class CacheEntry:
         if out is None:
             return leaves
         return out
+
+    def _held_scalar(self, x, j):
+        """The device array of scalar ``x`` for input ``j`` when the previous
+        call passed the same scalar there (a learning rate, a step size: a
+        Python scalar cannot change, so its device value is put once and
+        kept); None otherwise (the caller puts it, or JAX's call does).
+        Seen once, a value is remembered; seen again, put and held. Never
+        for a program that donates (its inputs are handed over to be
+        overwritten)."""
+        held = self.held_scalars
+        if held is None:
+            return None
+        seen = held[j]
+        if seen is not None:
+            v = seen[0]
+            if v is x or (type(v) is type(x) and v == x and v != 0):
+                # ``v != 0``: 0.0 and -0.0 are equal but not the same value.
+                y = seen[1]
+                if y is None:
+                    spec = self.host_specs[j]
+                    y = spec.put_own(self.types.asarray(x, spec.dtype))
+                    held[j] = (v, y)
+                return y
+        held[j] = (x, None)
+        return None
 
     def _host_routable(self, leaves, start):
         """Whether ``host_call`` can run this call, given that the leaves

@@ -36,6 +36,7 @@ class CacheEntry:
     fallback: bool
     failure: str | None
     n_inputs: int
+    held_scalars: list[Any] | None
     equivalents: list[tuple[Any, ...]] | None
     resharded: int
     mover: Any
