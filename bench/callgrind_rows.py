@@ -2,10 +2,10 @@
 JAX, counted by callgrind: steady on a loaded machine, where CPU time is not.
 
 Each row runs in one new process under ``valgrind --tool=callgrind
---separate-threads=yes --dump-before=getppid``: the child builds and warms
-every impl of the row, then, per impl, calls ``os.getppid()`` (the marker:
-callgrind dumps its counters there), runs ``n1`` calls, marks, runs ``n2``
-calls, marks. A call's cost is ``(I(n2) - I(n1)) / (n2 - n1)``: the loop's
+--separate-threads=yes``: the child builds and warms every impl of the row,
+then, per impl, marks (``callgrind_control --dump`` on itself: callgrind
+dumps every thread's counters, and the child waits for it), runs ``n1``
+calls, marks, runs ``n2`` calls, marks. A call's cost is ``(I(n2) - I(n1)) / (n2 - n1)``: the loop's
 set-up and the markers cancel. Two counts per row: the caller's thread
 (the main thread) and every thread of the process together (XLA's worker
 threads, callbacks: what process CPU sees). Rows whose cost is once per
@@ -148,6 +148,12 @@ def _build(row, impl):
     raise ValueError(f"unknown row {row!r}")
 
 
+def _mark():
+    """Callgrind dumps every thread's counters here (and the caller waits)."""
+    subprocess.run(["callgrind_control", "--dump", str(os.getpid())],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+
+
 def _child_loops(row, impls, n1, n2):
     import jax
     built = [_build(row, impl) for impl in impls]
@@ -156,7 +162,7 @@ def _child_loops(row, impls, n1, n2):
             jax.block_until_ready(call())
     for call, block in built:
         for n in (n1, n2):
-            os.getppid()  # the marker: callgrind dumps before it
+            _mark()
             out = None
             if block:
                 for _ in range(n):
@@ -165,7 +171,7 @@ def _child_loops(row, impls, n1, n2):
                 for _ in range(n):
                     out = call()
                 jax.block_until_ready(out)
-    os.getppid()
+    _mark()
 
 
 _EXPORT_BLOB = "callgrind_export.bin"
@@ -194,14 +200,14 @@ def _child_export(impl, path):
         blob = f.read()
     x = np.ones((8, 256), np.float32)
     jax.devices()
-    os.getppid()
-    os.getppid()  # n1 = 0: an empty part
+    _mark()
+    _mark()  # n1 = 0: an empty part
     if impl == "jax.export":
         from jax import export as loader
     else:
         from pmapkit import export as loader
     jax.block_until_ready(loader.deserialize(blob).call(x))
-    os.getppid()
+    _mark()
 
 
 # -- the parent: valgrind per process, parts summed per thread -------------------
@@ -229,7 +235,7 @@ def _parts(folder):
 def _valgrind(python, args, env):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
-               "--dump-before=getppid", f"--callgrind-out-file={tmp}/callgrind.out.%p",
+               f"--callgrind-out-file={tmp}/callgrind.out.%p",
                python, "-P", os.path.abspath(__file__), *args]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
