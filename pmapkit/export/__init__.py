@@ -61,6 +61,16 @@ _LAZY = {
 }
 
 
+def _exported_call(self, *args, **kwargs):
+    """Run the exported function (top level, or inside jit/grad/vmap)."""
+    from pmapkit.export import _call
+    return _call.caller_of(self)(*args, **kwargs)
+
+
+_exported_call.__name__, _exported_call.__qualname__ = "call", "Exported.call"
+Exported.call = _exported_call
+
+
 def __getattr__(name):
     where = _LAZY.get(name)
     if where is not None:

@@ -10,8 +10,8 @@ inputs, ...), ``jax.experimental.export`` of the 0.4.2x releases
 
 This module is the bottom of ``pmapkit.export``: it imports none of its
 siblings. What writes it (``_serialize``) is built on it and gives it its
-``serialize`` method from above; its ``call`` imports what runs it
-(``_call``) on first use.
+``serialize`` method from above; the package gives it ``call``, which
+imports what runs it (``_call``) on first use.
 """
 from __future__ import annotations
 
@@ -59,14 +59,6 @@ class Exported:
         self._caller = None
         self._vjp = None
         self._unparsed = False
-
-    def call(self, *args, **kwargs):
-        """Run the exported function (top level, or inside jit/grad/vmap).
-
-        The call path (``_call``) is imported on the first call: a program
-        that only loads and inspects artifacts never imports it."""
-        from pmapkit.export import _call
-        return _call.caller_of(self)(*args, **kwargs)
 
     # -- every vintage -------------------------------------------------------
     @property
