@@ -268,28 +268,42 @@ def test_a_whole_mesh_call_crosses_into_python_once_per_run(monkeypatch):
     # jax.pure_callback crosses once); the others learn its result from XLA.
     from pmapkit.host_callback import _primitive
     crossings = []
-    original = _primitive._per_device_host_fn
+    one, every = _primitive._one_device_host_fn, _primitive._per_device_host_fn
 
-    def counted(devices, invoke, partition_id, *flat):
-        crossings.append(int(partition_id))
-        return original(devices, invoke, partition_id, *flat)
-    monkeypatch.setattr(_primitive, "_per_device_host_fn", counted)
+    def counted_one(device, invoke, *flat):
+        crossings.append(device)
+        return one(device, invoke, *flat)
+
+    def counted_every(devices, invoke, partition_id, *flat):
+        crossings.append(devices[int(partition_id)])
+        return every(devices, invoke, partition_id, *flat)
+    monkeypatch.setattr(_primitive, "_one_device_host_fn", counted_one)
+    monkeypatch.setattr(_primitive, "_per_device_host_fn", counted_every)
     f = jax.jit(lambda x: hcb.call(lambda v: v * 2, x, result_shape=x) + 1.0)
     x = _sharded(jnp.arange(N, dtype=jnp.float32))
     for _ in range(3):
         np.testing.assert_array_equal(np.asarray(f(x)), np.arange(N) * 2.0 + 1.0)
     hcb.barrier_wait()
-    assert crossings == [0, 0, 0]
+    assert crossings == [jax.devices()[0]] * 3
 
 
-def test_a_failed_whole_mesh_run_is_forgotten_once_every_device_raised():
+def test_failed_whole_mesh_runs_are_kept_within_a_bound():
+    # Each device of a failed run raises the caller's exception (kept by its
+    # number); only the last KEPT_FAILURES are kept.
     from pmapkit.host_callback import _runtime
     f = jax.jit(WHOLE_MESH["sum_after"])
     x = _sharded(jnp.arange(N, dtype=jnp.float32))
-    for _ in range(2):
-        assert_raises_user_exception(lambda: f(x))
+    for _ in range(_runtime.KEPT_FAILURES + 3):
+        out = f(x)
+        # Every device's result is the error, never the zeros the caller got.
+        for shard in out.addressable_shards:
+            with pytest.raises(jax.errors.JaxRuntimeError,
+                               match="(?s)CallbackException.*ValueError: user exception"):
+                np.asarray(shard.data)
+        with pytest.raises(hcb.CallbackException):
+            hcb.barrier_wait()
     jax.effects_barrier()
-    assert not _runtime.caller_failures.failed
+    assert len(_runtime.caller_failures.failed) == _runtime.KEPT_FAILURES
     np.testing.assert_array_equal(np.asarray(f(x + 10)),
                                   np.asarray(WHOLE_MESH["sum_after"](x + 10)))
     hcb.barrier_wait()

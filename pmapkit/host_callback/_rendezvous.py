@@ -5,13 +5,12 @@ In a jit/pjit program over several devices, a ``call`` runs the user's
 function once, on one device (``device_index``). If that device failed
 alone, the others would wait in the program's next collective until XLA:CPU
 aborts the process; if it handed back zeros, the program would go on with a
-made-up value. So the call is lowered as a region over all the program's
-devices (``_whole_mesh``) where only the caller crosses into Python: its
-function's failure does not fail its device there, it is kept
-(``_runtime.caller_failures``) and its number travels with the result, gathered to every
-device by XLA's collectives; a nonzero number makes every device raise it
-(one crossing each, on failure only). A run without failure crosses into
-Python once, as ``jax.pure_callback`` does.
+made-up value. So the call runs on the caller only, as ``jax.pure_callback``
+runs (``_whole_mesh``), but its function's failure does not fail its device:
+it is kept (``_runtime.caller_failures``) and its number comes after the
+results, which XLA hands to every device; a nonzero number makes every
+device raise it (crossing into Python then only). A run without failure
+crosses into Python once.
 """
 from __future__ import annotations
 
@@ -19,9 +18,9 @@ from pmapkit.core.programs import manual_regions
 from pmapkit.host_callback import _runtime
 
 
-def raise_failure(number, caller_device, num_devices):
+def raise_failure(number, caller_device):
     """Every device's step when the caller's run failed: raise its error."""
-    got = _runtime.caller_failures.take(int(number), num_devices)
+    got = _runtime.caller_failures.take(int(number))
     if got is None:
         raise _runtime.CallbackException(
             f"host_callback.call failed on device {caller_device}; every device's "
@@ -30,15 +29,15 @@ def raise_failure(number, caller_device, num_devices):
     raise _runtime.CallbackException(_runtime.report_message(exc, formatted)) from exc
 
 
-# The caller-only call regions being lowered on this thread (their meshes).
+# Whether the whole-mesh call being lowered on this thread is its caller's op.
 _lowering = manual_regions.LoweringStack()
 
 
-def caller_region(mesh):
-    """Lowering the caller-only call region on ``mesh``."""
-    return _lowering.on(mesh)
+def caller_op():
+    """Lowering a whole-mesh call's op on its caller (``_whole_mesh``)."""
+    return _lowering.on(True)
 
 
-def is_caller_region(mesh):
-    """Whether the region on ``mesh`` being lowered is a caller-only call's."""
-    return _lowering.top() is mesh
+def lowering_caller_op():
+    """Whether the call being lowered is a whole-mesh call's caller op."""
+    return _lowering.top() is True

@@ -32,6 +32,7 @@ only the failed computation fails.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -177,14 +178,16 @@ pending = _PendingFailures()
 
 
 class _NumberedFailures:
-    """The failed runs of ``FLAG`` calls, by number (1, 2, ...), until every
-    device of the run has raised with it (``take``). Runs from several
-    threads fail under numbers of their own."""
+    """The failed runs of ``FLAG`` calls, by number (1, 2, ...): each device
+    of a failed run raises its exception (``take``). A device whose run was
+    already ended by another's failure may never ask, so the last
+    ``KEPT_FAILURES`` are kept, the oldest forgotten beyond them. Runs from
+    several threads fail under numbers of their own."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.next = itertools.count(1)
-        self.failed = {}   # number -> [exception, formatted traceback, devices seen]
+        self.failed = collections.OrderedDict()   # number -> (exception, traceback text)
 
     def put(self, exc, formatted):
         with self.lock:
@@ -192,22 +195,19 @@ class _NumberedFailures:
             if number >= np.iinfo(np.int32).max:
                 self.next = itertools.count(1)
                 number = next(self.next)
-            self.failed[number] = [exc, formatted, 0]
+            self.failed[number] = (exc, formatted)
+            while len(self.failed) > KEPT_FAILURES:
+                self.failed.popitem(last=False)
         return number
 
-    def take(self, number, num_devices):
-        """Failure ``number`` for one of its run's ``num_devices`` devices
-        (forgotten after the last)."""
+    def take(self, number):
+        """Failure ``number`` (None once forgotten)."""
         with self.lock:
-            entry = self.failed.get(number)
-            if entry is None:
-                return None
-            entry[2] += 1
-            if entry[2] >= num_devices:
-                del self.failed[number]
-            return entry[0], entry[1]
+            return self.failed.get(number)
 
 
+#: Failed runs of whole-mesh calls kept for their devices to raise with.
+KEPT_FAILURES = 16
 caller_failures = _NumberedFailures()
 
 

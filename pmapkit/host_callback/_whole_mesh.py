@@ -7,9 +7,10 @@ back zeros, the program would go on with a made-up value. So the call is
 lowered as a manual region over all the program's devices (one axis, the
 operands replicated to each), where every device takes part:
 
-- devices of one process: only the caller crosses into Python; its result
-  and its failure's number (0: none) are gathered to every device by XLA,
-  and on a failure every device raises it (``_rendezvous``);
+- devices of one process: the call runs on the caller only, as
+  ``jax.pure_callback`` runs; its failure's number (0: none) comes with its
+  results, which XLA hands to every device, and on a failure every device
+  raises it (``_rendezvous``);
 - devices of several processes cannot meet in one process: the caller runs
   the function (a failure leaves zeros and pends), its result is gathered to
   every device, and the region ends with the failure checks
@@ -35,8 +36,7 @@ AXIS = "_pmapkit_host_callback_devices"
 def lower(ctx, args, devices, params):
     mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
     if not process_local.spans_devices(devices):
-        body = _caller_only_body(params, tuple(devices))
-        region = _rendezvous.caller_region(mesh)
+        return _caller_only(ctx, args, tuple(devices), mesh, params)
     else:
         body = _checked_body(params, tuple(devices))
         region = manual_regions.checking_on(mesh)
@@ -51,36 +51,36 @@ def lower(ctx, args, devices, params):
 _FAILURE_NUMBER = jp.ShapedArray((), np.int32)
 
 
-def _caller_only_body(params, devices):
+def _caller_only(ctx, args, devices, mesh, params):
+    """The call over the devices of one process: run on the caller only, as
+    ``jax.pure_callback`` runs (its op placed on that device, XLA handing
+    its results to the others), with the failure's number (0: none) after
+    its results; then every device, in a region of its own, raises when
+    the number says the caller's run failed (crossing into Python then
+    only)."""
     caller = params["device_index"]
     avals = params["flat_results_aval"]
-    # The caller's call gives the failure's number (0: none) after its results.
     numbered = dict(params, flat_results_aval=(*avals, _FAILURE_NUMBER))
-    n = len(devices)
-
-    def call(xs):
-        return tuple(_primitive.outside_call_p.bind(*xs, **numbered))
-
-    def others(xs):
-        del xs
-        return (*[jnp.zeros(a.shape, a.dtype) for a in avals], jnp.zeros((), np.int32))
 
     def raise_here(number):
         # An effect of its own (unordered IO), so no DCE drops it.
         return io_callback(
-            lambda k: _rendezvous.raise_failure(k, devices[caller], n),
+            lambda k: _rendezvous.raise_failure(k, devices[caller]),
             jax.ShapeDtypeStruct((), np.int32), number, ordered=False)
 
+    def check(number):
+        return jax.lax.cond(number != 0, raise_here, lambda k: k, number)
+
+    checked = jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(),
+                            out_specs=PartitionSpec(), check_vma=False)
+
     def body(*xs):
-        *outs, number = jax.lax.cond(jax.lax.axis_index(AXIS) == caller, call, others, xs)
-        # The caller's values, bit for bit, on every device.
-        outs = [jax.lax.all_gather(o, AXIS)[caller] for o in outs]
-        number = jax.lax.all_gather(number, AXIS)[caller]
-        # Every device crosses into Python only when the caller's run failed.
-        done = jax.lax.cond(number != 0, raise_here, lambda k: k, number)
+        *outs, number = _primitive.outside_call_p.bind(*xs, **numbered)
+        done = checked(number)
         *outs, _ = jax.lax.optimization_barrier((*outs, done))
         return tuple(outs)
-    return body
+    with _rendezvous.caller_op(), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
 
 
 def _checked_body(params, devices):
