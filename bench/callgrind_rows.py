@@ -74,6 +74,14 @@ def _scale_shift(x):
     return x * 2.0 + 1.0
 
 
+def _aligned(rows, cols):
+    import numpy as np
+    nbytes = rows * cols * 4
+    buf = np.empty(nbytes + 64, np.uint8)
+    start = (-buf.ctypes.data) % 64
+    return buf[start:start + nbytes].view(np.float32).reshape(rows, cols)
+
+
 def _build(row, impl):
     """``(call, block)``: one call of the row's impl, and whether the loop
     waits for each call's result."""
@@ -90,12 +98,12 @@ def _build(row, impl):
         return pmapkit.pmap(fun, axis_name="i", devices=devices, **kw)
 
     if row.startswith(("array_", "numpy_")):
-        if row.startswith("array_"):
-            host = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
-        elif "4mib" in row:
-            host = np.ones((n, 1 << 20), np.float32)
-        else:
-            host = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
+        # 64-byte aligned, as numpy's large allocations (and many small
+        # ones) are: jaxlib then takes the array without a copy, jax.jit's
+        # cheapest put (an unaligned one costs it a copy: its count would
+        # change with where the allocator put the array).
+        host = _aligned(n, (1 << 20) if "4mib" in row else 4)
+        host[...] = np.arange(host.size, dtype=np.float32).reshape(host.shape)
         if impl == "pmapkit":
             fn = pmapkit_pmap(_add_one)
         elif impl == "jax.pmap":
