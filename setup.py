@@ -11,6 +11,7 @@ then ``python setup.py build_ext --inplace`` after editing them.
 import importlib.util
 import os
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -31,6 +32,8 @@ _hashes = _load_source_hash()
 
 extensions = [
     Extension(f"pmapkit.core.hitpath.{name}", [f"pmapkit/core/hitpath/{name}.py"],
+              # _dispatch copies host arrays with numpy's C API (its .pxd).
+              include_dirs=[numpy.get_include()],
               define_macros=[("PMAPKIT_SOURCE_HASH",
                               '"%s"' % _hashes.source_hash(HITPATH, name))])
     for name in COMPILED_MODULES

@@ -561,6 +561,11 @@ def check_exported_call_avals(jax_exported, avals):
     _export_impl._call_exported_abstract_eval(*avals, exported=jax_exported)
 
 
+# jax.export's primitive calling an artifact (``call_exported_p.bind(*flat,
+# exported=...)``): what ``Exported.call`` binds inside its AD rule.
+call_exported_p = _export_impl.call_exported_p
+
+
 # --- colocated_python ------------------------------------------------------------
 from jax._src import util as _colocated_util  # noqa: E402
 from jax._src.lib import _jax as _colocated_jax  # noqa: E402

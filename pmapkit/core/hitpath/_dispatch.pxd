@@ -37,18 +37,23 @@ cdef class CacheEntry:
     cdef public Py_ssize_t resharded
     cdef public Py_ssize_t n_inputs
     cdef readonly object key
+    cdef public list held_scalars
 
     cpdef object run(self, leaves)
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
-                   out=list, in_shardings=tuple, pending=list, routable=bint)
+                   out=list, in_shardings=tuple, pending=list, routable=bint,
+                   clean=bint, scalar=bint)
     cpdef object shard(self, leaves)
 
-    @cython.locals(leaf_types=LeafTypes, in_shardings=tuple, j=Py_ssize_t)
-    cdef bint _host_routable(self, leaves) except -1
+    @cython.locals(held=list, seen=tuple)
+    cdef object _held_scalar(self, object x, Py_ssize_t j)
 
-    @cython.locals(j=Py_ssize_t, out=list)
-    cdef object _host_snapshot(self, leaves)
+    @cython.locals(leaf_types=LeafTypes, in_shardings=tuple, j=Py_ssize_t)
+    cdef bint _host_routable(self, leaves, Py_ssize_t start) except -1
+
+    @cython.locals(j=Py_ssize_t, n=Py_ssize_t, out=list)
+    cdef tuple _host_snapshot(self, leaves)
 
     @cython.locals(flat=list, moved=list, k=Py_ssize_t)
     cdef _move(self, leaves, list out, list pending)
@@ -189,6 +194,56 @@ cdef bint _same_context(object cached, object ctx) except -1
 cdef bint _same_items(tuple a, tuple b, Py_ssize_t start) except -1
 
 cdef object DONATION_LOCK
+
+cdef extern from *:
+    """
+    /* The read-at-call snapshot of a caller's numpy array for JAX's call
+       (CacheEntry._host_snapshot): a new C-ordered array of the same dtype
+       and shape holding a copy of its bytes, its data 64-byte aligned in a
+       bytes object it keeps (XLA:CPU then takes it as the device buffer, as
+       it takes an aligned numpy array, without a second copy). A
+       C-contiguous array of plain data (no object references) is copied
+       with one memcpy; anything else by numpy's own copy. numpy's C API is
+       loaded on first use. */
+    #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+    #define PY_ARRAY_UNIQUE_SYMBOL pmapkit_dispatch_ARRAY_API
+    #include <numpy/arrayobject.h>
+    #define PMAPKIT_HOST_ALIGN 64
+    static int pmapkit_numpy_loaded = 0;
+    static PyObject *pmapkit_copy_host_array(PyObject *x) {
+        PyArrayObject *a = (PyArrayObject *)x;
+        PyArray_Descr *descr;
+        PyObject *store, *out;
+        char *data;
+        npy_intp nbytes;
+        if (!pmapkit_numpy_loaded) {
+            if (_import_array() < 0) return NULL;
+            pmapkit_numpy_loaded = 1;
+        }
+        descr = PyArray_DESCR(a);
+        if (!PyArray_IS_C_CONTIGUOUS(a) || PyDataType_REFCHK(descr))
+            return PyArray_NewCopy(a, NPY_CORDER);
+        nbytes = PyArray_NBYTES(a);
+        store = PyBytes_FromStringAndSize(NULL, nbytes + PMAPKIT_HOST_ALIGN);
+        if (store == NULL) return NULL;
+        data = PyBytes_AS_STRING(store);
+        data += (PMAPKIT_HOST_ALIGN - ((size_t)data % PMAPKIT_HOST_ALIGN)) % PMAPKIT_HOST_ALIGN;
+        memcpy(data, PyArray_DATA(a), nbytes);
+        Py_INCREF(descr);
+        out = PyArray_NewFromDescr(&PyArray_Type, descr, PyArray_NDIM(a), PyArray_DIMS(a),
+                                   NULL, data, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
+        if (out == NULL) {
+            Py_DECREF(store);
+            return NULL;
+        }
+        if (PyArray_SetBaseObject((PyArrayObject *)out, store) < 0) {  /* steals store */
+            Py_DECREF(out);
+            return NULL;
+        }
+        return out;
+    }
+    """
+    object _copy_host_array "pmapkit_copy_host_array" (object x)
 
 cpdef object execute_donating(CacheEntry entry, object leaves)
 

@@ -124,6 +124,7 @@ class CacheEntry:
         # The key object its cache holds it under: a move of the entry finds
         # it by identity (no comparison of the keys' items).
         self.key = None
+        self.held_scalars = None
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -165,6 +166,9 @@ class CacheEntry:
         self.types = types
         donated = fastpath.donated
         self.donated = tuple(donated) if donated else None
+        # Per kept input: the last scalar passed there and, once passed
+        # twice, its device array (``_held_scalar``); None: never held.
+        self.held_scalars = None if self.donated is not None else [None] * len(self.in_shardings)
 
     def aliases_donated(self, leaves):
         """Whether a donated leaf (an array) is also another leaf of the call
@@ -174,6 +178,12 @@ class CacheEntry:
 
     def run(self, leaves):
         """The flat outputs of one call of ``leaves`` (not donating)."""
+        if self.host_call is not None and self.n_inputs == 1:
+            x = leaves[0]
+            if type(x) is self.types.ndarray_type:
+                # One numpy input (the host route's usual call): straight to
+                # JAX's call, on a copy of its bytes (``_host_snapshot``).
+                return self.host_call(_copy_host_array(x) if _COMPILED else x.copy())
         arrays = self.shard(leaves)
         if arrays is None:
             # Host values, every device array placed as compiled: JAX's C++
@@ -207,10 +217,14 @@ class CacheEntry:
         pending = None
         # Whether host_call may run the call: asked at its first host value.
         routable = self.host_call is not None
+        # Whether every leaf so far is passed on as it is, or is a scalar
+        # (then host_call may still take the leaves themselves).
+        clean = True
         for j in range(n):
             i = j if kept is None else kept[j]
             x = leaves[i]
             t = type(x)
+            scalar = False
             if t is leaf_types.array_type:
                 have = getattr(x, leaf_types.sharding_attr)
                 if have is in_shardings[j] or self._seen_equivalent(j, have):
@@ -223,18 +237,23 @@ class CacheEntry:
                     y = self._first_sight(x, x, have, i, j)
             elif t is leaf_types.ndarray_type:
                 if routable:
-                    if self._host_routable(leaves):
+                    # Every leaf before j passed on as it is (checked above):
+                    # only the ones after it are left to ask.
+                    if clean and self._host_routable(leaves, j + 1):
                         return None
                     routable = False
                 y = self.host_specs[j].put(x)
             elif (t is float or t is int or t is bool or t is complex
                   or isinstance(x, leaf_types.host_scalar_type)):
-                if routable:
-                    if self._host_routable(leaves):
-                        return None
-                    routable = False
-                spec = self.host_specs[j]
-                y = spec.put_own(leaf_types.asarray(x, spec.dtype))
+                scalar = True
+                y = self._held_scalar(x, j)
+                if y is None:
+                    if routable:
+                        if clean and self._host_routable(leaves, j + 1):
+                            return None
+                        routable = False
+                    spec = self.host_specs[j]
+                    y = spec.put_own(leaf_types.asarray(x, spec.dtype))
             elif t is leaf_types.key_type:
                 # in_shardings hold the physical sharding of key inputs.
                 base = x._base_array
@@ -249,6 +268,9 @@ class CacheEntry:
                 y = self.shard_fallback(x, i)
             if y is None:
                 pending = _pend(pending, j)  # moved below, with the others
+                clean = False
+            elif y is not x and not scalar:
+                clean = False
             if out is not None:
                 out[j] = y
             elif y is not x:
@@ -260,16 +282,42 @@ class CacheEntry:
             return leaves
         return out
 
-    def _host_routable(self, leaves):
-        """Whether ``host_call`` can run this call: each leaf a host value or
-        a live device array laid out as compiled (its sharding the compiled
-        one or one already found equivalent: on the program's one device,
-        JAX's call takes those as they are). Others are left to the hit path,
-        which moves them, and raises JAX's error for a deleted one. Its
-        entries keep every input."""
+    def _held_scalar(self, x, j):
+        """The device array of scalar ``x`` for input ``j`` when the previous
+        call passed the same scalar there (a learning rate, a step size: a
+        Python scalar cannot change, so its device value is put once and
+        kept); None otherwise (the caller puts it, or JAX's call does).
+        Seen once, a value is remembered; seen again, put and held. Never
+        for a program that donates (its inputs are handed over to be
+        overwritten)."""
+        held = self.held_scalars
+        if held is None:
+            return None
+        seen = held[j]
+        if seen is not None:
+            v = seen[0]
+            if v is x or (type(v) is type(x) and v == x and v != 0):
+                # ``v != 0``: 0.0 and -0.0 are equal but not the same value.
+                y = seen[1]
+                if y is None:
+                    spec = self.host_specs[j]
+                    y = spec.put_own(self.types.asarray(x, spec.dtype))
+                    held[j] = (v, y)
+                return y
+        held[j] = (x, None)
+        return None
+
+    def _host_routable(self, leaves, start):
+        """Whether ``host_call`` can run this call, given that the leaves
+        before ``start`` can: each leaf a host value or a live device array
+        laid out as compiled (its sharding the compiled one or one already
+        found equivalent: on the program's one device, JAX's call takes
+        those as they are). Others are left to the hit path, which moves
+        them, and raises JAX's error for a deleted one. Its entries keep
+        every input."""
         leaf_types = self.types
         in_shardings = self.in_shardings
-        for j in range(len(in_shardings)):
+        for j in range(start, len(in_shardings)):
             x = leaves[j]
             t = type(x)
             if t is leaf_types.array_type:
@@ -285,20 +333,26 @@ class CacheEntry:
         return True
 
     def _host_snapshot(self, leaves):
-        """``leaves`` for ``host_call``, each numpy array a copy: JAX's call
-        puts a numpy array without a copy where it can (and CPU dispatch is
-        asynchronous), so the caller's later writes would reach the
-        computation. Scalars it converts itself. The host route takes only
-        small inputs (``CompiledProgram.host_call``): one small copy each."""
+        """``leaves`` for ``host_call`` (a tuple), each numpy array a copy:
+        JAX's call puts a numpy array without a copy where it can (and CPU
+        dispatch is asynchronous), so the caller's later writes would reach
+        the computation. Scalars it converts itself. The host route takes
+        only small inputs (``CompiledProgram.host_call``): one small copy
+        each, made in C where compiled (``_copy_host_array``: the bytes
+        into a new array, no more), else by numpy."""
         ndarray_type = self.types.ndarray_type
-        out = None
-        for j in range(len(leaves)):
-            x = leaves[j]
+        n = len(leaves)
+        if n == 1:
+            x = leaves[0]
             if type(x) is ndarray_type:
-                if out is None:
-                    out = list(leaves)
-                out[j] = x.copy()
-        return leaves if out is None else out
+                return (_copy_host_array(x) if _COMPILED else x.copy(),)
+            return tuple(leaves)
+        out = list(leaves)
+        for j in range(n):
+            x = out[j]
+            if type(x) is ndarray_type:
+                out[j] = _copy_host_array(x) if _COMPILED else x.copy()
+        return tuple(out)
 
     def _move(self, leaves, out, pending):
         """Fill ``out[j]`` for the kept inputs ``pending`` with the moved

@@ -56,6 +56,7 @@ class CacheEntry:
     donated: tuple[int, ...] | None
     resharded: int
     n_inputs: int
+    held_scalars: list[Any] | None
     key: Any
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...

@@ -42,7 +42,7 @@ PATTERN_TITLES = {
     "feature:colocated": "colocated_python",
     "feature:debugging": "debug_nans on and off",
     "feature:multiprocess": "several processes",
-    "feature:wrappers": "script of inline pmaps (run)",
+    "feature:wrappers": "pmaps built inline (script, process CPU)",
     "feature:edges": "edges: failing calls, donation",
     "feature:migrate": "migrate: script and per-call cases",
     "feature:legacy": "classic names (pmapkit run)",
