@@ -154,12 +154,17 @@ def _lacking_array_members():
     return frozenset(lacking)
 
 
+#: Classic DeviceArray methods jax.Array never had (beyond the census of real use).
+_ARRAY_GONE = ("to_py", "block_host_until_ready")
+
+
 def array_member(attr, called_bare=False):
     """(name, why) for a classic array member this JAX lacks (``device``:
     only its call without arguments, the classic method)."""
     if attr == "device":
         return ("jax.Array.device", _real_use_why("jax.Array.device")) if called_bare else None
-    if attr in _lacking_array_members():
+    if attr in _lacking_array_members() or (attr in _ARRAY_GONE
+                                            and not hasattr(jax.Array, attr)):
         name = f"jax.Array.{attr}"
         return name, _real_use_why(name)
     return None
@@ -194,6 +199,7 @@ class _Scan(cst.CSTVisitor):
     def __init__(self, own=frozenset()):
         super().__init__()
         self.own = own        # names the program sets on modules itself
+        self.guards = []      # names the enclosing conditions test exist
         self.found = []       # (line, name, why)
 
     def _line(self, node):
@@ -202,7 +208,24 @@ class _Scan(cst.CSTVisitor):
     def _add(self, node, hit, what=""):
         if hit is not None:
             name, why = hit
+            if name.rpartition(".")[2].rpartition(":")[2] in self._guarded():
+                return       # runs only where this JAX has it (hasattr/callable)
             self.found.append((self._line(node), name, what + why))
+
+    def _guarded(self):
+        return set().union(*self.guards) if self.guards else ()
+
+    def visit_If(self, node):
+        self.guards.append(guarded_names(node.test))
+
+    def leave_If(self, node):
+        self.guards.pop()
+
+    def visit_IfExp(self, node):
+        self.guards.append(guarded_names(node.test))
+
+    def leave_IfExp(self, node):
+        self.guards.pop()
 
     def visit_Import(self, node):
         for alias in node.names:
@@ -256,6 +279,30 @@ class _Scan(cst.CSTVisitor):
 
     def visit_Name(self, node):
         return self._reference(node)
+
+
+class _Checks(cst.CSTVisitor):
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def visit_Call(self, node):
+        func, args = node.func, node.args
+        if isinstance(func, cst.Name) and func.value == "hasattr" and len(args) == 2 \
+                and isinstance(args[1].value, cst.SimpleString):
+            self.names.add(args[1].value.evaluated_value)
+        elif isinstance(func, cst.Name) and func.value == "callable" and len(args) == 1 \
+                and isinstance(args[0].value, cst.Attribute):
+            self.names.add(args[0].value.attr.value)
+
+
+def guarded_names(test):
+    """The attribute names a condition checks first (``hasattr(config,
+    "enable_omnistaging")``, ``callable(b.device)``): code under it is written
+    to run on either JAX, so a classic name there is no leftover."""
+    checks = _Checks()
+    test.visit(checks)
+    return frozenset(checks.names)
 
 
 class _OwnAttributes(cst.CSTVisitor):
