@@ -213,6 +213,17 @@ def _is_ours(present, value):
     return present is value or getattr(present, "__wrapped__", None) is value
 
 
+def _defer(record):
+    """Set ``record`` when the program imports its module: ``[its name]`` the
+    first time, ``[]`` when it waits already."""
+    pending = _pending_names.setdefault(record.owner, [])
+    if record in pending:
+        return []
+    pending.append(record)
+    _finder.after_import.add(record.owner)
+    return [record.name]
+
+
 def _install_removed_names():
     """The census (pmapkit.legacy.names): names set on JAX's modules, the
     array properties, and the modules served by the finder; each only where
@@ -222,11 +233,7 @@ def _install_removed_names():
         if record.owner not in sys.modules and _module_exists(record.owner):
             # set when the program imports its module (install imports nothing)
             if record.owner not in _finder.modules:
-                pending = _pending_names.setdefault(record.owner, [])
-                if record not in pending:
-                    pending.append(record)
-                    _finder.after_import.add(record.owner)
-                    new.append(record.name)
+                new += _defer(record)
                 continue
         owner = importlib.import_module(record.owner)
         if not _has(owner, record.attr):
@@ -291,11 +298,7 @@ def _install_real_use():
         owner = sys.modules.get(record.owner)
         if owner is None and _module_exists(record.owner):
             if record.owner not in _finder.modules:
-                pending = _pending_names.setdefault(record.owner, [])
-                if record not in pending:
-                    pending.append(record)
-                    _finder.after_import.add(record.owner)
-                    new.append(record.name)
+                new += _defer(record)
                 continue
             owner = importlib.import_module(record.owner)
         if owner is None:
