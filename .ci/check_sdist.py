@@ -22,10 +22,10 @@ def sdist_files(path):
 
 def expected_sources(checkout):
     """Every source file of pmapkit/, and every file of tests/, docs/ and
-    bench/ and stress/ (the suite runs the pages' examples and reads their import
+    bench/, stress/ and suites/ (the suite runs the pages' examples and reads their import
     graph), in the checkout."""
     wanted = set()
-    for top in ("pmapkit", "tests", "docs", "bench", "stress"):
+    for top in ("pmapkit", "tests", "docs", "bench", "stress", "suites"):
         for root, dirs, files in os.walk(os.path.join(checkout, top)):
             dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
             for name in files:

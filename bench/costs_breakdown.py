@@ -16,8 +16,8 @@ processes), to tell pmapkit's part from JAX's:
   the clock starts.
 - ``host_callback``: ``host_callback.call`` in an 8-device ``jax.jit``
   against ``jax.pure_callback``, JAX's own per-device ``io_callback`` in a
-  ``shard_map`` (as many crossings into Python as the call's meeting) and
-  the same program without a callback; wall and process CPU per call.
+  ``shard_map`` (a crossing into Python per device) and the same program
+  without a callback; wall and process CPU per call.
 
     python bench/costs_breakdown.py fresh|export|host_callback [--rounds N]
 """

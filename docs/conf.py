@@ -59,7 +59,9 @@ intersphinx_mapping = {
 
 html_theme = "sphinx_book_theme"
 html_title = f"pmapkit {release}"
-html_static_path = []
+# pmapkit.css: tables fit the page (their inline code wraps).
+html_static_path = ["_static"]
+html_css_files = ["pmapkit.css"]
 html_theme_options = {
     "home_page_in_toc": True,
     "show_toc_level": 2,

@@ -24,26 +24,25 @@ import importlib.util as _importlib_util
 import sys as _sys
 import types as _types
 
-from jax.sharding import NamedSharding, PartitionSpec
-
 # Each public name is loaded from its module on first use (module
 # ``__getattr__``), so a program pays at start-up only for the systems it
 # uses. The transformation rules of pmapkit's primitives are registered by
-# ``pmapkit.core.lowering``, which every module binding them imports.
+# ``pmapkit.core.programs.compiling``, which every module binding them reaches.
 _LAZY = {
-    "COMPILED": "pmapkit.core._compiled",
-    "clear_caches": "pmapkit.core.caches", "set_cache_size": "pmapkit.core.caches",
-    "set_cpu_collectives_in_flight": "pmapkit.core.inflight",
-    "Mesh": "pmapkit.core.mesh", "mesh": "pmapkit.core.mesh",
+    "NamedSharding": "jax.sharding", "PartitionSpec": "jax.sharding",
+    "COMPILED": "pmapkit.core.hitpath._compiled",
+    "clear_caches": "pmapkit.caches", "set_cache_size": "pmapkit.caches",
+    "set_cpu_collectives_in_flight": "pmapkit.inflight",
+    "Mesh": "pmapkit.mesh", "mesh": "pmapkit.mesh",
     "maps": "pmapkit.pjit.maps",
     "pjit": "pmapkit.pjit._pjit", "with_sharding_constraint": "pmapkit.pjit._pjit",
     "device_put_replicated": "pmapkit.pmap.placement",
     "device_put_sharded": "pmapkit.pmap.placement",
     "pmap": "pmapkit.pmap._pmap",
-    "Chunked": "pmapkit.core.sharding_specs", "NoSharding": "pmapkit.core.sharding_specs",
-    "Replicated": "pmapkit.core.sharding_specs", "ShardedAxis": "pmapkit.core.sharding_specs",
-    "ShardingSpec": "pmapkit.core.sharding_specs", "Unstacked": "pmapkit.core.sharding_specs",
-    "parse_op_sharding": "pmapkit.core.sharding_specs",
+    "Chunked": "pmapkit.sharding_specs", "NoSharding": "pmapkit.sharding_specs",
+    "Replicated": "pmapkit.sharding_specs", "ShardedAxis": "pmapkit.sharding_specs",
+    "ShardingSpec": "pmapkit.sharding_specs", "Unstacked": "pmapkit.sharding_specs",
+    "parse_op_sharding": "pmapkit.sharding_specs",
 }
 
 
@@ -69,12 +68,12 @@ def __dir__():
 
 
 class _Package(_types.ModuleType):
-    """``pmapkit.pjit`` and ``pmapkit.pmap`` are the functions, though
-    packages of those names exist: importing the package (which Python then
+    """``pmapkit.pjit``, ``pmapkit.pmap`` and ``pmapkit.mesh`` are the
+    functions, though modules of those names exist: importing the package (which Python then
     sets as this package's attribute) leaves the function in place."""
 
     def __setattr__(self, name, value):
-        if (isinstance(value, _types.ModuleType) and name in ("pjit", "pmap")
+        if (isinstance(value, _types.ModuleType) and name in ("pjit", "pmap", "mesh")
                 and value.__name__ == f"{__name__}.{name}"):
             value = getattr(value, name)
         super().__setattr__(name, value)
@@ -98,7 +97,7 @@ _PUBLIC_MODULES = (
     "pmapkit.colocated_python", "pmapkit.distributed", "pmapkit.legacy",
     "pmapkit.legacy.names", "pmapkit.tools.migrate",
     # where names of pmapkit's ``__all__`` are defined and documented
-    "pmapkit.core.mesh", "pmapkit.pmap.placement",
-    "pmapkit.core.caches", "pmapkit.core.inflight", "pmapkit.core.sharding_specs",
+    "pmapkit.mesh", "pmapkit.pmap.placement",
+    "pmapkit.caches", "pmapkit.inflight", "pmapkit.sharding_specs",
 )
 __version__ = "0.1.0"

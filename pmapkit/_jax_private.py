@@ -12,6 +12,7 @@ import hashlib as _hashlib
 
 import numpy as _np
 
+from jax._src import api as _api
 from jax._src import api_util as _api_util
 from jax._src import config as _config
 from jax._src import core as _core
@@ -560,6 +561,11 @@ def check_exported_call_avals(jax_exported, avals):
     _export_impl._call_exported_abstract_eval(*avals, exported=jax_exported)
 
 
+# jax.export's primitive calling an artifact (``call_exported_p.bind(*flat,
+# exported=...)``): what ``Exported.call`` binds inside its AD rule.
+call_exported_p = _export_impl.call_exported_p
+
+
 # --- colocated_python ------------------------------------------------------------
 from jax._src import util as _colocated_util  # noqa: E402
 from jax._src.lib import _jax as _colocated_jax  # noqa: E402
@@ -574,6 +580,19 @@ ifrt_programs = _colocated_jax.ifrt_programs
 JaxRuntimeError = _colocated_jax.JaxRuntimeError
 global_avals_to_results_handler = _pxla.global_avals_to_results_handler
 xla_backends = _xb.backends
+
+#: JAX's jit and vmap where JAX defines them. pmapkit builds its own programs
+#: with these, never with what ``jax.jit`` names at the call: test helpers
+#: patch ``jax.jit`` (``chex.fake_jit`` makes it the identity) and classic
+#: pmap compiled its body all the same.
+jit = _api.jit
+vmap = _api.vmap
+
+
+def started_backends():
+    """The backends JAX has started so far, by platform (none before its
+    first operation); starts none."""
+    return _xb._backends
 jax_util = _colocated_util  # tests set jax_util.test_event_listener
 
 

@@ -2,17 +2,22 @@
 
 A page's ```python and ```bash blocks are its examples: they run in order,
 in one fresh process, as a reader pasting them into one session and one
-shell would: the Python blocks in one namespace, each bash block with
-``bash -e`` in the current directory. A block whose fence info string says
+shell would: the Python blocks into one interactive interpreter
+(``code.InteractiveConsole``, line by line, an empty line after each block),
+each bash block with ``bash -e`` in the current directory. Pasted is
+stricter than run as a file (a compound statement ends only at an empty
+line, and an empty line ends it), so a block that runs pasted runs as a
+file too. A block whose fence info string says
 ``notest`` (```python notest, ```bash notest) is shown, not run: installs,
 the whole suite, the site's build, a cluster launch.
 
 Run as a script (``python _doc_blocks.py PAGE [--no-bash]``) it executes
-PAGE's blocks (``--no-bash``: its Python blocks only);
-each Python block is compiled under the page's path with its own line
+PAGE's blocks (``--no-bash``: its Python blocks only) and stops at the first
+failure; each statement is compiled under the page's path with its own line
 numbers, so a traceback points at the Markdown line that failed; a failing
 bash block is reported with its page line and its output.
 """
+import code
 import re
 import subprocess
 import sys
@@ -83,22 +88,78 @@ def _run_bash(path, block):
             f"{block.source}--- stdout:\n{out.stdout[-3000:]}--- stderr:\n{out.stderr[-3000:]}")
 
 
+class PastedBlockFailed(Exception):
+    """A Python block of a page failed as pasted into the interpreter."""
+
+
+class Paste(code.InteractiveConsole):
+    """One interactive session into which a page's blocks are pasted, line
+    by line. A statement compiles under the page's path at its own line;
+    the first error (printed as the interpreter prints it) ends the run."""
+
+    def __init__(self, path, execute=True):
+        super().__init__({"__name__": "__main__"}, filename=path)
+        self.path = path
+        self.execute = execute   # False: compile each statement, run nothing
+        self._start = 1          # page line of the statement being typed
+
+    def paste(self, block):
+        lines = block.source.splitlines()
+        for number, line in enumerate(lines, start=block.line):
+            if not self.buffer:
+                self._start = number
+            self.push(line)
+        if lines and lines[-1].strip():
+            self.push("")    # the reader's Enter that ends a last compound statement
+        if self.buffer:
+            raise PastedBlockFailed(
+                f'File "{self.path}", line {self._start}: the block ends inside a '
+                "statement: the interpreter is still waiting for its end")
+
+    def runsource(self, source, filename="<input>", symbol="single"):
+        return super().runsource("\n" * (self._start - 1) + source, filename, symbol)
+
+    def runcode(self, code):
+        if self.execute:
+            super().runcode(code)
+
+    def showsyntaxerror(self, filename=None, **kwargs):
+        super().showsyntaxerror(filename, **kwargs)
+        line = getattr(sys.exc_info()[1], "lineno", "?")
+        raise PastedBlockFailed(f'File "{self.path}", line {line}: does not compile as pasted')
+
+    def showtraceback(self):
+        super().showtraceback()
+        raise PastedBlockFailed(f"{self.path}: a statement raised")
+
+
+def check_pasted_syntax(path, text):
+    """Raise ``PastedBlockFailed`` at the first statement of the page's
+    Python blocks that the interpreter would refuse as pasted (runs nothing)."""
+    session = Paste(path, execute=False)
+    for block in runnable(text):
+        if block.language == "python":
+            session.paste(block)
+
+
 def run_page(path, bash=True):
-    """Execute the page's runnable blocks in order: Python in one namespace,
-    bash (unless ``bash`` is false) in a shell of its own each, in the
-    current directory."""
+    """Execute the page's runnable blocks in order: Python pasted into one
+    interactive session, bash (unless ``bash`` is false) in a shell of its
+    own each, in the current directory."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    namespace = {"__name__": "__main__"}
+    session = Paste(path)
     for block in runnable(text):
         if block.language == "bash":
             if bash:
                 _run_bash(path, block)
             continue
-        code = compile("\n" * (block.line - 1) + block.source, path, "exec")
-        exec(code, namespace)  # noqa: S102 — the page's own example
+        session.paste(block)
 
 
 if __name__ == "__main__":
     # python _doc_blocks.py PAGE [--no-bash]
-    run_page(sys.argv[1], bash="--no-bash" not in sys.argv[2:])
+    try:
+        run_page(sys.argv[1], bash="--no-bash" not in sys.argv[2:])
+    except PastedBlockFailed as failed:   # the interpreter printed the error
+        sys.exit(f"{failed}")

@@ -52,3 +52,26 @@ def without_helpers(source):
 def verdicts(stdout):
     return {line.split(":")[0].removeprefix("check "): line.split(":")[1].strip()
             for line in stdout.splitlines() if line.startswith("check ")}
+
+
+# Differences --check's exact comparison (issue 49) shows that its former
+# 1e-5 tolerance hid: ``hcb.id_print`` printed a value as NumPy does (``9.``,
+# 8 significant digits), the migrated ``jax.debug.print`` prints ``9.0`` and
+# every digit. Fixing the translation is issue 49 items 1-3 (the
+# migrate-translate branch): until then a program here is either ``same`` or
+# shows exactly its difference below, nothing else.
+# Programs of a folder whose --check verdict differs in a known way: none now
+# (the migrated id_print prints arrays as classic id_print did, numpy's way).
+ID_PRINT_FORMAT = {}
+
+
+def verdicts_known_same(stdout, folder, known=ID_PRINT_FORMAT):
+    """``verdicts(stdout)``, a program of ``folder`` in ``known`` counted
+    ``same`` when its verdict is exactly its known difference."""
+    found = verdicts(stdout)
+    for name, difference in known.items():
+        path = os.path.join(folder, name)
+        if found.get(path, "same") != "same":
+            assert f"check {path}: {difference}" in stdout, stdout
+            found[path] = "same"
+    return found

@@ -1,7 +1,7 @@
 """Mutation check of ``pmapkit migrate``'s rules (run by hand; pytest does not
 collect it):
 
-    python -P tests/migrate_mutations.py [--refusals] [--rules] [--translation] [-k WORDS]
+    python -P tests/migrate_mutations.py [--refusals] [--rules] [--translation] [--check] [-k WORDS]
 
 Each mutant is run against the in-process migrate tests (the ``test_migrate_*``
 files less the tests that start processes) and the failing tests are counted:
@@ -22,6 +22,12 @@ files less the tests that start processes) and the failing tests are counted:
   the translation tests run in a fresh process (``-x``; the helpers' source is
   read from disk, and the ordered-tap test runs its migrated file in a process
   of its own), the file restored.
+- ``--check``: each mutant of ``--check``'s comparison and isolation in
+  ``tests/_check_mutants.py`` (text edits to ``check.py``/``check_runs.py``:
+  numbers, tolerance, ``--ignore``, exit statuses, timeouts, the copies, stdin)
+  against ``tests/test_migrate_check.py``, stopping at its first failing test.
+
+No flag: all four.
 
 A mutant that no test kills is printed SURVIVED; the exit status is then 1.
 """
@@ -252,10 +258,10 @@ TRANSLATION_MUTANTS = [
      "                    pass", "a removed config option set not flagged"),
     ("leftovers.py", "            self._add(node, array_member(sx.code(node.attr)))",
      "            pass", "a classic array method not flagged"),
-    ("leftovers.py", "    lacking = {attr for attr in (\"to_py\", \"block_host_until_ready\") if not "
-     "hasattr(probe, attr)}", "    lacking = set()", "DeviceArray's own methods not flagged"),
-    ("leftovers.py", "            return            # ``f() if hasattr(config, \"f\") else None``: asked first",
-     "            pass", "a guarded name flagged"),
+    ("leftovers.py", "    if attr in _lacking_array_members() or (attr in _ARRAY_GONE",
+     "    if attr in _lacking_array_members() or (False", "DeviceArray's own methods not flagged"),
+    ("leftovers.py", "                return       # runs only where this JAX has it (hasattr/callable)",
+     "                pass", "a guarded name flagged"),
     ("leftovers.py", "            return False         # the program's own attribute of a module",
      "            pass", "a program's own module attribute flagged"),
 ]
@@ -296,22 +302,32 @@ def main(argv):
     parser.add_argument("--refusals", action="store_true")
     parser.add_argument("--rules", action="store_true")
     parser.add_argument("--translation", action="store_true")
+    parser.add_argument("--check", action="store_true")
     parser.add_argument("-k", nargs="*", default=[], help="only mutants whose label has these")
     args = parser.parse_args(argv)
     sys.path.insert(0, HERE)
-    baseline = run_tests(trace=True)
-    if baseline.failed:
-        print(f"the tests fail without a mutant: {sorted(baseline.failed)}")
-        return 2
+    every = not (args.refusals or args.rules or args.translation or args.check)
     results = []
-    every = not (args.refusals or args.rules or args.translation)
-    if args.refusals or every:
-        results += mutate_refusals(args.k, baseline)
-    if args.rules or every:
-        results += mutate_rules(args.k)
-    if args.translation or every:
-        results += mutate_translation(args.k)
-    print(f"\nbaseline: {baseline.passed} in-process tests pass")
+    if args.refusals or args.rules or args.translation or every:
+        baseline = run_tests(trace=True)
+        if baseline.failed:
+            print(f"the tests fail without a mutant: {sorted(baseline.failed)}")
+            return 2
+        if args.refusals or every:
+            results += mutate_refusals(args.k, baseline)
+        if args.rules or every:
+            results += mutate_rules(args.k)
+        if args.translation or every:
+            results += mutate_translation(args.k)
+        print(f"\nbaseline: {baseline.passed} in-process tests pass")
+    if args.check or every:
+        import _check_mutants
+        check_baseline = run_tests([_check_mutants.TESTS])
+        if check_baseline.failed:
+            print(f"the --check tests fail without a mutant: {sorted(check_baseline.failed)}")
+            return 2
+        results += _check_mutants.mutate_check(args.k, run_tests)
+        print(f"\n--check baseline: {check_baseline.passed} tests pass")
     print("refusal mutants: failing / tests run (those reaching the statement); "
           "rules: failing (the rule's own sample test, else the first failing test)")
     survived = 0
@@ -319,7 +335,7 @@ def main(argv):
         n = len(counter.failed)
         survived += n == 0
         first = f"  (first: {sorted(counter.failed)[0].rpartition('::')[2][:60]})" \
-            if label.startswith(("calls", "names", "attributes", "moves", "translation")) \
+            if label.startswith(("calls", "names", "attributes", "moves", "translation", "check:")) \
             and n else ""
         print(f"{'SURVIVED' if n == 0 else 'killed':>8}  {n:>3} failing / {counter.ran:>3} "
               f"run  {label}{first}")

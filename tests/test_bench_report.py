@@ -81,6 +81,27 @@ def test_the_table_fits_100_columns_and_wide_keeps_everything():
     assert "156543.54" in wide   # first calls show wall time: 1.5 x 104362.36
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_numbers_never_run_together(wide):
+    # A first call's wall µs (six digits before the point) keeps a space
+    # before it, as every other number does.
+    rows = _rows()
+    for impl, us in (("jax.pmap", 1.5e7), ("jax.jit", 99999999.0), ("pmapkit", 123456789.0)):
+        rows.append(_row("pmap_first_call_huge", impl, us, family="first_call", mode="first_call"))
+    impls = ["jax.pmap", "jax.jit", "pmapkit", "raw"]
+    text = report.format_table(rows, report.ratios(rows), impls, wide=wide)
+    columns = len(text.splitlines()[0].split()) - 1
+    for case in ("pmap_first_call_8_devices [wall]", "pmap_first_call_huge [wall]",
+                 "pmap_trivial_1_devices"):
+        line = next(line for line in text.splitlines() if line.startswith(case))
+        cells = line[len(case):].split()
+        assert len(cells) == columns, line
+        assert all(c == "-" or float(c.rstrip("x")) > 0 for c in cells), line
+    first = next(line for line in text.splitlines() if line.startswith("pmap_first_call_8"))
+    assert first[len("pmap_first_call_8_devices [wall]"):].split()[:3] == (
+        ["156543.54", "121121.42", "134327.25"] if wide else ["156543.5", "121121.4", "134327.2"])
+
+
 def test_feature_rows_name_what_ran_and_fit():
     results = _feature_results()
     text = features.format_table(results)

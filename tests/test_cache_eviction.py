@@ -1,19 +1,93 @@
 """The per-function cache evicts its least recently used entry, whichever
-wrapper of the function used it: one clock per shared cache.
+wrapper of the function used it.
 
-Two wrappers of one function share the core's entries; before this clock,
-each kept its own, and a fresh wrapper's uses stamped entries older than
-the other's: its most recently used signature was evicted and missed again.
+A cache's order is its recency (``SharedCaches``): a hit moves its entry to
+the end, a compile puts one there, eviction pops from the front. Each test
+plays a sequence of calls against a reference LRU (an ``OrderedDict``) and
+checks every call: a miss exactly where the reference misses. A sequence
+where a hit must save an entry that FIFO would drop tells LRU from FIFO, and
+from a hit that does not refresh.
+
 Misses are the core's own counter (``_debug_dispatch_stats``: calls that ran
-the Python miss path), evictions too.
+the Python miss path), evictions too. A signature evicted by the core is
+still traced and compiled in the Python caches behind it, so a miss here
+costs a lookup there, not a compile.
 """
+import collections
+import random
+import threading
+import time
+
 import jax.numpy as jnp
 
 import pmapkit
 
+#: Five call signatures of one function (shapes (1,) to (5,)).
+INPUTS = [jnp.ones(k) for k in range(1, 6)]
+
 
 def _misses(*wrappers):
     return sum(w._debug_dispatch_stats()["misses"] for w in wrappers)
+
+
+class ReferenceLRU:
+    """What an LRU of ``size`` entries does: True where a call misses."""
+
+    def __init__(self, size):
+        self.size = size
+        self.order = collections.OrderedDict()
+
+    def call(self, sig):
+        if sig in self.order:
+            self.order.move_to_end(sig)
+            return False
+        self.order[sig] = None
+        if len(self.order) > self.size:
+            self.order.popitem(last=False)
+        return True
+
+
+def _play(wrappers, calls, size):
+    """Call ``wrappers[w](INPUTS[sig])`` for each ``(w, sig)`` and check each
+    call's miss against the reference; the calls' misses in order."""
+    for w in wrappers:
+        w._set_cache_size(size)
+    reference = ReferenceLRU(size)
+    seen = []
+    for step, (w, sig) in enumerate(calls):
+        before = _misses(*wrappers)
+        wrappers[w](INPUTS[sig])
+        missed = _misses(*wrappers) - before == 1
+        expected = reference.call(sig)
+        assert missed == expected, (
+            f"call {step} (wrapper {w}, signature {sig}): "
+            f"{'a miss' if missed else 'a hit'}, the LRU says "
+            f"{'a miss' if expected else 'a hit'}; calls so far {calls[:step + 1]}")
+        seen.append(missed)
+    return seen
+
+
+def test_a_hit_refreshes_recency_lru_not_fifo():
+    def f(x):
+        return x + 1
+
+    a = pmapkit.pjit(f)
+    # 0 and 1 cached; a hit on 0 makes 1 the oldest: 2 evicts 1, so 0 hits
+    # again. FIFO (or a hit not refreshing) evicts 0 there and misses it.
+    misses = _play([a], [(0, 0), (0, 1), (0, 0), (0, 2), (0, 0), (0, 1)], size=2)
+    assert misses == [True, True, False, True, False, True]
+    assert a._debug_dispatch_stats()["evictions"] == 2
+
+
+def test_hits_on_an_older_entry_after_the_newest_move_it():
+    def f(x):
+        return x * 3
+
+    a = pmapkit.pjit(f)
+    # Hits alternate between entries (the newest changes at each), then
+    # repeat one (the newest, moved nowhere): each eviction is the LRU's.
+    calls = [(0, s) for s in (0, 1, 2, 0, 1, 1, 0, 3, 2, 0, 0, 4, 1, 3, 0, 2, 4, 4, 1)]
+    _play([a], calls, size=3)
 
 
 def test_a_fresh_wrappers_most_recent_signature_is_not_evicted():
@@ -21,23 +95,111 @@ def test_a_fresh_wrappers_most_recent_signature_is_not_evicted():
         return x * 2
 
     a = pmapkit.pjit(f)
-    s1, s2, s3 = jnp.ones(1), jnp.ones(2), jnp.ones(3)
-    a._set_cache_size(2)
-    a(s1)
-    a(s2)
-    for _ in range(20):  # s1 the most used, by the first wrapper
-        a(s1)
-    assert _misses(a) == 2
     b = pmapkit.pjit(f)  # shares a's entries
-    b._set_cache_size(2)
+    # 0 most used by a, 1 hit by b last: 2 evicts 0 (not b's 1), by either.
+    misses = _play([a, b], [(0, 0), (0, 1)] + [(0, 0)] * 20 + [(1, 1), (1, 2), (1, 1),
+                                                                 (0, 2), (0, 0)], size=2)
+    assert misses[-5:] == [False, True, False, False, True]
     assert b._cache_size == 2
-    b(s2)  # a hit: s2 is now the most recently used
-    assert _misses(a, b) == 2
-    b(s3)  # a miss: evicts s1, the least recently used (not b's s2)
-    assert b._debug_dispatch_stats()["evictions"] == 1
-    assert _misses(a, b) == 3
-    b(s2)  # the most recent before s3: still cached
-    a(s3)
-    assert _misses(a, b) == 3
-    a(s1)  # the evicted one misses again
-    assert _misses(a, b) == 4
+
+
+def test_shared_wrappers_interleaved_keep_one_recency():
+    def f(x):
+        return x - 1
+
+    a, b, c = pmapkit.pjit(f), pmapkit.pjit(f), pmapkit.pjit(f)
+    # Each wrapper hits what another made newest, and repeats its own.
+    sigs = (0, 1, 2, 0, 0, 1, 3, 1, 2, 2, 0, 4, 4, 1, 3, 0, 2, 1, 1, 4, 0)
+    calls = [(step % 3, s) for step, s in enumerate(sigs)]
+    _play([a, b, c], calls, size=3)
+
+
+def test_a_wrappers_repeated_hit_after_another_wrappers_hit_moves_its_entry():
+    def f(x):
+        return x + 2
+
+    a, b = pmapkit.pjit(f), pmapkit.pjit(f)
+    # a's second hit on 0 comes after b made 1 the newest: 0 must move again
+    # (one newest for all sharers, not one per wrapper), so 2 evicts 1.
+    calls = [(0, 0), (1, 1), (0, 0), (1, 1), (0, 0), (1, 2), (0, 0), (1, 1)]
+    misses = _play([a, b], calls, size=2)
+    assert misses == [True, True, False, False, False, True, False, True]
+
+
+def test_shared_wrappers_random_calls_follow_the_lru():
+    def f(x):
+        return x * 5
+
+    a, b = pmapkit.pjit(f), pmapkit.pjit(f)
+    rng = random.Random(47)
+    calls = [(rng.randrange(2), rng.randrange(5)) for _ in range(80)]
+    _play([a, b], calls, size=3)
+
+
+def test_clearing_and_evicting_keep_no_entry_alive():
+    def f(x):
+        return x / 2
+
+    a = pmapkit.pjit(f)
+    a._set_cache_size(1)
+    a(INPUTS[0])
+    assert a._shared.newest is not None
+    a._set_cache_size(1)
+    a(INPUTS[1])  # evicts 0; 1 is the newest
+    assert a._cache_size == 1
+    a.clear_cache()
+    # The newest is no longer held once the cache lets it go: a cleared
+    # cache holds no compiled program alive.
+    assert a._shared.newest is None
+    assert a._cache_size == 0
+    a(INPUTS[1])
+    assert _misses(a) == 3
+
+
+class _SlowHash:
+    """A static argument whose hash runs Python that lets other threads in
+    (as a pytree's aux data or any user static may): a move of its entry
+    leaves the key out of the cache for a moment other threads can see."""
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def __hash__(self):
+        time.sleep(0)
+        return hash(self.tag)
+
+    def __eq__(self, other):
+        time.sleep(0)
+        return isinstance(other, _SlowHash) and other.tag == self.tag
+
+
+def test_threads_moving_entries_never_compile_a_cached_signature_again():
+    def f(x, s):
+        return x + 1
+
+    a = pmapkit.pjit(f, static_argnums=1)
+    static = _SlowHash("s")
+    inputs = INPUTS[:2]
+    for x in inputs:
+        a(x, static)
+    assert _misses(a) == 2
+    errors = []
+
+    def hammer(offset):
+        try:
+            for step in range(200):  # alternating: every hit moves its entry
+                x = inputs[(step + offset) % 2]
+                assert a(x, static).shape == x.shape
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    # A call finding its key gone mid-move waited for it: no signature ran
+    # its miss again.
+    assert _misses(a) == 2
+    assert a._cache_size == 2

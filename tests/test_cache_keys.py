@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import pmapkit
-from pmapkit.core import _cache_keys, lowering
-from pmapkit.core._compiled import dispatch as _dispatch_mod
+from pmapkit.core.keys import _cache_keys
+from pmapkit.core.programs import compiled_program
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 
 N = len(jax.devices())
 F32 = np.dtype("float32")
@@ -204,7 +205,7 @@ def test_hit_and_miss_paths_ask_the_one_alias_rule():
     a, b, c = (jnp.arange(float(N * 2)).reshape(N, 2) + i for i in range(3))
     fastpath = f._cache_miss(a, b, c)[1]
     entry = _dispatch_mod.CacheEntry()
-    entry.populate(fastpath, lowering.LEAF_TYPES)
+    entry.populate(fastpath, compiled_program.LEAF_TYPES)
     donated = fastpath.donated
     host = np.ones((N, 2), np.float32)
     cases = {(0, 1, 2): None, (0, 0, 2): (0, 1), (0, 1, 0): (0, 2), (1, 1, 2): (0, 1),
@@ -212,13 +213,13 @@ def test_hit_and_miss_paths_ask_the_one_alias_rule():
     by_name = (a, b, c)
     for picks, want in cases.items():
         leaves = [by_name[k] for k in picks]
-        assert lowering.find_donated_alias(leaves, donated) == want, picks
+        assert compiled_program.find_donated_alias(leaves, donated) == want, picks
         assert entry.aliases_donated(leaves) == (want is not None), picks
-    assert lowering.find_donated_alias([host, host, c], donated) is None
+    assert compiled_program.find_donated_alias([host, host, c], donated) is None
     # The miss path leaves out a donated array that moves (it is copied).
     moved = jax.device_put(a, jax.devices()[0])
     shardings = fastpath.program.in_shardings
-    assert lowering.find_donated_alias([moved, moved, c], donated) == (0, 1)
-    assert lowering.find_donated_alias([moved, moved, c], donated, shardings) is None
+    assert compiled_program.find_donated_alias([moved, moved, c], donated) == (0, 1)
+    assert compiled_program.find_donated_alias([moved, moved, c], donated, shardings) is None
     in_place = jax.device_put(a, shardings[0])
-    assert lowering.find_donated_alias([in_place, in_place, c], donated, shardings) == (0, 1)
+    assert compiled_program.find_donated_alias([in_place, in_place, c], donated, shardings) == (0, 1)

@@ -103,3 +103,24 @@ def test_an_unknown_command_names_the_program(capsys):
     assert cli.main(["frobnicate"], prog="pmapkit") == 2
     err = capsys.readouterr().err
     assert "pmapkit: unknown command 'frobnicate'" in err and "pmapkit --help" in err
+
+
+@pytest.mark.parametrize("args", [["--version"], ["-h"], ["help"]]
+                         + [[command, "-h"] for command in cli.COMMANDS]
+                         + [["launch"], ["migrate"], ["run"]])
+def test_help_version_and_usage_errors_answer_without_jax(args, tmp_path):
+    """Nothing that only parses the command line imports jax (seconds on a
+    loaded machine): a ``jax`` that raises on import stands first on the
+    path, and the command still answers as it does with the real one."""
+    poisoned = tmp_path / "poisoned"
+    (poisoned / "jax").mkdir(parents=True)
+    (poisoned / "jax" / "__init__.py").write_text(
+        "raise ImportError('the command imported jax')\n")
+    env = dict(os.environ, PYTHONPATH=str(poisoned))
+    command = [_console_script()] if args == ["--version"] else PYTHON_M
+    proc = _run(command + args, tmp_path, env=env)
+    assert "the command imported jax" not in proc.stderr, proc.stderr[-2000:]
+    usage_error = len(args) == 1 and args[0] in cli.COMMANDS
+    assert proc.returncode == (2 if usage_error else 0), proc.stderr[-2000:]
+    assert (proc.stderr if usage_error else proc.stdout).startswith(
+        ("usage:", f"pmapkit {pmapkit.__version__} (jax ")), (proc.stdout, proc.stderr)

@@ -96,7 +96,7 @@ def test_cached_wrapper_hit_path_after_flag():
 def test_each_way_of_turning_a_flag_on_reaches_a_cached_wrapper(how):
     """The hit path reads no flag until one is turned on: each way of
     turning one on must tell it (JAX's config hooks)."""
-    from pmapkit.core import special_values
+    from pmapkit.core.programs import special_values
     f = pmapkit.pmap(jnp.log)   # on X: nan at mapped indices 0..2, -inf at 3
     f(X)
     f(X)

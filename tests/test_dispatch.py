@@ -4,7 +4,7 @@ These tests pin what DESIGN.md section 3 promises about the per-function
 cache, the hit path, thread safety, transformations, introspection, donation
 and outputs. They use only the public/introspection surface of the pmapped
 object (``_cache_size``, ``_debug_cache_keys`` ...) plus two spies on the
-Python miss path (``pmap._prepare`` and ``lowering.compile_pmap``), so they run
+Python miss path (``pmap._prepare`` and ``compiling.compile_pmap``), so they run
 unchanged against the compiled core and the pure-Python twin
 (``tests/test_pure_python_mode.py`` re-runs this file with
 ``PMAPKIT_PUREPYTHON=1``).
@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 import pmapkit
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiling
 
 # ``pmapkit.pmap`` is the function (re-exported by the package), which shadows
 # the submodule of the same name; the module itself is here.
@@ -49,14 +49,14 @@ def farange(*shape, dtype=np.float32, start=0):
 
 class MissSpy:
     """Counts entries into the Python miss path: ``_prepare`` (validate and
-    trace) and ``lowering.compile_pmap`` (compile). The hit path enters
+    trace) and ``compiling.compile_pmap`` (compile). The hit path enters
     neither."""
 
     def __init__(self, monkeypatch):
         self.prepare = 0
         self.compile = 0
         real_prepare = pmap_module._prepare
-        real_compile = lowering.compile_pmap
+        real_compile = compiling.compile_pmap
 
         def prepare(*a, **k):
             self.prepare += 1
@@ -68,7 +68,7 @@ class MissSpy:
 
         # pmap.py looks both up at call time (module global / module attribute).
         monkeypatch.setattr(pmap_module, "_prepare", prepare)
-        monkeypatch.setattr(lowering, "compile_pmap", compile_pmap)
+        monkeypatch.setattr(compiling, "compile_pmap", compile_pmap)
 
     def reset(self):
         self.prepare = self.compile = 0

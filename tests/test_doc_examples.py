@@ -3,7 +3,10 @@ installed build, on one device and on eight.
 
 Each page runs twice, in a fresh process each: once as on a laptop (one CPU
 device) and once with 8 CPU devices set before jax starts. Its blocks run in
-order, Python in one namespace, bash in a shell each (the ``pmapkit`` command
+order, Python pasted line by line into one interactive interpreter
+(``code.InteractiveConsole``: a reader's paste, stricter than a file, where
+a ``with`` block followed at once by an unindented line is a SyntaxError),
+bash in a shell each (the ``pmapkit`` command
 of this install first on PATH), from an empty working directory in which
 ``tests`` is the checkout's (so ``pmapkit run tests/legacy_scripts/...`` runs
 as from a checkout, and files a command writes stay out of it). A shell
@@ -97,6 +100,14 @@ def test_the_pages_are_found():
     assert len(_doc_blocks.runnable(_read(README))) >= 3
 
 
+def test_the_readme_is_a_front_door():
+    # At most 200 lines: the detail lives in docs/, one link away.
+    if not os.path.isfile(README):
+        pytest.skip("no README.md beside the tests; set PMAPKIT_CHECKOUT")
+    lines = _read(README).splitlines()
+    assert len(lines) <= 200, len(lines)
+
+
 def test_notest_blocks_are_rare():
     # A block marked notest is shown unchecked: keep them few, and in docs/.
     marked = {_page_id(p): sum(b.language == "python" and not b.runs
@@ -116,6 +127,49 @@ def test_the_commands_shown_run():
     shown = sum(b.runs and b.language == "bash" for p in PAGES
                 for b in _doc_blocks.blocks(_read(p)))
     assert shown >= 4, shown
+
+
+def test_every_python_block_compiles_as_pasted():
+    # The quick half of the page runs: every statement as the interpreter
+    # reads it pasted, every failing line of every page at once.
+    refused = []
+    for page in PAGES:
+        try:
+            _doc_blocks.check_pasted_syntax(page, _read(page))
+        except _doc_blocks.PastedBlockFailed as failed:
+            refused.append(str(failed))
+    assert not refused, "\n".join(refused)
+
+
+def _paste(tmp_path, body):
+    page = tmp_path / "page.md"
+    page.write_text(body)
+    return page, subprocess.run(
+        [sys.executable, "-P", os.path.join(HERE, "_doc_blocks.py"), str(page)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("body, line", [
+    # a compound statement ends only at an empty line
+    ("# t\n\n```python\nwith open('page.md') as f:\n    text = f.read()\nprint(text)\n```\n", 6),
+    ("```python\nfor i in range(2):\n    pass\nprint(i)\n```\n", 4),
+    # ... and an empty line ends it
+    ("```python\ndef f():\n    x = 1\n\n    return x\n```\n", 5),
+])
+def test_a_block_that_fails_pasted_names_its_page_line(tmp_path, body, line):
+    page, out = _paste(tmp_path, body)
+    assert out.returncode != 0
+    assert f'File "{page}", line {line}' in out.stderr, out.stderr
+    assert "Error" in out.stderr, out.stderr
+
+
+def test_blocks_paste_into_one_session(tmp_path):
+    # A block may end inside a compound statement (the reader's Enter ends
+    # it); a value typed alone is shown, as the interpreter shows it.
+    _, out = _paste(tmp_path, "```python\nfor i in range(2):\n    total = i * 10\n```\n\n"
+                              "text\n\n```python\ntotal + 1\n```\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "11\n"
 
 
 def test_the_block_reader():

@@ -1,15 +1,18 @@
 """The built documentation site: its search finds every classic name of
-docs/classic-names.md, and it says its version.
+docs/classic-names.md, it says its version, and its API pages show no reST
+markup as text.
 
 The site is the one at ``PMAPKIT_SITE`` (``.ci/run`` builds it, then runs
 this file on it); otherwise it is built here, strictly, when Sphinx is
 installed (``pip install ".[docs]"``), and these tests are skipped when not.
 """
+import glob
 import json
 import os
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 
 import pytest
 
@@ -114,6 +117,61 @@ def test_the_site_shows_its_version_and_links_to_jax(site):
         pmap_page = f.read()
     # Inline `jax.jit` in a page links into JAX's own reference (intersphinx).
     assert "https://docs.jax.dev/en/latest/_autosummary/jax.jit.html#jax.jit" in pmap_page
+
+
+class _ShownText(HTMLParser):
+    """The text a reader sees on a page, but code blocks (``<pre>``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts, self._hidden = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        self._hidden += tag in ("pre", "script", "style")
+
+    def handle_endtag(self, tag):
+        self._hidden -= tag in ("pre", "script", "style")
+
+    def handle_data(self, data):
+        if not self._hidden:
+            self.parts.append(data)
+
+
+def test_the_reference_shows_no_markup(site):
+    # A docstring's ``jax.Array``s does not end the literal: reST runs it on
+    # to the next double backquote, and the page shows the backquotes and the
+    # prose between as code. The strict build does not see it; the page does.
+    pages = sorted(glob.glob(os.path.join(site, "reference", "*.html")))
+    assert len(pages) > 10, pages
+    shown = []
+    for page in pages:
+        with open(page, encoding="utf-8") as f:
+            parser = _ShownText()
+            parser.feed(f.read())
+        text = "".join(parser.parts)
+        shown += [f"{os.path.basename(page)}: ...{m.group(0)}..."
+                  for m in re.finditer(r".{0,50}``.{0,50}", text)]
+    assert not shown, "\n".join(shown)
+
+
+def test_tables_fit_the_page(site):
+    # The theme keeps inline code on one line (white-space: pre), so a table
+    # of long code cells (the migrate rules) grew past the page and hid its
+    # last column behind a scrollbar. docs/_static/pmapkit.css lets a cell's
+    # code wrap; every page with a table loads it.
+    with open(os.path.join(site, "_static", "pmapkit.css"), encoding="utf-8") as f:
+        css = f.read()
+    rule = re.search(r"td code\.literal span\.pre\s*\{([^}]*)\}", css)
+    assert rule and re.search(r"white-space:\s*normal", rule.group(1)), css
+    assert re.search(r"overflow-wrap:\s*anywhere", rule.group(1)), css
+    tables = 0
+    for page in glob.glob(os.path.join(site, "**", "*.html"), recursive=True):
+        with open(page, encoding="utf-8") as f:
+            html = f.read()
+        if "<table" in html and "<td" in html:
+            tables += 1
+            assert re.search(r'<link rel="stylesheet"[^>]*_static/pmapkit\.css', html), page
+    assert tables >= 5, tables
 
 
 def _inventory_entries(path):

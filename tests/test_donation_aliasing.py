@@ -20,7 +20,7 @@ import pytest
 
 import pmapkit
 from pmapkit import PartitionSpec as P
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiled_program
 
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       "_donation_aliasing_helpers.py")
@@ -151,13 +151,13 @@ def test_pjit_pytree(scenarios):
 @pytest.fixture
 def fallbacks(monkeypatch):
     counter = {"n": 0}
-    real = lowering.CompiledProgram.shard_fallback
+    real = compiled_program.CompiledProgram.shard_fallback
 
     def counting(self, x, i):
         counter["n"] += 1
         return real(self, x, i)
 
-    monkeypatch.setattr(lowering.CompiledProgram, "shard_fallback", counting)
+    monkeypatch.setattr(compiled_program.CompiledProgram, "shard_fallback", counting)
     return counter
 
 

@@ -1,7 +1,7 @@
 """One array passed twice, one position donated, where it must move (issue 33,
 item 2).
 
-Moving a donated input makes a copy (``pmapkit.core.moves``, ``shard_fallback``),
+Moving a donated input makes a copy (``pmapkit.core.programs.moves``, ``shard_fallback``),
 so the program overwrites the copy, never the caller's array, wherever else
 that array is passed: jax.pmap and jax.jit run such calls, and so does
 pmapkit (the miss path, the hit path, AOT-compiled calls), with JAX's
@@ -18,7 +18,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
-from pmapkit.core._compiled import dispatch as _dispatch
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch
 
 ArgumentAliasError = _dispatch.ArgumentAliasError
 

@@ -23,7 +23,7 @@ from jax import lax
 
 import pmapkit
 from pmapkit import PartitionSpec as P
-from pmapkit.core import wrapper_cache
+from pmapkit.core.keys import wrapper_cache
 
 N = 8
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
@@ -370,7 +370,7 @@ def test_clearing_reaches_every_sharer(counts):
 def test_the_registry_of_functions_stays_bounded_and_reaches_the_live_ones():
     # Wrappers are tracked by weak references without callbacks (cheap to
     # build and to drop per call); dead ones are swept as the list grows.
-    from pmapkit.core import caches
+    from pmapkit.core.keys import caches
     x = _x(N, 2)
     kept = pmapkit.pmap(_scaled)
     np.testing.assert_allclose(kept(x), x * 3)

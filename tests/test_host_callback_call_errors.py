@@ -263,27 +263,47 @@ def test_whole_mesh_calls_from_several_threads_get_their_own_results():
     hcb.barrier_wait()
 
 
-def test_a_device_whose_caller_never_starts_gives_up_with_a_clear_error(monkeypatch):
-    # The meeting of a whole-mesh call: if the caller's device never reaches
-    # the call (its computation failed before it), the waiting devices raise
-    # after START_TIMEOUT_S instead of waiting forever.
-    from pmapkit.host_callback import _rendezvous
-    monkeypatch.setattr(_rendezvous, "START_TIMEOUT_S", 0.2)
-    meeting = _rendezvous.Meeting(num_devices=2, caller=0)
-    devices = jax.devices()[:2]
-    with pytest.raises(hcb.CallbackException,
-                       match=r"device cpu:0 never started the call this device waits "
-                             r"for \(in 0 s\)"):
-        meeting(devices, None, np.uint32(1), np.arange(3.0))
-    # A caller that does start hands its result to a device already waiting.
-    monkeypatch.setattr(_rendezvous, "START_TIMEOUT_S", 60.0)
-    got = []
-    waiter = threading.Thread(
-        target=lambda: got.append(meeting(devices, None, np.uint32(1), np.arange(3.0))),
-        daemon=True)
-    waiter.start()
-    assert meeting(devices, lambda device, flat: (flat[0] * 2,), np.uint32(0),
-                   np.arange(3.0))[0].tolist() == [0.0, 2.0, 4.0]
-    waiter.join(timeout=10)
-    assert not waiter.is_alive(), "the waiting device never got the caller's result"
-    assert got[0][0].tolist() == [0.0, 2.0, 4.0]
+def test_a_whole_mesh_call_crosses_into_python_once_per_run(monkeypatch):
+    # Only the caller's device runs host code when the function succeeds (as
+    # jax.pure_callback crosses once); the others learn its result from XLA.
+    from pmapkit.host_callback import _primitive
+    crossings = []
+    one, every = _primitive._one_device_host_fn, _primitive._per_device_host_fn
+
+    def counted_one(device, invoke, *flat):
+        crossings.append(device)
+        return one(device, invoke, *flat)
+
+    def counted_every(devices, invoke, partition_id, *flat):
+        crossings.append(devices[int(partition_id)])
+        return every(devices, invoke, partition_id, *flat)
+    monkeypatch.setattr(_primitive, "_one_device_host_fn", counted_one)
+    monkeypatch.setattr(_primitive, "_per_device_host_fn", counted_every)
+    f = jax.jit(lambda x: hcb.call(lambda v: v * 2, x, result_shape=x) + 1.0)
+    x = _sharded(jnp.arange(N, dtype=jnp.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x)), np.arange(N) * 2.0 + 1.0)
+    hcb.barrier_wait()
+    assert crossings == [jax.devices()[0]] * 3
+
+
+def test_failed_whole_mesh_runs_are_kept_within_a_bound():
+    # Each device of a failed run raises the caller's exception (kept by its
+    # number); only the last KEPT_FAILURES are kept.
+    from pmapkit.host_callback import _runtime
+    f = jax.jit(WHOLE_MESH["sum_after"])
+    x = _sharded(jnp.arange(N, dtype=jnp.float32))
+    for _ in range(_runtime.KEPT_FAILURES + 3):
+        out = f(x)
+        # Every device's result is the error, never the zeros the caller got.
+        for shard in out.addressable_shards:
+            with pytest.raises(jax.errors.JaxRuntimeError,
+                               match="(?s)CallbackException.*ValueError: user exception"):
+                np.asarray(shard.data)
+        with pytest.raises(hcb.CallbackException):
+            hcb.barrier_wait()
+    jax.effects_barrier()
+    assert len(_runtime.caller_failures.failed) == _runtime.KEPT_FAILURES
+    np.testing.assert_array_equal(np.asarray(f(x + 10)),
+                                  np.asarray(WHOLE_MESH["sum_after"](x + 10)))
+    hcb.barrier_wait()

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 import pmapkit
 from pmapkit import host_callback as hcb
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiled_program
 
 ONE = jax.devices()[:1]
 
@@ -68,7 +68,7 @@ def test_each_program_decides_once_with_a_named_reason(name, make, body, args, r
     entry = _entry(fn)
     assert entry.host_refusal == refusal, name
     assert (entry.host_call is None) == (refusal is not None)
-    assert refusal is None or refusal in lowering.HOST_ROUTE_REFUSALS
+    assert refusal is None or refusal in compiled_program.HOST_ROUTE_REFUSALS
 
 
 def test_made_under_disable_jit_the_route_is_refused():

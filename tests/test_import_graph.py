@@ -2,9 +2,10 @@
 
 Every ``import`` counts, module-level or inside a function, read from the
 source (``ast``) of every module of the installed package, and of the
-checkout's ``bench/``, the stress pass (the top-level package ``stress``, run
-as ``python -m stress`` from the checkout) and ``tests/`` (helpers such as
-``_install`` are imported by their bare names).
+checkout's ``bench/``, ``suites/`` (real libraries' test suites), the
+stress pass (the top-level package ``stress``, run as ``python -m stress``
+from the checkout) and ``tests/`` (helpers such as ``_install`` are imported
+by their bare names).
 """
 import ast
 import os
@@ -22,7 +23,7 @@ ROOT = "pmapkit"
 #: on sys.path, so its modules are named relative to it ("." holds only the
 #: top-level scripts, setup.py, and the packages below; the others are read
 #: whole).
-CHECKOUT_ROOTS = ("bench", "tests", "docs", ".ci", ".")
+CHECKOUT_ROOTS = ("bench", "tests", "docs", ".ci", "suites", ".")
 TOP_LEVEL_PACKAGES = ("stress",)
 
 
@@ -156,7 +157,7 @@ def test_no_import_circles_in_the_repository(checkout_graph):
     graph = checkout_graph
     # The checker sees the stress pass, the bench scripts and the tests' helpers.
     for seen in (".:stress.runner", ".:stress.probes", ".:stress.__main__",
-                 "bench:dispatch_cost", "tests:_install", "tests:_doc_blocks",
+                 "bench:dispatch_cost", "suites:run", "tests:_install", "tests:_doc_blocks",
                  "tests:test_import_graph", ".:setup"):
         assert seen in graph, seen
     assert ".:stress.probes" in graph[".:stress.common"]
@@ -186,7 +187,7 @@ def test_the_dispatch_core_imports_nothing_of_jax():
     # trace context, describe); it imports no pmapkit module, so none that
     # reaches jax._src.
     graph = import_graph()
-    for core in ("pmapkit.core._dispatch", "pmapkit.core._shard_arg"):
+    for core in ("pmapkit.core.hitpath._dispatch", "pmapkit.core.hitpath._shard_arg"):
         assert graph[core] == set(), graph[core]
         with open(_modules()[core]) as f:
             tree = ast.parse(f.read())
@@ -209,8 +210,8 @@ def test_only_the_private_module_imports_jax_src():
 
 def test_the_rooms_are_in_order():
     graph = import_graph()
-    assert "pmapkit.core.lowering" not in graph["pmapkit.core.primitives"]
-    below_lowering = reachable(graph, "pmapkit.core.lowering")
+    assert "pmapkit.core.programs.lowering" not in graph["pmapkit.core.rules.primitives"]
+    below_lowering = reachable(graph, "pmapkit.core.programs.lowering")
     assert not {m for m in below_lowering if "process_local" in m or "distributed" in m}
     # Nothing outside pmapkit.tools.bench imports it.
     for name, edges in graph.items():
@@ -255,6 +256,52 @@ def test_the_layout_shows_the_systems_on_the_core():
     for name, edges in graph.items():
         if not _in(name, ("pmapkit.tools",)) and name != "pmapkit.__main__":
             assert not {e for e in edges if _in(e, ("pmapkit.tools",))}, (name, edges)
+
+
+#: The core's rooms, bottom to top (ARCHITECTURE.md, "Rooms"): a module of a
+#: room imports only its own room and those below it.
+CORE_ROOMS = ("hitpath", "keys", "sharding", "rules", "programs", "misses")
+
+
+def _room(name):
+    parts = name.split(".")
+    return parts[2] if len(parts) >= 3 and parts[:2] == ["pmapkit", "core"] else None
+
+
+def test_the_core_is_rooms_in_order():
+    graph = import_graph()
+    core = [m for m in graph if _in(m, ("pmapkit.core",))]
+    # Every core module sits in a room (the package's own __init__ aside).
+    for name in core:
+        if name != "pmapkit.core":
+            assert _room(name) in CORE_ROOMS, f"{name}: not in a room of the core"
+    for room in CORE_ROOMS:
+        assert f"pmapkit.core.{room}" in graph, room
+    # No arrow up: a room reaches only itself and the rooms below it.
+    for name in core:
+        here = _room(name)
+        for edge in graph[name]:
+            there = _room(edge)
+            if here is not None and there is not None:
+                assert CORE_ROOMS.index(there) <= CORE_ROOMS.index(here), \
+                    f"arrow up: {name} ({here}) imports {edge} ({there})"
+    # The compiled hit path imports nothing of pmapkit but itself.
+    for name in core:
+        if _room(name) == "hitpath":
+            assert all(_room(e) == "hitpath" for e in graph[name]), (name, graph[name])
+    # The public modules of the core's names live outside it, and only
+    # re-export (pmapkit.mesh, pmapkit.caches, ...).
+    public = [m for m in pmapkit._PUBLIC_MODULES if _in(m, ("pmapkit.core",))]
+    assert not public, public
+
+
+def test_the_room_checker_sees_an_arrow_up():
+    # The rule above, on a graph with one planted arrow up.
+    graph = {"pmapkit.core.keys.caches": {"pmapkit.core.misses.calls"}}
+    with pytest.raises(AssertionError):
+        for name, edges in graph.items():
+            for edge in edges:
+                assert CORE_ROOMS.index(_room(edge)) <= CORE_ROOMS.index(_room(name))
 
 
 def test_exported_is_the_bottom_of_export():

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiled_program, compiling
 
 N = len(jax.devices())  # 8, forced by conftest
 FLAX_AXIS = "_device_put_sharded"
@@ -167,7 +167,7 @@ def mesh4():
 
 
 def compiles():
-    return len(lowering._compile_cache)
+    return len(compiling._compile_cache)
 
 
 def test_pjit_omitted_specs_sign_the_committed_sharding():
@@ -356,13 +356,13 @@ def count_layout_questions(monkeypatch):
     """A list that records each input index JAX's layout question
     (``CompiledProgram.is_equivalent``) is asked for."""
     asked = []
-    real = lowering.CompiledProgram.is_equivalent
+    real = compiled_program.CompiledProgram.is_equivalent
 
     def counting(self, x, i):
         asked.append(i)
         return real(self, x, i)
 
-    monkeypatch.setattr(lowering.CompiledProgram, "is_equivalent", counting)
+    monkeypatch.setattr(compiled_program.CompiledProgram, "is_equivalent", counting)
     return asked
 
 

@@ -8,7 +8,8 @@ Classic JAX (0.4.30: ``golden/inputs_at_call_jax_0.4.30.json``, recorded by
 ``golden/inputs_at_call_classic.py``) computed the value at the call; so does
 pmapkit, on each route: JAX's call of the program (one device, small inputs),
 ``HostSpec.put`` on the hit path, the miss path, donation, a compiled
-``lower().compile()`` object, pjit with and without specs; one and 8 devices.
+``lower().compile()`` object, pjit with and without specs, a loaded export
+artifact's call; one and 8 devices.
 
 Each call is queued behind a slow computation on every device, so that a
 buffer still shared would be read after the write (jax.jit itself gets most
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 import pmapkit
+from pmapkit import export as pe
 
 CALLS = 200
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "inputs_at_call_jax_0.4.30.json"
@@ -84,8 +86,12 @@ def _routes(ndev, cols):
             return sharded(x)
 
     compiled = pm.lower(aligned(ndev, cols)).compile()
+    # A loaded artifact's call (a jax.jit of jax.export's call, on device 0).
+    spec = jax.ShapeDtypeStruct((ndev, cols), jnp.float32)
+    loaded = pe.deserialize(pe.serialize(pe.export(jax.jit(_double))(spec)))
     return {"hit": pm, "miss": miss, "donation": donating, "aot": compiled,
-            "pjit": pjit_on_mesh, "pjit without specs": specless}
+            "pjit": pjit_on_mesh, "pjit without specs": specless,
+            "export": loaded.call}
 
 
 def test_the_probe_sees_the_drift_of_jax_jit():

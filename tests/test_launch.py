@@ -7,6 +7,7 @@ import textwrap
 import threading
 import time
 
+import jax
 import pytest
 
 from pmapkit.distributed import launch
@@ -162,7 +163,7 @@ def test_pmapkit_run_under_the_launcher(tmp_path):
     proc = _launch(["-n", "2", "--devices-per-process", "1", "-m", "pmapkit", "run", script],
                    tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[1] rank 1 pmapkit.core.mesh" in proc.stdout.splitlines()
+    assert "[1] rank 1 pmapkit.mesh" in proc.stdout.splitlines()
 
 
 def test_jax_sees_the_requested_devices_and_joins_the_run(tmp_path):
@@ -456,7 +457,7 @@ def test_initialize_outside_the_launcher_defers_to_jax(monkeypatch):
     for name in (launch.ENV_COORDINATOR, launch.ENV_NUM_PROCESSES, launch.ENV_PROCESS_ID):
         monkeypatch.delenv(name, raising=False)
     seen = {}
-    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+    monkeypatch.setattr(jax.distributed, "initialize",
                         lambda **kw: seen.update(kw))
     distributed.initialize(initialization_timeout=5)
     assert seen == {"coordinator_address": None, "num_processes": None,
@@ -470,7 +471,7 @@ def test_initialize_under_the_launcher_reads_its_environment(monkeypatch):
     monkeypatch.setenv(launch.ENV_NUM_PROCESSES, "4")
     monkeypatch.setenv(launch.ENV_PROCESS_ID, "2")
     seen = {}
-    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+    monkeypatch.setattr(jax.distributed, "initialize",
                         lambda **kw: seen.update(kw))
     distributed.initialize(process_id=3)     # an explicit argument wins
     assert seen["coordinator_address"] == "127.0.0.1:4321"

@@ -506,3 +506,16 @@ def test_report_lists_names_only_imported(tmp_path):
         assert (names[name]["uses"], names[name]["how"]) == (0, "uses (imported)")
         assert names[name]["first_use"] == f"{script}:{where}"
     assert (names["jax.tree_map"]["uses"], names["jax.tree_map"]["how"]) == (1, "calls")
+
+
+def test_a_served_name_missing_its_classic_dependency_is_a_clear_answer():
+    # jax.test_util needs absl-py, as the classic module did: without it the
+    # name says so and how to install it, which counts as clear, and a plain
+    # ModuleNotFoundError does not.
+    from pmapkit.legacy.census import clear_error
+    said = ModuleNotFoundError("jax.test_util.JaxTestCase needs absl-py, as the classic "
+                               "jax.test_util did (No module named 'absl'): pip install absl-py")
+    assert clear_error(said, "jax.test_util.JaxTestCase")
+    assert not clear_error(ModuleNotFoundError("No module named 'absl'"),
+                           "jax.test_util.JaxTestCase")
+    assert not clear_error(said, "jax.test_util.check_eq")   # names another name

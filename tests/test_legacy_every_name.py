@@ -61,6 +61,8 @@ def test_clear_errors_name_the_release_and_the_replacement(held):
     clear = {n: t for n, (o, t) in held["names"].items() if o == "clear"}
     assert len(clear) > 400
     for name, text in clear.items():
+        if " needs " in text and "pip install " in text:
+            continue    # served, on a package classic JAX needed too (census.clear_error)
         module = name.rpartition(".")[0]
         assert name in text or f"{module} was removed" in text, (name, text)
         assert re.search(r"removed in JAX (\d+\.\d+|after \d)", text), (name, text)

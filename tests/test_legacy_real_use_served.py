@@ -64,6 +64,8 @@ out["get_aval"] = {"array": aval(jnp.ones((2, 3))), "float": aval(1.0), "int": a
                    "numpy": aval(np.zeros(4, np.int16))}
 out["get_aval_tracer"] = jax.jit(lambda t: jnp.asarray(aval(t)[0]))(jnp.ones((5, 2))).tolist()
 out["src_get_aval"] = src_get_aval is get_aval
+from jax._src.numpy.lax_numpy import isin       # flax 0.3.6's import
+out["lax_numpy_isin"] = [isin is jnp.isin, isin(jnp.arange(4), jnp.array([1, 3])).tolist()]
 try:
     jax.jit(lambda t: int(t))(1.0)
 except ConcretizationTypeError:
@@ -78,7 +80,7 @@ out["batching"] = [BatchTracer is jp.private_attr("jax._src.interpreters.batchin
                    bool(jax.vmap(lambda t: jnp.asarray(isinstance(t, BatchTracer)))(jnp.ones(3)).all()),
                    ad.call_transpose is jp.private_attr("jax._src.interpreters.ad", "call_transpose")]
 out["not_mapped"] = repr(not_mapped)
-from pmapkit.core import sharding_specs as ss
+from pmapkit import sharding_specs as ss
 spec = ss.ShardingSpec(sharding=(ss.Unstacked(4), ss.NoSharding()), mesh_mapping=(ss.ShardedAxis(0),))
 out["spec_to_indices_unstacked"] = repr(pxla.spec_to_indices((4, 3), spec))
 spec = ss.ShardingSpec(sharding=(ss.Chunked((2,)), ss.NoSharding()), mesh_mapping=(ss.ShardedAxis(0),))
@@ -128,6 +130,7 @@ def test_get_aval_gives_what_0_4_30_gave(names):
     assert names["get_aval"] == GOLDEN["get_aval"]
     assert names["get_aval_tracer"] == GOLDEN["get_aval_tracer"]
     assert names["src_get_aval"] is True
+    assert names["lax_numpy_isin"] == [True, [False, True, False, True]]
 
 
 def test_internals_are_the_objects_jax_still_holds(names):
@@ -233,6 +236,11 @@ print(json.dumps({
     "classes": [issubclass(xe.CpuDevice, xe.GpuDevice), issubclass(xe.CpuDevice, xe.CpuDevice),
                 xe.Device is jax.Device, isinstance(jnp.ones(2), xe.DeviceArray),
                 xe.DeviceList is jax._src.lib._jax.DeviceList],
+    # classic jax.jit returned a jax_jit.CompiledFunction (chex's
+    # is_traceable asks that); jaxlib's own names stay reachable there
+    "jit": [isinstance(jax.jit(lambda x: x), jxe.jax_jit.CompiledFunction),
+            isinstance(lambda x: x, xe.jax_jit.CompiledFunction),
+            jxe.jax_jit.PyArgSignature is jax._src.lib._jax.jax_jit.PyArgSignature],
 }))
 '''
 
@@ -241,6 +249,7 @@ def test_jaxlib_device_classes_answer_isinstance_by_platform(tmp_path):
     out = _run(_DEVICES, tmp_path)
     assert out["cpu"] == [True, False, False, True, False]
     assert out["classes"] == [False, True, True, True, True]
+    assert out["jit"] == [True, False, True]
 
 
 _TEST_CASE = r'''

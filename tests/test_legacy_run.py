@@ -12,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "legacy_scripts")
 RUN = [sys.executable, "-m", "pmapkit", "run"]
 TIMEOUT_S = 180
-LEGACY_LINE = "pmapkit.legacy (jax "
+LEGACY_LINE = "pmapkit.legacy: "
 
 
 def _env():
@@ -65,17 +65,17 @@ def test_a_host_callback_and_jax_export_program(tmp_path):
     ]
 
 
-def test_one_short_stderr_line_counts_what_was_installed(tmp_path):
+@pytest.mark.parametrize("options", [[], ["--route-pmap"]])
+def test_one_short_stderr_line_counts_what_was_installed(tmp_path, options):
     script = _script(tmp_path, "import jax.experimental.maps\n")
-    proc = _run(RUN + [script], tmp_path)
+    proc = _run(RUN + options + [script], tmp_path)
     _ok(proc)
     said = _legacy_lines(proc.stderr)
     assert len(said) == 1, proc.stderr
-    assert len(said[0]) <= 160, said[0]
-    assert re.fullmatch(r"pmapkit\.legacy \(jax [\d.]+\): served \d+ classic names; "
-                        r"\d+ removed ones raise a clear error; classic jax.random draws "
-                        r"\(list: pmapkit run --report\)", said[0]), said[0]
-    assert "jax.pmap" not in said[0]
+    assert len(said[0]) <= 100, (len(said[0]), said[0])
+    routed = "; jax.pmap routed" if options else ""
+    assert re.fullmatch(r"pmapkit\.legacy: served \d+ classic names; classic jax\.random"
+                        + routed + r" \(list: --report\)", said[0]), said[0]
 
 
 def test_a_jaxline_program_reads_jax_api_as_an_attribute(tmp_path):
@@ -128,8 +128,8 @@ _SHOW_MAIN = """
 
 @pytest.mark.parametrize("status", [0, 3])
 def test_a_script_runs_as_main_as_python_runs_it(tmp_path, status):
-    """sys.argv (but argv[0], made absolute), __name__, __file__, sys.path[0]
-    and the exit status are python's own."""
+    """sys.argv, __name__, __file__, sys.path[0] and the exit status are
+    python's own."""
     script = _script(tmp_path, _SHOW_MAIN)
     args = [str(status), "--flag", "-m", "x"]
     direct = subprocess.run([sys.executable, script, *args], cwd=tmp_path,
@@ -169,7 +169,7 @@ def test_module_mode_runs_like_python_m(tmp_path):
     assert proc.stdout.splitlines() == [
         f"name __main__ argv ['5', '--lr', '0.1'] path0 {tmp_path}",
         "argv0 is the module file True",
-        "maps pmapkit.core.mesh pjit pmapkit.pjit",
+        "maps pmapkit.mesh pjit pmapkit.pjit",
     ]
     assert len(_legacy_lines(proc.stderr)) == 1
 
@@ -191,7 +191,7 @@ def test_route_pmap_makes_jax_pmap_pmapkit_s(tmp_path, route):
     assert _ok(proc) == [f"jax.pmap is pmapkit's {route} {route}", "psum " + str([28.0] * 8)]
     said = _legacy_lines(proc.stderr)
     assert len(said) == 1
-    assert ("routed jax.pmap to pmapkit.pmap" in said[0]) is route
+    assert ("; jax.pmap routed" in said[0]) is route
 
 
 def test_install_never_replaces_what_jax_has(tmp_path):
@@ -276,7 +276,7 @@ def test_install_twice_says_it_once_and_route_later(tmp_path):
     said = _legacy_lines(proc.stderr)
     assert len(said) == 2
     assert said[0].count("served ") == 1 and "jax.pmap" not in said[0]
-    assert "routed jax.pmap to pmapkit.pmap" in said[1]
+    assert said[1].endswith(": jax.pmap routed (list: --report)"), said[1]
 
 
 def test_jax2tf_without_tensorflow_is_a_stand_in_holding_jax_export(tmp_path):
@@ -382,6 +382,25 @@ def test_run_a_folder_with_main_and_a_script_on_stdin_as_python_does(tmp_path):
     assert proc.stdout == direct.stdout == "__main__ <stdin> '' ['-', 'x']\n"
 
 
+@pytest.mark.parametrize("typed", ["app", "app/", "app.zip", "main.py", "./main.py"])
+def test_argv0_is_as_typed_as_python_keeps_it(tmp_path, typed):
+    """``python app`` keeps ``sys.argv[0] == 'app'`` as typed (a folder, a
+    zip file, a script), with ``__file__`` and ``sys.path[0]`` absolute."""
+    import zipfile
+    source = "import sys\nprint(repr(sys.argv), __file__, sys.path[0], __name__)\n"
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(source)
+    (tmp_path / "main.py").write_text(source)
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as archive:
+        archive.writestr("__main__.py", source)
+    direct = subprocess.run([sys.executable, typed, "a"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = _run(RUN + [typed, "a"], cwd=tmp_path)
+    assert proc.returncode == direct.returncode == 0, proc.stderr + direct.stderr
+    assert proc.stdout == direct.stdout
+    assert proc.stdout.startswith(f"[{typed!r}, 'a'] {tmp_path}"), proc.stdout
+
+
 def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
     import signal
     script = _script(tmp_path, """\
@@ -408,3 +427,64 @@ def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
     assert got == want
     assert want[0] == -signal.SIGINT and want[2] == "KeyboardInterrupt"
     assert len(want[1]) == 2 and all(script in frame for frame in want[1])
+
+
+def test_install_starts_no_backend_so_xla_flags_set_after_import_count(tmp_path):
+    # Classic JAX starts its backends at the first JAX operation, not at
+    # ``import jax``: a program (chex.set_n_cpu_devices, many scripts) sets
+    # XLA_FLAGS after the import and gets that many devices. pmapkit run
+    # imports JAX before the program; installing must start nothing.
+    script = _script(tmp_path, """
+        import os
+        import jax
+        from jax._src import xla_bridge
+        print("started before", bool(xla_bridge._backends))
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
+        print("devices", jax.device_count())
+        x = jax.device_put(jax.numpy.arange(3.0))
+        print("device_buffers", len(x.device_buffers), "local_shards", len(x.local_shards))
+        print("device_buffer", x.device_buffer.shape)
+    """)
+    lines = _ok(_run(RUN + [script], tmp_path))
+    assert lines == ["started before False", "devices 3", "device_buffers 1 local_shards 1",
+                     "device_buffer (3,)"]
+
+
+def test_classic_pjit_and_maps_imports_warn_of_nothing(tmp_path):
+    # Classic `from jax.experimental import maps` warned of nothing; a suite
+    # run with warnings as errors (flax's pytest.ini) stops at any warning
+    # pmapkit's served modules would trigger in JAX (its deprecated
+    # jax.interpreters.pxla.thread_resources).
+    script = _script(tmp_path, """
+        import warnings
+        warnings.simplefilter("error")
+        import numpy as np
+        import jax
+        from jax.experimental import PartitionSpec, maps
+        from jax.experimental.pjit import pjit, with_sharding_constraint
+        mesh = maps.Mesh(np.array(jax.devices()[:2]), ("x",))
+        with mesh:
+            print("mesh", dict(maps.thread_resources.env.physical_mesh.shape))
+            f = pjit(lambda a: with_sharding_constraint(a * 2, PartitionSpec("x")),
+                     in_axis_resources=PartitionSpec("x"),
+                     out_axis_resources=PartitionSpec("x"))
+            print(f(np.arange(4.0)).tolist())
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == ["mesh {'x': 2}", "[0.0, 2.0, 4.0, 6.0]"]
+
+
+def test_xla_client_local_backends_is_read_live_as_chex_reads_it(tmp_path):
+    # chex.set_n_cpu_devices (2021) reads jax.lib.xla_client._local_backends:
+    # classic jaxlib kept it None until the first backend started, then a
+    # table by platform; chex refuses a new device count only after that.
+    script = _script(tmp_path, """
+        import os
+        import jax
+        from jax.lib import xla_client
+        print("before", xla_client._local_backends)
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+        jax.numpy.ones(2).block_until_ready()
+        started = xla_client._local_backends
+        print("after", sorted(started), started["cpu"].device_count())
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == ["before None", "after ['cpu'] 4"]

@@ -15,7 +15,8 @@ import pytest
 import jax
 
 import pmapkit
-from pmapkit.core import caches, inflight, lowering
+from pmapkit.core.keys import caches
+from pmapkit.core.programs import compiling, inflight
 
 N = len(jax.devices())
 
@@ -70,7 +71,7 @@ def test_set_cache_size_reaches_live_functions_and_validates():
         pmapkit.set_cache_size(per_function=2, programs=64)
         assert f._cache_size == 2
         assert pmapkit.pmap(lambda x: x)._debug_dispatch_stats()["cache_size_limit"] == 2
-        assert len(lowering._compile_cache) <= 64
+        assert len(compiling._compile_cache) <= 64
     finally:
         pmapkit.set_cache_size(**before)
     for bad in (0, -1, 1.5, "8"):
@@ -87,10 +88,10 @@ def test_jax_clear_caches_empties_pmapkits():
     f(x)
     with pmapkit.Mesh(np.array(jax.devices()), ("i",)):
         g(x)
-    assert f._cache_size == 1 and g._cache_size == 1 and lowering._compile_cache
+    assert f._cache_size == 1 and g._cache_size == 1 and compiling._compile_cache
     jax.clear_caches()
     assert f._cache_size == 0 and g._cache_size == 0
-    assert not lowering._compile_cache and not lowering._outer_jits
+    assert not compiling._compile_cache and not compiling._outer_jits
     np.testing.assert_array_equal(np.asarray(f(x)), x + 3)  # compiles again
     pmapkit.clear_caches()
     assert f._cache_size == 0
@@ -117,8 +118,8 @@ def test_resident_memory_flat_under_shape_churn():
             if k in (120, 320):
                 gc.collect()
                 marks[k] = rss_mib()
-        from pmapkit.core import lowering
-        print(f._cache_size, len(lowering._compile_cache), marks[120], marks[320])
+        from pmapkit.core.programs import compiling
+        print(f._cache_size, len(compiling._compile_cache), marks[120], marks[320])
     """, timeout=300)
     size, programs, at_120, at_320 = out.split()
     assert int(size) == 8 and int(programs) <= 8
@@ -143,7 +144,7 @@ def test_ten_thousand_unblocked_psums_complete():
         g = pmapkit.pmap(lambda x: jax.lax.psum(x, "i") * 2, axis_name="i")
         for _ in range(300):
             z = g(x * 1.0)   # numpy input: still the hit path (host put)
-        print(float(y[0, 0]), float(z[3, 1]), pmapkit.core.inflight.cpu_collectives_in_flight())
+        print(float(y[0, 0]), float(z[3, 1]), pmapkit.core.programs.inflight.cpu_collectives_in_flight())
     """, timeout=400)
     total, doubled, limit = out.split()
     assert float(total) == 8.0 and float(doubled) == 16.0
@@ -185,8 +186,8 @@ def test_in_flight_bound_is_configurable():
         with pytest.raises(ValueError, match="limit must be a non-negative int"):
             inflight.set_cpu_collectives_in_flight(bad)
     run_script("""
-        import pmapkit
-        assert pmapkit.core.inflight.cpu_collectives_in_flight() == 2
+        from pmapkit.core.programs import inflight
+        assert inflight.cpu_collectives_in_flight() == 2
     """, timeout=120, env={"PMAPKIT_CPU_COLLECTIVES_IN_FLIGHT": "2"})
 
 

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import pmapkit
 from pmapkit.pjit import maps
-from pmapkit.core.mesh import current_mesh
+from pmapkit.core.sharding.mesh import current_mesh
 
 AXES = ("x", "y")
 DEVICES = np.array(jax.devices()).reshape(2, 4)

@@ -1,18 +1,24 @@
 """``pmapkit migrate`` never loses a file: atomic writes (a SIGKILL or SIGINT
 at any moment of ``--in-place`` over many files leaves each whole, old or
 new), ``-o`` refused where it would write over an input, output folders
-never migrated again, line endings, BOM, coding line and permission bits
-kept, comments inside rewritten calls kept.
+never migrated again (and only folders migrate made are marked as its
+output), line endings, BOM, coding line, permission bits and owner kept, a
+symbolic link kept (its target written), a hard-linked file refused,
+permission errors a usage error (exit 2), comments inside rewritten calls
+kept.
 
 Most run the command in this process (``command.main``); the interrupts
 need a real process."""
+import contextlib
 import os
+import pathlib
 import random
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -242,3 +248,157 @@ def test_an_interrupt_during_in_place_leaves_every_file_old_or_new(tmp_path):
     proc = migrate(str(root), "--in-place")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _whole(paths) == {"old": 0, "new": len(paths)}
+
+
+# -- links, owners, output markers, permissions ----------------------------------------
+
+def test_in_place_on_a_symlink_writes_its_target_and_keeps_the_link(tmp_path, capsys):
+    _tree(tmp_path, ["real/train.py", "real/sub/model.py"])
+    (tmp_path / "src").mkdir()
+    os.symlink(os.path.join("..", "real", "train.py"), tmp_path / "src" / "train.py")
+    os.symlink(tmp_path / "real" / "sub", tmp_path / "src" / "sub")
+    status, out, err = _run(capsys, tmp_path / "src" / "train.py",
+                            tmp_path / "src" / "sub" / "model.py", "--in-place")
+    assert status == 0, out + err
+    assert os.readlink(tmp_path / "src" / "train.py") == os.path.join("..", "real", "train.py")
+    assert os.path.islink(tmp_path / "src" / "sub")
+    for name in ("train.py", "sub/model.py"):
+        assert (tmp_path / "real" / name).read_text() == MIGRATED
+    assert sorted(os.listdir(tmp_path / "src")) == ["sub", "train.py"]
+    assert sorted(os.listdir(tmp_path / "real")) == ["sub", "train.py"]
+
+
+def test_a_hard_linked_file_is_refused_and_left_untouched(tmp_path, capsys):
+    _tree(tmp_path, ["a.py", "b.py"])
+    os.link(tmp_path / "a.py", tmp_path / "also_a.py")
+    status, out, err = _run(capsys, tmp_path, "--in-place")
+    assert status == 2, out + err
+    assert f"refusing to write {str(tmp_path / 'a.py')!r}: it has 2 hard links" in err
+    assert "nothing written" in err and "Traceback" not in err
+    for name in ("a.py", "also_a.py", "b.py"):      # b.py too: all or nothing
+        assert (tmp_path / name).read_text() == CLASSIC
+    assert os.stat(tmp_path / "a.py").st_ino == os.stat(tmp_path / "also_a.py").st_ino
+    # -o writes a copy, leaving the links as they are
+    status, out, err = _run(capsys, tmp_path / "a.py", "-o", tmp_path / "out")
+    assert status == 0, out + err
+    assert (tmp_path / "out" / "a.py").read_text() == MIGRATED
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another owner needs root")
+def test_in_place_keeps_the_owner(tmp_path, capsys):
+    _tree(tmp_path, ["theirs.py"])
+    os.chown(tmp_path / "theirs.py", 12345, 23456)
+    status, out, err = _run(capsys, tmp_path / "theirs.py", "--in-place")
+    assert status == 0, out + err
+    info = os.stat(tmp_path / "theirs.py")
+    assert (info.st_uid, info.st_gid) == (12345, 23456)
+    assert (tmp_path / "theirs.py").read_text() == MIGRATED
+
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def open_tmp():
+    """A folder any user may enter (pytest's own is its owner's alone)."""
+    path = tempfile.mkdtemp(prefix="pmapkit-migrate-test-")
+    os.chmod(path, 0o755)
+    try:
+        yield pathlib.Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _unprivileged():
+    """Runs the block as user ``nobody`` where this is root (root reads and
+    writes whatever the permission bits say); as this user otherwise."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+def test_a_file_whose_owner_cannot_be_kept_is_refused(open_tmp, capsys):
+    if os.geteuid() != 0:
+        pytest.skip("needs a file of another user's in a folder this user may write")
+    _tree(open_tmp, ["root_owns.py"])
+    os.chmod(open_tmp, 0o777)                 # nobody may replace it, not keep its owner
+    _run(capsys, open_tmp / "root_owns.py", "--diff")     # warm: every module imported
+    with _unprivileged():
+        status, out, err = _run(capsys, open_tmp / "root_owns.py", "--in-place")
+    assert status == 2, out + err
+    assert (f"refusing to write {str(open_tmp / 'root_owns.py')!r}: it belongs to uid 0 "
+            "gid 0, which this user cannot give the new file") in err
+    assert (open_tmp / "root_owns.py").read_text() == CLASSIC
+    assert os.stat(open_tmp / "root_owns.py").st_uid == 0
+    assert sorted(os.listdir(open_tmp)) == ["root_owns.py"]
+
+
+@pytest.mark.parametrize("case", ["unreadable file", "unreadable folder", "unwritable output",
+                                  "unwritable in place"])
+def test_a_permission_error_is_a_usage_error_with_exit_2(open_tmp, capsys, case):
+    _tree(open_tmp, ["src/a.py", "src/deep/b.py"])
+    os.makedirs(open_tmp / "locked")
+    if os.geteuid() == 0:        # nobody reads src and may write there, not in locked/
+        for here, dirs, names in os.walk(open_tmp / "src"):
+            for name in dirs + names:
+                os.chown(os.path.join(here, name), NOBODY, NOBODY)
+        os.chown(open_tmp / "src", NOBODY, NOBODY)
+    os.chmod(open_tmp / "locked", 0o555)
+    target = {"unreadable file": open_tmp / "src/deep/b.py",
+              "unreadable folder": open_tmp / "src/deep",
+              "unwritable in place": open_tmp / "src/deep"}.get(case)
+    if target is not None:
+        os.chmod(target, 0o555 if case == "unwritable in place" else 0)
+    args = {"unreadable file": [open_tmp / "src", "-o", open_tmp / "out"],
+            "unreadable folder": [open_tmp / "src", "-o", open_tmp / "out"],
+            "unwritable output": [open_tmp / "src", "-o", open_tmp / "locked" / "out"],
+            "unwritable in place": [open_tmp / "src", "--in-place"]}[case]
+    message = {"unreadable file": f"cannot read {str(open_tmp / 'src/deep/b.py')!r}: "
+                                  "Permission denied",
+               "unreadable folder": f"cannot read the folder {str(open_tmp / 'src/deep')!r}: "
+                                    "Permission denied",
+               "unwritable output": f"cannot write {str(open_tmp / 'locked/out/a.py')!r}: no "
+                                    "permission to write in the folder "
+                                    f"{str(open_tmp / 'locked')!r}",
+               "unwritable in place": f"cannot write {str(open_tmp / 'src/deep/b.py')!r}: no "
+                                      "permission to write in the folder "
+                                      f"{str(open_tmp / 'src/deep')!r}"}[case]
+    _run(capsys, open_tmp / "src" / "a.py", "--diff")     # warm: every module imported
+    try:
+        with _unprivileged():
+            status, out, err = _run(capsys, *args)
+    finally:
+        os.chmod(open_tmp / "src/deep", 0o755)
+        os.chmod(open_tmp / "src/deep/b.py", 0o644)
+    assert status == 2, out + err
+    assert err.startswith("usage: pmapkit migrate PATH...")
+    assert f"pmapkit migrate: error: {message}" in err and "nothing written" in err, err
+    assert "Traceback" not in err
+    assert (open_tmp / "src/a.py").read_text() == CLASSIC
+    assert (open_tmp / "src/deep/b.py").read_text() == CLASSIC
+    assert not (open_tmp / "out").exists() and os.listdir(open_tmp / "locked") == []
+
+
+def test_a_users_own_output_folder_gets_no_marker_and_is_migrated_later(tmp_path, capsys):
+    _tree(tmp_path, ["project/train.py"])
+    (tmp_path / "project" / "mine").mkdir()          # the user's folder, made beforehand
+    (tmp_path / "project" / "mine" / "notes.py").write_text(CLASSIC)
+    status, out, err = _run(capsys, tmp_path / "project" / "train.py",
+                            "-o", tmp_path / "project" / "mine")
+    assert status == 0, out + err
+    assert sorted(os.listdir(tmp_path / "project" / "mine")) == ["notes.py", "train.py"]
+    # A later run over the project migrates the user's folder like any other.
+    status, out, err = _run(capsys, tmp_path / "project", "-o", tmp_path / "modern")
+    assert status == 0, out + err
+    assert "skipped" not in out and "3 file(s):" in out
+    assert (tmp_path / "modern" / "mine" / "notes.py").read_text() == MIGRATED
+    # the folder this run made is marked; the next run over the tree skips it
+    assert sorted(os.listdir(tmp_path / "modern")) == [files.MARKER, "mine", "train.py"]

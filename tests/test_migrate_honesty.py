@@ -168,7 +168,7 @@ QUIET = "import sys\nimport jax\nprint(jax.tree_map(abs, [-1]))\nsys.exit(3)\n"
 
 
 def test_check_proves_only_runs_that_succeed_and_agree(tmp_path):
-    # One --check over three programs (their runs in parallel): a deprecated
+    # One --check over three programs (one run after another): a deprecated
     # modern spelling migrated and run with DeprecationWarnings as errors
     # (same); an original that raises and one that exits 3 saying nothing
     # (UNPROVEN: never "same", never pmapkit's start-up line as the error).

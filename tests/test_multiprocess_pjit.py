@@ -43,7 +43,7 @@ import numpy as np
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 import pmapkit, pmapkit.distributed
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiling
 
 pmapkit.distributed.initialize()
 me, n = jax.process_index(), jax.process_count()
@@ -121,10 +121,10 @@ with mesh:
     step = pmapkit.pjit(lambda a: a * 0.5 + 1, in_axis_resources=P("x", "y"),
                         out_axis_resources=P("x", "y"))
     y = step(local(ga, P("x")))
-    compiled = len(lowering._compile_cache)
+    compiled = len(compiling._compile_cache)
     y2 = step(y)
     y3 = step(y2)
-    assert len(lowering._compile_cache) == compiled
+    assert len(compiling._compile_cache) == compiled
     assert step._cache_size == 2, step._cache_size
     want = (ga * 0.5 + 1) * 0.5 + 1
     assert all(np.allclose(np.asarray(s.data), want[s.index] * 0.5 + 1)
@@ -135,11 +135,11 @@ with mesh:
     cols = pmapkit.pjit(lambda a: a - 1, in_axis_resources=P(None, "y"),
                         out_axis_resources=P(None, "y"))
     z = cols(ga)
-    compiled = len(lowering._compile_cache)
+    compiled = len(compiling._compile_cache)
     misses = cols._debug_dispatch_stats()["misses"]
     z = cols(cols(z))
     z = cols(z)
-    assert len(lowering._compile_cache) == compiled
+    assert len(compiling._compile_cache) == compiled
     assert cols._cache_size == 2, cols._cache_size
     assert cols._debug_dispatch_stats()["misses"] == misses + 1
     assert all(np.allclose(np.asarray(s.data), (ga - 4)[s.index])

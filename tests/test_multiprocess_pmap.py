@@ -109,7 +109,7 @@ SCRIPT = textwrap.dedent("""
             return str(err)
         return None
     from jax.sharding import Mesh
-    from pmapkit.core import process_local
+    from pmapkit.core.programs import process_local
     devs = jax.devices()
     facts["errors"] = {
         "nested_with_devices": error_of(lambda: pmapkit.pmap(

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding
 import pmapkit
 
 pjit_module = importlib.import_module("pmapkit.pjit._pjit")
-calls_module = importlib.import_module("pmapkit.core.calls")
+calls_module = importlib.import_module("pmapkit.core.misses.calls")
 
 AXES = ("x", "y")
 DEVICES = np.array(jax.devices()).reshape(2, 4)

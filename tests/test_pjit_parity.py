@@ -30,7 +30,7 @@ from pmapkit import PartitionSpec as P
 
 # ``pmapkit.mesh`` is the context-manager function (re-exported by the
 # package), which shadows the submodule of the same name.
-mesh_module = importlib.import_module("pmapkit.core.mesh")
+mesh_module = importlib.import_module("pmapkit.core.sharding.mesh")
 
 AXES = ("x", "y")
 MESH_SHAPES = [(1, 8), (2, 4), (4, 2)]
@@ -312,9 +312,9 @@ def _spy_on_copies(monkeypatch):
     (how pmapkit's per-leaf fallback reshards) and the fallback itself,
     ``CompiledProgram.shard_fallback`` (seen only by entries created after
     the spy is installed: a cache entry keeps the bound method)."""
-    from pmapkit.core import lowering
+    from pmapkit.core.programs import compiled_program
     seen = []
-    real_fallback = lowering.CompiledProgram.shard_fallback
+    real_fallback = compiled_program.CompiledProgram.shard_fallback
     real_put = jax.device_put
 
     def fallback(self, *a, **k):
@@ -325,7 +325,7 @@ def _spy_on_copies(monkeypatch):
         seen.append("device_put")
         return real_put(*a, **k)
 
-    monkeypatch.setattr(lowering.CompiledProgram, "shard_fallback", fallback)
+    monkeypatch.setattr(compiled_program.CompiledProgram, "shard_fallback", fallback)
     monkeypatch.setattr(jax, "device_put", put)
     return seen
 

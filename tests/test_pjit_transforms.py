@@ -24,7 +24,7 @@ import pmapkit
 
 from _checks import sub_jaxprs
 from pmapkit import PartitionSpec as P
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiling
 
 PRIM = "pmapkit_pjit"
 AXES = ("x", "y")
@@ -300,13 +300,13 @@ def test_pjit_inside_pmap_needs_a_mesh():
 
 class MissSpy:
     """Counts entries into pjit's Python miss path: ``pjit._prepare``
-    (validate and trace) and ``lowering.compile_program`` (compile)."""
+    (validate and trace) and ``compiling.compile_program`` (compile)."""
 
     def __init__(self, monkeypatch):
         self.prepare = 0
         self.compile = 0
         real_prepare = pjit_module._prepare
-        real_compile = lowering.compile_program
+        real_compile = compiling.compile_program
 
         def prepare(*a, **k):
             self.prepare += 1
@@ -317,7 +317,7 @@ class MissSpy:
             return real_compile(*a, **k)
 
         monkeypatch.setattr(pjit_module, "_prepare", prepare)
-        monkeypatch.setattr(lowering, "compile_program", compile_program)
+        monkeypatch.setattr(compiling, "compile_program", compile_program)
 
 
 def test_cached_call_skips_the_miss_path(monkeypatch):

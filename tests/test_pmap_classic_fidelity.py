@@ -9,7 +9,12 @@
   (it passes ``jax.transfer_guard("disallow_explicit")``, as JAX's did).
 - ``pmap(f, devices=[])`` raises the classic ValueError when created
   (jax 0.10.2's pmap_test testNoDevicesError).
+- A pmap compiles while ``jax.jit`` is patched away (``chex.fake_jit`` makes
+  it the identity; jax 0.4.30's pmap compiled all the same): pmapkit builds
+  its programs with JAX's own jit, not with what ``jax.jit`` names.
 """
+from unittest import mock
+
 import warnings
 
 import jax
@@ -115,3 +120,15 @@ def test_nested_pmap_with_devices_classic_message():
 
     with pytest.raises(ValueError, match="Nested pmap with explicit devices argument."):
         foo(jnp.ones((N, 1)))
+
+
+def test_a_pmap_compiles_while_jax_jit_is_patched_away():
+    # chex 2021's fake_test: fake_jit patches jax.jit, then a real pmap runs.
+    x = np.arange(2 * 3, dtype=np.float32).reshape(2, 3)
+    with mock.patch("jax.jit", lambda fn, *a, **k: fn):
+        doubled = pmapkit.pmap(lambda v: v * 2, axis_name="i")(x)
+        summed = pmapkit.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(x)
+        nested = pmapkit.pmap(pmapkit.pmap(lambda v: v + 1))(x.reshape(2, 3, 1))
+    np.testing.assert_array_equal(np.asarray(doubled), x * 2)
+    np.testing.assert_array_equal(np.asarray(summed), np.broadcast_to(x.sum(0), (2, 3)))
+    np.testing.assert_array_equal(np.asarray(nested), x.reshape(2, 3, 1) + 1)

@@ -1,9 +1,9 @@
 """Every error of classic pmap: exception type plus the part of the message
 that tells the user what to fix (argument names, sizes, device counts).
 
-Messages come from ``pmapkit/pmap/_pmap.py`` and ``pmapkit/core/specs.py``. Each error
+Messages come from ``pmapkit/pmap/_pmap.py`` and ``pmapkit/core/sharding/specs.py``. Each error
 must be raised before anything runs: the ``no_compile`` fixture fails a test
-that reaches ``lowering.compile_pmap``, and errors that can be found without
+that reaches ``compiling.compile_pmap``, and errors that can be found without
 tracing also must not trace the user function. A second identical call must
 raise the same error (the failed signature must not turn into a usable or a
 hanging cache entry).
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 import pmapkit
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiling
 
 N = len(jax.devices())  # 8, forced by conftest
 
@@ -28,13 +28,13 @@ N = len(jax.devices())  # 8, forced by conftest
 def no_compile(monkeypatch):
     """Count compilations; tests assert none happened for an erroring call."""
     calls = []
-    real = lowering.compile_pmap
+    real = compiling.compile_pmap
 
     def compile_pmap(*a, **k):
         calls.append(a)
         return real(*a, **k)
 
-    monkeypatch.setattr(lowering, "compile_pmap", compile_pmap)
+    monkeypatch.setattr(compiling, "compile_pmap", compile_pmap)
     return calls
 
 

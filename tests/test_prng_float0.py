@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding
 
 import pmapkit
 from pmapkit import PartitionSpec as P
-from pmapkit.core import lowering
+from pmapkit.core.programs import compiled_program
 
 N = 8
 FLOAT0 = jax.dtypes.float0
@@ -23,13 +23,13 @@ PMAPS = {"jax": jax.pmap, "pmapkit": pmapkit.pmap}
 def fallbacks(monkeypatch):
     """Counts the hit path's Python fallback (resharding, unknown leaves)."""
     counter = {"n": 0}
-    real = lowering.CompiledProgram.shard_fallback
+    real = compiled_program.CompiledProgram.shard_fallback
 
     def counting(self, x, i):
         counter["n"] += 1
         return real(self, x, i)
 
-    monkeypatch.setattr(lowering.CompiledProgram, "shard_fallback", counting)
+    monkeypatch.setattr(compiled_program.CompiledProgram, "shard_fallback", counting)
     return counter
 
 

@@ -30,8 +30,8 @@ def _public_prefix(path):
 
 
 def test_internal_modules_are_not_public():
-    for path in ("pmapkit.core.lowering", "pmapkit.core.calls", "pmapkit.core.moves",
-                 "pmapkit.core._cache_keys", "pmapkit.core.lowering.compile_program"):
+    for path in ("pmapkit.core.programs.lowering", "pmapkit.core.misses.calls", "pmapkit.core.programs.moves",
+                 "pmapkit.core.keys._cache_keys", "pmapkit.core.programs.compiling.compile_program"):
         assert _public_prefix(path) is None, path
     assert _public_prefix("pmapkit.pjit.pjit") == "pmapkit.pjit"
     assert _public_prefix("pmapkit.COMPILED") == "pmapkit"

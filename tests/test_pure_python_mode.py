@@ -1,18 +1,21 @@
 """The compiled and the pure-Python dispatch core must behave the same.
 
 ``PMAPKIT_PUREPYTHON=1`` is read once, at import, so the pure build can only
-be exercised in a fresh interpreter: the dispatch and error suites are re-run
-in a subprocess with the variable set.
+be exercised in a fresh interpreter: the dispatch, error, cache and
+host-value suites are re-run, whole files, in a subprocess with the variable
+set.
 """
 import importlib.machinery
 import os
+import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 import pmapkit
-import pmapkit.core._compiled  # noqa: F401  (loaded on first use by `import pmapkit`)
+import pmapkit.core.hitpath._compiled  # noqa: F401  (loaded on first use by `import pmapkit`)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(REPO, "pmapkit")
@@ -25,29 +28,82 @@ needs_unset = pytest.mark.skipif(
     reason="PMAPKIT_PUREPYTHON already set (avoid recursion)")
 
 
-@needs_unset
-def test_dispatch_and_error_suites_pass_in_pure_python_mode():
-    paths = ["tests/test_dispatch.py", "tests/test_pmap_errors.py",
-             "tests/test_input_origins.py", "tests/test_miss_failures.py",
-             "tests/test_donation_moved_alias.py",
-             # The key format, the one rules, the one LRU clock.
-             "tests/test_cache_keys.py", "tests/test_cache_eviction.py",
-             "tests/test_debugging_tools.py::test_cached_wrapper_hit_path_after_flag",
-             # The core's shared caches (wrappers of one function).
-             "tests/test_fresh_wrappers.py::test_fresh_pmap_wrappers_trace_and_compile_once",
-             "tests/test_fresh_wrappers.py::test_clearing_reaches_every_sharer",
-             "tests/test_fresh_wrappers.py::test_each_fresh_wrapper_keeps_its_introspection"]
+#: Whole test files (never a selection of their tests: a test added to one
+#: runs on both builds), re-run on the pure build in two groups.
+CORE_SUITES = [
+    "tests/test_dispatch.py", "tests/test_pmap_errors.py",
+    "tests/test_input_origins.py", "tests/test_miss_failures.py",
+    "tests/test_donation_moved_alias.py",
+    # The key format, the one rules, the one LRU order.
+    "tests/test_cache_keys.py", "tests/test_cache_eviction.py",
+    "tests/test_debugging_tools.py",
+    # The core's shared caches (wrappers of one function).
+    "tests/test_fresh_wrappers.py",
+]
+HOST_SUITES = [
+    # Host values on the hit path: JAX's call of the program, HostSpec puts,
+    # and the value read at the call on every route.
+    "tests/test_host_route.py", "tests/test_host_inputs.py",
+    "tests/test_inputs_at_call.py", "tests/test_held_scalars.py",
+]
+
+
+def _run_pure(paths):
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
         cwd=REPO, env=PURE_ENV, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert " passed" in out and " failed" not in out, out[-2000:]
+    # Whole files: nothing of them deselected or skipped for this build.
+    assert " deselected" not in out and " skipped" not in out, out[-2000:]
+
+
+@needs_unset
+def test_dispatch_and_error_suites_pass_in_pure_python_mode():
+    _run_pure(CORE_SUITES)
+
+
+@needs_unset
+def test_host_value_suites_pass_in_pure_python_mode():
+    _run_pure(HOST_SUITES)
+
+
+def test_the_reruns_name_whole_files_that_exist():
+    for path in CORE_SUITES + HOST_SUITES:
+        assert "::" not in path and " -k" not in path, path
+        assert os.path.isfile(os.path.join(REPO, path)), path
+
+
+#: What a suite reads of the core's entries (its counters, the shared caches,
+#: the host route): such a suite tests the core, so it runs on both builds.
+LOOKS_INSIDE = re.compile(
+    r"_debug_dispatch_stats|\._shared\b|host_specs|\.host_call\b|HostSpec|host_refusal")
+NOT_RERUN = {
+    "tests/test_pure_python_mode.py": "this file",
+    "tests/test_compiled_signatures.py": "reads the sources' text, runs neither build",
+    "tests/test_long_runs.py": "processes of their own for minutes; its LRU checks "
+                               "are test_cache_eviction's on both builds",
+    "tests/test_multiprocess_pjit.py": "launches processes of its own for minutes",
+}
+
+
+def test_every_suite_looking_into_the_core_reruns_pure():
+    rerun = set(CORE_SUITES + HOST_SUITES)
+    missing = []
+    for name in sorted(os.listdir(os.path.join(REPO, "tests"))):
+        path = f"tests/{name}"
+        if not (name.startswith("test_") and name.endswith(".py")) or path in NOT_RERUN:
+            continue
+        with open(os.path.join(REPO, path)) as f:
+            if LOOKS_INSIDE.search(f.read()) and path not in rerun:
+                missing.append(path)
+    assert missing == [], f"suites testing the core, run on the compiled build only: {missing}"
 
 
 @needs_unset
 def test_pure_python_mode_loads_the_sources():
-    code = ("import pmapkit, pmapkit.core._compiled as c; "
+    code = ("import pmapkit, pmapkit.core.hitpath._compiled as c; "
             "print(pmapkit.COMPILED); print(c.dispatch.__file__); "
             "print(c.shard_arg.__file__)")
     proc = subprocess.run([sys.executable, "-P", "-c", code], cwd=REPO, env=PURE_ENV,
@@ -61,7 +117,7 @@ def test_pure_python_mode_loads_the_sources():
 
 def _extension_next_to_sources(name):
     # The build in use: the installed one when the checkout has no extensions.
-    pkg = os.path.dirname(pmapkit.core._compiled.__file__)
+    pkg = os.path.dirname(pmapkit.core.hitpath._compiled.__file__)
     return any(os.path.exists(os.path.join(pkg, name + suffix))
                for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
@@ -74,4 +130,37 @@ def test_compiled_when_extensions_exist():
             and _extension_next_to_sources("_shard_arg")):
         pytest.skip("no compiled extensions in the pmapkit build in use")
     assert pmapkit.COMPILED is True
-    assert os.path.splitext(pmapkit.core._compiled.dispatch.__file__)[1] in (".so", ".pyd")
+    assert os.path.splitext(pmapkit.core.hitpath._compiled.dispatch.__file__)[1] in (".so", ".pyd")
+
+
+def test_the_pure_build_run_unasked_says_so_in_one_line(tmp_path):
+    """A source tree without its compiled extensions (a checkout before a
+    build, imported from its folder) runs the pure build: one line on stderr
+    says so; asked for with PMAPKIT_PUREPYTHON=1 it runs without a word."""
+    installed = os.path.dirname(os.path.abspath(pmapkit.__file__))
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    shutil.copytree(installed, tmp_path / "pmapkit", ignore=lambda folder, names: [
+        n for n in names if n == "__pycache__" or n.endswith(suffixes)])
+    code = "import pmapkit; print(pmapkit.__file__, pmapkit.COMPILED)"
+    unasked = {k: v for k, v in os.environ.items() if k != "PMAPKIT_PUREPYTHON"}
+    for env, said in ((unasked, True), (dict(unasked, PMAPKIT_PUREPYTHON="1"), False)):
+        # ``python -c`` from the folder, as a reader in a checkout runs it.
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split() == [str(tmp_path / "pmapkit" / "__init__.py"), "False"]
+        lines = proc.stderr.splitlines()
+        if said:
+            assert len(lines) == 1, proc.stderr
+            assert lines[0].startswith("pmapkit: pure-Python build"), lines
+            assert "PMAPKIT_PUREPYTHON=1" in lines[0] and "build_ext --inplace" in lines[0]
+        else:
+            assert lines == [], proc.stderr
+
+
+def test_the_compiled_build_says_nothing(tmp_path):
+    if not pmapkit.COMPILED:
+        pytest.skip("this pmapkit runs its pure build")
+    proc = subprocess.run([sys.executable, "-P", "-c", "import pmapkit; print(pmapkit.COMPILED)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "True", "")

@@ -1,7 +1,7 @@
 """``pmapkit.pmap`` under and around ``jax.jit``.
 
 Under an outer trace the primitive is bound inside a sharded ``jit`` equation
-(pmapkit/core/lowering.py ``bind_in_outer_trace``). References are computed
+(pmapkit/core/programs/compiling.py ``bind_in_outer_trace``). References are computed
 without pmapkit: classic ``jax.pmap`` (same program shape) or numpy.
 """
 import numpy as np

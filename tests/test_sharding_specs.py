@@ -1,4 +1,4 @@
-"""Classic ShardingSpec family and the conversions in pmapkit.core.sharding_specs."""
+"""Classic ShardingSpec family and the conversions in pmapkit.core.sharding.sharding_specs."""
 import copy
 import math
 import pickle
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from pmapkit.core import sharding_specs as ss
-from pmapkit.core.sharding_specs import (
+from pmapkit.core.sharding import sharding_specs as ss
+from pmapkit.core.sharding.sharding_specs import (
     REPLICATED,
     Chunked,
     HloSharding,

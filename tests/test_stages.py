@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding
 
 import pmapkit
 from pmapkit import PartitionSpec as P
-from pmapkit.core.primitives import pjit_p, pmap_p
+from pmapkit.core.rules.primitives import pjit_p, pmap_p
 
 N = 8
 

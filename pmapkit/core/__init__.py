@@ -1,14 +1,23 @@
-"""The core shared by every system: the compiled dispatch (``_dispatch``,
-``_shard_arg``, picked by ``_compiled``), cache keys and bounds, spec
-parsing, pmapkit's primitives and their rules (``rules/``), lowering and
-compiling, the miss path (``calls``), input moves and ``jax.stages``
-objects. Internal: the systems (``pmapkit.pmap``, ``pmapkit.pjit``, ...)
-build on it; it imports none of them."""
+"""The core shared by every system, in rooms, bottom to top (a room imports
+only itself and the rooms below it):
+
+- ``hitpath/``: the compiled hit path (``_dispatch``, ``_shard_arg``, picked by
+  ``_compiled``);
+- ``keys/``: cache keys, cache bounds and clearing, what wrappers share;
+- ``sharding/``: spec parsing, the mesh, the classic sharding-spec types;
+- ``rules/``: pmapkit's primitives and their transformation rules;
+- ``programs/``: lowering, compiling, compiled programs, input moves;
+- ``misses/``: the miss path (``calls``), ``jax.stages`` objects.
+
+Internal: the systems (``pmapkit.pmap``, ``pmapkit.pjit``, ...) build on it;
+it imports none of them. The public names it defines are re-exported by
+public modules outside it (``pmapkit.mesh``, ``pmapkit.caches``,
+``pmapkit.inflight``, ``pmapkit.sharding_specs``)."""
 import importlib as _importlib
 
 
 def __getattr__(name):
-    # ``pmapkit.core.lowering`` read as an attribute loads the module, as
+    # ``pmapkit.core.programs`` read as an attribute loads the module, as
     # ``pmapkit.host_callback`` does on the package.
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

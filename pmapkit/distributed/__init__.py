@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 import sys
 
-import jax
-
+# jax loads on first use, not here: ``pmapkit launch`` (this package's
+# ``launch``) starts processes and needs no jax, nor does its --help.
 from pmapkit.distributed.launch import ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID
 
 __all__ = ["initialize", "is_initialized", "launched", "shutdown"]
@@ -63,6 +63,7 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None,
             num_processes = _env_int(ENV_NUM_PROCESSES)
         if process_id is None:
             process_id = _env_int(ENV_PROCESS_ID)
+    import jax
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes, process_id=process_id,
                                local_device_ids=local_device_ids, **kwargs)
@@ -88,5 +89,15 @@ def _exit_at_once_on_uncaught_exceptions():
     sys.excepthook = excepthook
 
 
-is_initialized = jax.distributed.is_initialized
-shutdown = jax.distributed.shutdown
+def __getattr__(name):
+    # ``is_initialized`` and ``shutdown`` are jax.distributed's own functions.
+    if name in ("is_initialized", "shutdown"):
+        import jax
+        value = getattr(jax.distributed, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"is_initialized", "shutdown"})

@@ -40,33 +40,49 @@ from jax.export import (
     minimum_supported_calling_convention_version,
     register_namedtuple_serialization, register_pytree_node_serialization)
 
-from pmapkit.export._call import DeviceCountError, call, call_exported
 from pmapkit.export._container import CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS
 from pmapkit.export._errors import DeserializationError
 from pmapkit.export._exported import Exported, from_jax, to_jax
-from pmapkit.export._poly import (
-    args_specs, poly_spec, poly_specs, shape_and_dtype_jax_array,
-    symbolic_args_specs, symbolic_shape)
-from pmapkit.export._safety import DisabledSafetyCheck
 from pmapkit.export._serialize import artifact_info, deserialize, serialize
 
-# The exporter (``export`` and its platform defaults) needs pmapkit's
-# lowering and its pmap/pjit; a program that only loads and calls artifacts
-# does not: it is loaded on first use.
-_EXPORTER = ("default_export_platform", "default_lowering_platform", "export")
+# Loaded on first use, so a program that loads an artifact imports no more
+# than what it runs: the exporter (``export`` and its platform defaults)
+# needs pmapkit's lowering and its pmap/pjit; the call path (``_call``: its
+# first call imports it), shape polymorphism and the safety checks are
+# pieces of their own.
+_LAZY = {
+    "default_export_platform": "_export", "default_lowering_platform": "_export",
+    "export": "_export",
+    "DeviceCountError": "_call", "call": "_call", "call_exported": "_call",
+    "args_specs": "_poly", "poly_spec": "_poly", "poly_specs": "_poly",
+    "shape_and_dtype_jax_array": "_poly", "symbolic_args_specs": "_poly",
+    "symbolic_shape": "_poly",
+    "DisabledSafetyCheck": "_safety",
+}
+
+
+def _exported_call(self, *args, **kwargs):
+    """Run the exported function (top level, or inside jit/grad/vmap)."""
+    from pmapkit.export import _call
+    return _call.caller_of(self)(*args, **kwargs)
+
+
+_exported_call.__name__, _exported_call.__qualname__ = "call", "Exported.call"
+Exported.call = _exported_call
 
 
 def __getattr__(name):
-    if name in _EXPORTER:
-        from pmapkit.export import _export
-        value = getattr(_export, name)
+    where = _LAZY.get(name)
+    if where is not None:
+        import importlib
+        value = getattr(importlib.import_module(f"pmapkit.export.{where}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTER))
+    return sorted(set(globals()) | set(_LAZY))
 
 
 #: jax.experimental.export's names for the calling-convention range.

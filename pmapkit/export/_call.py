@@ -36,7 +36,6 @@ from pmapkit import _jax_private as jp
 from pmapkit.export import _container
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import PLATFORM_CHECK
-from pmapkit.core.mesh import active_mesh
 
 
 def caller_of(exported):
@@ -61,15 +60,6 @@ def call(exported):
 
 
 call_exported = call
-
-
-def _exported_call(self, *args, **kwargs):
-    """Run the exported function (top level, or inside jit/grad/vmap)."""
-    return caller_of(self)(*args, **kwargs)
-
-
-_exported_call.__name__, _exported_call.__qualname__ = "call", "Exported.call"
-Exported.call = _exported_call
 
 
 # -- the flat, differentiable, batchable call ---------------------------------
@@ -249,6 +239,10 @@ class _Caller:
                 top = self._top
                 if top is None:
                     top = self._top = _top_level_jit(self)
+        # A numpy input is read as it is at the call: jax.jit's put aliases
+        # an aligned one on CPU (or copies a large one later, on another
+        # thread) while the run is queued; one copy of its bytes, here.
+        flat = [x.copy() if type(x) is np.ndarray else x for x in flat]
         n = exported.nr_devices
         if n == 1:
             return top(*flat)  # runs on any context (one device, or replicated)
@@ -288,18 +282,18 @@ def _top_level_jit(caller):
     inputs and results inside it (jax.export's lowering rule)."""
     exported = caller.exported
     jexp = exported._jax
-    in_tree = jexp.in_tree
 
     def run(*flat):
         # Only ever called eagerly (never under a trace: ``_Caller`` sends
-        # traced calls to ``flat``), so it needs none of the flat call's AD
-        # and vmap rules: jax.export's call alone, as jax.export traces it,
-        # which keeps a loaded artifact's first call as cheap as its own.
-        args, kwargs = in_tree.unflatten(flat)
-        return tuple(jax.tree_util.tree_leaves(jexp.call(*args, **kwargs)))
+        # traced calls to ``flat``), so it needs none of the AD and vmap
+        # rules around the call (the flat call's, jax.export's custom_vjp):
+        # jax.export's primitive alone, bound on the checked flat inputs,
+        # traced once, which keeps a loaded artifact's first call as cheap
+        # as jax.export's own.
+        return tuple(jp.call_exported_p.bind(*flat, exported=jexp))
 
     run.__name__ = f"exported_{_identifier(exported.fun_name)}"
-    return jax.jit(run, donate_argnums=_donated_inputs(exported._jax))
+    return jp.jit(run, donate_argnums=_donated_inputs(exported._jax))
 
 
 class DeviceCountError(ValueError, NotImplementedError):
@@ -338,6 +332,7 @@ def _context_devices(flat, nr_devices):
                 return None
     if found is not None:
         return found
+    from pmapkit.core.sharding.mesh import active_mesh  # multi-device artifacts only
     mesh = active_mesh()
     if mesh is not None:
         return tuple(getattr(mesh, "jax_mesh", mesh).devices.flat)

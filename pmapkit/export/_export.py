@@ -33,9 +33,11 @@ import re
 import jax
 from jax import export as jax_export
 
-from pmapkit.core import calls, lowering
-from pmapkit.core import process_local
-from pmapkit.core._compiled import dispatch as _dispatch_mod
+from pmapkit import _jax_private as jp
+from pmapkit.core.misses import calls
+from pmapkit.core.programs import compiling, kinds, lowering
+from pmapkit.core.programs import process_local
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 from pmapkit.export._exported import Exported
 from pmapkit.export._safety import RELAXED_CHECKS, checks_to_disable
 
@@ -121,8 +123,8 @@ def export(fun, *, lowering_platform=None, strict_checks=None,
         platforms picks its branch at run time). Default for all three
         spellings: the default backend.
 
-    The returned function takes the arguments' specs: ``jax.ShapeDtypeStruct``s
-    (from ``poly_spec``/``poly_specs``/``symbolic_shape``/
+    The returned function takes the arguments' specs: ``jax.ShapeDtypeStruct``
+    values (from ``poly_spec``/``poly_specs``/``symbolic_shape``/
     ``symbolic_args_specs`` for shape polymorphism) or anything with
     ``.shape`` and ``.dtype`` (arrays too), in the pytree structure of the
     call; static arguments are passed as values.
@@ -139,7 +141,7 @@ def export(fun, *, lowering_platform=None, strict_checks=None,
                 jexp = _export_pmapkit(fun, fun_name, chosen, disabled,
                                        args_specs, kwargs_specs)
             else:
-                jitted = fun if isinstance(fun, jax.stages.Wrapped) else jax.jit(fun)
+                jitted = fun if isinstance(fun, jax.stages.Wrapped) else jp.jit(fun)
                 jexp = jax_export.export(jitted, platforms=chosen,
                                          disabled_checks=disabled)(
                     *args_specs, **kwargs_specs)
@@ -188,7 +190,7 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
     """
     lowered = fun.lower(*args_specs, **kwargs_specs)
     prepared = lowered._prepared
-    in_shardings, out_shardings = lowering.program_shardings(
+    in_shardings, out_shardings = kinds.program_shardings(
         lowered._primitive, prepared.params, prepared.in_avals)
     static = lowered._static
     nargs = len(args_specs)
@@ -204,7 +206,7 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
         # program that ``lower`` resolved (global axis, every process's
         # devices) instead.
         def flat_program(*leaves):
-            return tuple(lowering.bind_in_outer_trace(
+            return tuple(compiling.bind_in_outer_trace(
                 lowered._primitive, prepared.params, prepared.in_avals, list(leaves)))
     else:
         def flat_program(*leaves):
@@ -214,7 +216,7 @@ def _export_pmapkit(fun, fun_name, platforms, disabled, args_specs, kwargs_specs
 
     flat_program.__name__ = fun_name
     donate = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
-    jitted = jax.jit(flat_program, in_shardings=in_shardings,
+    jitted = jp.jit(flat_program, in_shardings=in_shardings,
                      out_shardings=out_shardings, donate_argnums=donate)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in prepared.in_avals]
     with lowering.own_jit_of_pmap():  # the export's jit, not the user's jit-of-pmap

@@ -9,9 +9,9 @@ inputs, ...), ``jax.experimental.export`` of the 0.4.2x releases
 ``calling_convention_version``, ``in_shardings_hlo``, ...).
 
 This module is the bottom of ``pmapkit.export``: it imports none of its
-siblings. What runs an Exported (``_call``) and what writes it
-(``_serialize``) are built on it and give it its ``call`` and ``serialize``
-methods from above.
+siblings. What writes it (``_serialize``) is built on it and gives it its
+``serialize`` method from above; the package gives it ``call``, which
+imports what runs it (``_call``) on first use.
 """
 from __future__ import annotations
 

@@ -136,7 +136,7 @@ def id_print(arg, *, result=None, tap_with_device=False, device_index=0,
 def call(callback_func, arg, *, result_shape=None, call_with_device=False,
          device_index=0, callback_flavor=CallbackFlavor.IO_CALLBACK):
     """Call ``callback_func(arg)`` on the host and return its result, which
-    must match ``result_shape``: a pytree of ``ShapeDtypeStruct``s, arrays or
+    must match ``result_shape``: a pytree of ``jax.ShapeDtypeStruct``, arrays or
     scalars (``None``/``()`` for no result). Under pmap each device calls with
     its slice and gets its own result back. If the function raises or
     returns another shape or dtype, the computation fails wherever it runs

@@ -52,7 +52,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import manual_regions
+from pmapkit.core.programs import manual_regions
 from pmapkit.host_callback import _rendezvous, _runtime
 
 
@@ -73,7 +73,7 @@ for _registry in (jp.lowerable_effects, jp.control_flow_allowed_effects,
                   jp.remat_allowed_effects, jp.partial_eval_kept_effects):
     _registry.add_type(HostCallbackEffect)
     _registry.add_type(HostCallbackUnorderedEffect)
-# Unordered equations at the top of a jit's jaxpr are ``call``s bound
+# Unordered equations at the top of a jit's jaxpr are ``call`` equations bound
 # directly in a program's body (``call_is_ordered``; taps are unordered only in
 # the bodies of nested pmaps, rewritten when lowered): kept by every
 # transformation, but no token to thread and nothing for ``barrier_wait``
@@ -212,13 +212,8 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
                 "region nested in another (not a nested pmapkit.pmap) is not "
                 "supported; tap outside the nested region.")
         region_devices = _region_devices(mesh)
-        meeting = _rendezvous.meeting_for(mesh)
-        if meeting is not None:
-            host_fn = functools.partial(meeting, region_devices,
-                                        invoker(_runtime.RAISE))
-        else:
-            host_fn = functools.partial(_per_device_host_fn, region_devices,
-                                        invoker(_region_on_failure(mesh, region_devices)))
+        host_fn = functools.partial(_per_device_host_fn, region_devices,
+                                    invoker(_region_on_failure(mesh, region_devices)))
         operands = [jp.partition_id_op(), *tapped]
         operand_avals = [_PARTITION_ID_AVAL, *tapped_avals]
         op_sharding = _manual_op_sharding(result_avals)
@@ -231,7 +226,9 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
             raise ValueError(
                 f"host_callback device_index={device_index} is out of range "
                 f"for a computation on {len(devices)} device(s).")
-        if not identity and len(devices) > 1 and _whole_mesh_lowering is not None:
+        caller_op = not identity and len(devices) > 1 and _rendezvous.lowering_caller_op()
+        if (not identity and len(devices) > 1 and not caller_op
+                and _whole_mesh_lowering is not None):
             params = dict(
                 callback=callback, arg_treedef=arg_treedef, num_args=num_args,
                 identity=identity, result_treedef=result_treedef,
@@ -249,9 +246,10 @@ def _lowering(ctx, *args, callback, arg_treedef, num_args, identity,
             _chain_on(ctx, chain, region_ctx.tokens_out.get(host_callback_effect))
             return outs
         # A tap never fails its computation; a call on one device fails the
-        # whole computation by raising.
+        # whole computation by raising; a whole-mesh call's op on its caller
+        # hands the failure's number on after its results (``_whole_mesh``).
         host_fn = functools.partial(_one_device_host_fn, devices[device_index],
-                                    invoker(_runtime.RAISE))
+                                    invoker(_runtime.FLAG if caller_op else _runtime.RAISE))
         operands, operand_avals = tapped, tapped_avals
         op_sharding = _maximal_op_sharding(device_index, result_avals)
     if identity and not ordered:

@@ -18,8 +18,8 @@ import jax
 from jax.interpreters import mlir
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import manual_regions
-from pmapkit.host_callback import _failures, _primitive, _rendezvous
+from pmapkit.core.programs import manual_regions
+from pmapkit.host_callback import _failures, _primitive
 
 _shard_map_p = jp.shard_map_primitive()
 _original_rule, _original_inline = jp.lowering_rule(_shard_map_p)
@@ -32,8 +32,6 @@ def _region_devices(mesh, newly_manual_axes, jaxpr):
         return None  # some axes stay automatic: no per-device checks here
     if not _failures.has_call(jaxpr) or _failures.is_checked(jaxpr):
         return None
-    if _rendezvous.meeting_for(mesh) is not None:
-        return None  # a whole-mesh call: its devices meet at the call itself
     if isinstance(mesh, jax.sharding.Mesh):
         concrete = mesh
     else:

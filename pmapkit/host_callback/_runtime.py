@@ -14,9 +14,11 @@ computation depends on where it runs (``on_failure``, chosen when lowering):
 
 - ``RAISE``: in a program on one device, the callback raises: the
   computation fails and its caller gets the error (as with
-  ``jax.pure_callback``). In a whole-mesh program (jit, pjit) over several
-  devices of one process every device meets the call and raises with it
-  (``_whole_mesh``, ``_rendezvous``);
+  ``jax.pure_callback``);
+- ``FLAG``: in a whole-mesh program (jit, pjit) over several devices of one
+  process, the caller's device gets zeros and the failure's number
+  (``caller_failures``) after its results; XLA hands both to every device,
+  and every device raises it (``_whole_mesh``, ``_rendezvous``);
 - ``PEND``: in a manual region over several devices that ends with the
   checks (a pmap body, a ``shard_map``, a whole-mesh call over several
   processes: ``_failures``, ``_region_checks``, ``_whole_mesh``), the device
@@ -30,6 +32,8 @@ only the failed computation fails.
 """
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import threading
 import traceback
@@ -142,7 +146,7 @@ def _host_copy(x):
     return np.array(x, copy=True)
 
 
-RAISE, PEND = "raise", "pend"
+RAISE, PEND, FLAG = "raise", "pend", "flag"
 
 
 class _PendingFailures:
@@ -173,6 +177,40 @@ class _PendingFailures:
 pending = _PendingFailures()
 
 
+class _NumberedFailures:
+    """The failed runs of ``FLAG`` calls, by number (1, 2, ...): each device
+    of a failed run raises its exception (``take``). A device whose run was
+    already ended by another's failure may never ask, so the last
+    ``KEPT_FAILURES`` are kept, the oldest forgotten beyond them. Runs from
+    several threads fail under numbers of their own."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.next = itertools.count(1)
+        self.failed = collections.OrderedDict()   # number -> (exception, traceback text)
+
+    def put(self, exc, formatted):
+        with self.lock:
+            number = next(self.next)
+            if number >= np.iinfo(np.int32).max:
+                self.next = itertools.count(1)
+                number = next(self.next)
+            self.failed[number] = (exc, formatted)
+            while len(self.failed) > KEPT_FAILURES:
+                self.failed.popitem(last=False)
+        return number
+
+    def take(self, number):
+        """Failure ``number`` (None once forgotten)."""
+        with self.lock:
+            return self.failed.get(number)
+
+
+#: Failed runs of whole-mesh calls kept for their devices to raise with.
+KEPT_FAILURES = 16
+caller_failures = _NumberedFailures()
+
+
 def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
            on_failure, device, flat):
     """Call the user's function on the host; returns its flat result, checked
@@ -182,12 +220,17 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
     ``barrier_wait``; a tap then returns normally, a ``call`` fails as
     ``on_failure`` says (see the module docstring)."""
     _inside.depth += 1
+    numbered = on_failure == FLAG and not wrapper.identity
+    if numbered:
+        # The last result is the failure's number (0: none), not the user's.
+        result_avals = result_avals[:-1]
     try:
         arg = jax.tree_util.tree_unflatten(arg_treedef, [_host_copy(x) for x in flat])
         result = wrapper(arg, device, unpack_transforms(transforms))
         if wrapper.identity:
             return ()
-        return check_results(wrapper, result, result_treedef, result_avals)
+        checked = check_results(wrapper, result, result_treedef, result_avals)
+        return (*checked, _NO_FAILURE) if numbered else checked
     except BaseException as exc:  # noqa: BLE001  (an interrupt is reported too)
         formatted = traceback.format_exc()
         mode = None if wrapper.identity else on_failure
@@ -200,15 +243,23 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
             pending.put(device, exc, formatted)
         if wrapper.identity:
             return ()
-        return tuple(np.zeros(a.shape, a.dtype) for a in result_avals)
+        zeros = tuple(np.zeros(a.shape, a.dtype) for a in result_avals)
+        if numbered:
+            return (*zeros, np.asarray(caller_failures.put(exc, formatted), np.int32))
+        return zeros
     finally:
         _inside.depth -= 1
+
+
+_NO_FAILURE = np.zeros((), np.int32)
 
 
 _FAILURE_NOTES = {
     None: "it will be raised by the next barrier_wait; the device computation goes on",
     RAISE: "the computation fails with it; the next barrier_wait raises it too",
     PEND: "every device of the region fails at the end of it; the next "
+          "barrier_wait raises it too",
+    FLAG: "every device of the computation fails with it; the next "
           "barrier_wait raises it too",
 }
 

@@ -7,9 +7,10 @@ back zeros, the program would go on with a made-up value. So the call is
 lowered as a manual region over all the program's devices (one axis, the
 operands replicated to each), where every device takes part:
 
-- devices of one process meet at the host (``_rendezvous``): the caller
-  runs the function, the others wait for its outcome; all return its result
-  or all raise its error, at the same op;
+- devices of one process: the call runs on the caller only, as
+  ``jax.pure_callback`` runs; its failure's number (0: none) comes with its
+  results, which XLA hands to every device, and on a failure every device
+  raises it (``_rendezvous``);
 - devices of several processes cannot meet in one process: the caller runs
   the function (a failure leaves zeros and pends), its result is gathered to
   every device, and the region ends with the failure checks
@@ -20,11 +21,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 from jax.interpreters import mlir
 from jax.sharding import PartitionSpec
 
-from pmapkit.core import manual_regions
-from pmapkit.core import process_local
+from pmapkit import _jax_private as jp
+from pmapkit.core.programs import manual_regions
+from pmapkit.core.programs import process_local
 from pmapkit.host_callback import _failures, _primitive, _rendezvous
 
 AXIS = "_pmapkit_host_callback_devices"
@@ -33,9 +36,7 @@ AXIS = "_pmapkit_host_callback_devices"
 def lower(ctx, args, devices, params):
     mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
     if not process_local.spans_devices(devices):
-        body = _meeting_body(params)
-        meeting = _rendezvous.Meeting(len(devices), params["device_index"])
-        region = _rendezvous.meeting_region(mesh, meeting)
+        return _caller_only(ctx, args, tuple(devices), mesh, params)
     else:
         body = _checked_body(params, tuple(devices))
         region = manual_regions.checking_on(mesh)
@@ -47,10 +48,39 @@ def lower(ctx, args, devices, params):
         return mlir.lower_fun(spmd, multiple_results=True)(ctx, *args)
 
 
-def _meeting_body(params):
+_FAILURE_NUMBER = jp.ShapedArray((), np.int32)
+
+
+def _caller_only(ctx, args, devices, mesh, params):
+    """The call over the devices of one process: run on the caller only, as
+    ``jax.pure_callback`` runs (its op placed on that device, XLA handing
+    its results to the others), with the failure's number (0: none) after
+    its results; then every device, in a region of its own, raises when
+    the number says the caller's run failed (crossing into Python then
+    only)."""
+    caller = params["device_index"]
+    avals = params["flat_results_aval"]
+    numbered = dict(params, flat_results_aval=(*avals, _FAILURE_NUMBER))
+
+    def raise_here(number):
+        # An effect of its own (unordered IO), so no DCE drops it.
+        return io_callback(
+            lambda k: _rendezvous.raise_failure(k, devices[caller]),
+            jax.ShapeDtypeStruct((), np.int32), number, ordered=False)
+
+    def check(number):
+        return jax.lax.cond(number != 0, raise_here, lambda k: k, number)
+
+    checked = jax.shard_map(check, mesh=mesh, in_specs=PartitionSpec(),
+                            out_specs=PartitionSpec(), check_vma=False)
+
     def body(*xs):
-        return tuple(_primitive.outside_call_p.bind(*xs, **params))
-    return body
+        *outs, number = _primitive.outside_call_p.bind(*xs, **numbered)
+        done = checked(number)
+        *outs, _ = jax.lax.optimization_barrier((*outs, done))
+        return tuple(outs)
+    with _rendezvous.caller_op(), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return mlir.lower_fun(body, multiple_results=True)(ctx, *args)
 
 
 def _checked_body(params, devices):

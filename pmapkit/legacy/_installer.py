@@ -18,13 +18,11 @@ import types
 import warnings
 
 import jax
-import numpy as np
 
 import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_values
 from pmapkit.legacy import names as legacy_names
-from pmapkit.legacy import pmap_sharding
 from pmapkit.legacy import report as legacy_report
 
 __all__ = ["install", "installed"]
@@ -81,6 +79,10 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 _PACKAGES = {"jax.experimental.jax2tf"}
+
+#: How the one line ``install`` says on stderr starts (``pmapkit migrate
+#: --check`` knows it by this: never a program's own error).
+STARTUP_PREFIX = "pmapkit.legacy: "
 
 
 def _refused_module(make):
@@ -144,7 +146,6 @@ def _install(route_pmap, report, classic_prng):
     new = []
     new += _install_pjit()
     new += _install_module("jax.experimental.maps", classic_values.maps_module)
-    refused = set()
     new += _install_name(jax.experimental, "jax.experimental.PartitionSpec",
                          _counted("jax.experimental.PartitionSpec",
                                   jax.sharding.PartitionSpec))
@@ -161,21 +162,21 @@ def _install(route_pmap, report, classic_prng):
     new += _install_real_use()
     new += _install_census_names()
     new += _install_config_options()
-    refused = len(refused | _install_refusals())
+    _install_refusals()
     _serve_submodules()
+    # One line of at most 100 columns (the removed names that raise, and
+    # everything else, are the --report's).
     said = [f"served {len(new)} classic names"] if new else []
-    if refused:
-        said.append(f"{refused} removed ones raise a clear error")
     if classic_prng and _set_classic_prng():
-        said.append("classic jax.random draws")
+        said.append("classic jax.random")
     if route_pmap and not _is_ours(jax.pmap, pmapkit.pmap):
         jax.pmap = _counted("jax.pmap", pmapkit.pmap)
         new.append("jax.pmap")
-        said.append("routed jax.pmap to pmapkit.pmap")
+        said.append("jax.pmap routed")
     _installed.extend(new)
     if said:
-        print(f"pmapkit.legacy (jax {jax.__version__}): {'; '.join(said)} "
-              f"(list: pmapkit run --report)", file=sys.stderr, flush=True)
+        print(f"{STARTUP_PREFIX}{'; '.join(said)} (list: --report)",
+              file=sys.stderr, flush=True)
     return tuple(new)
 
 
@@ -212,6 +213,17 @@ def _is_ours(present, value):
     return present is value or getattr(present, "__wrapped__", None) is value
 
 
+def _defer(record):
+    """Set ``record`` when the program imports its module: ``[its name]`` the
+    first time, ``[]`` when it waits already."""
+    pending = _pending_names.setdefault(record.owner, [])
+    if record in pending:
+        return []
+    pending.append(record)
+    _finder.after_import.add(record.owner)
+    return [record.name]
+
+
 def _install_removed_names():
     """The census (pmapkit.legacy.names): names set on JAX's modules, the
     array properties, and the modules served by the finder; each only where
@@ -221,37 +233,58 @@ def _install_removed_names():
         if record.owner not in sys.modules and _module_exists(record.owner):
             # set when the program imports its module (install imports nothing)
             if record.owner not in _finder.modules:
-                pending = _pending_names.setdefault(record.owner, [])
-                if record not in pending:
-                    pending.append(record)
-                    _finder.after_import.add(record.owner)
-                    new.append(record.name)
+                new += _defer(record)
                 continue
         owner = importlib.import_module(record.owner)
         if not _has(owner, record.attr):
             new += _install_name(owner, record.name, _counted(record.name, record.make()))
-    array_type = legacy_names.array_type()
-    probe = jax.device_put(np.zeros((), np.float32))
-    for record in legacy_names.PROPERTIES:
-        # JAX 0.10 keeps the two names as properties that raise AttributeError:
-        # an instance tells whether the name works.
-        if not _has(probe, record.attr):
-            setattr(array_type, record.attr,
-                    property(_counted(record.name, record.make(), "reads")))
-            new.append(record.name)
-    # A pmap layout: the one kind of sharding the properties are for.
-    probe = pmap_sharding.PmapSharding.default((1,), 0, jax.devices()[:1])
-    for record in legacy_names.SHARDING_PROPERTIES:
-        if not _has(probe, record.attr):
-            setattr(jax.sharding.NamedSharding, record.attr,
-                    property(_counted(record.name, record.make(), "reads")))
-            new.append(record.name)
+    # Decided from the classes, never from an instance: making an array or a
+    # device list here would start JAX's backends, and a program that sets
+    # XLA_FLAGS after ``import jax`` (before its first JAX operation, as
+    # ``chex.set_n_cpu_devices`` does) would get the devices of the flags
+    # before it.
+    for cls, records in ((legacy_names.array_type(), legacy_names.PROPERTIES),
+                         (jax.sharding.NamedSharding, legacy_names.SHARDING_PROPERTIES)):
+        for record in records:
+            served = _classic_property(cls, record)
+            if served is not None:
+                setattr(cls, record.attr, served)
+                new.append(record.name)
     for record in legacy_names.MODULES:
         if record.name == "jax.config":
             new += _install_config_module(record)
         else:
             new += _install_module(record.name, record.make)
     return new
+
+
+def _classic_property(cls, record):
+    """The property serving ``record`` on ``cls``, or None where it is in
+    place already. Where ``cls`` has no such attribute, the classic one; where
+    JAX keeps the name as a property (JAX 0.10's ``device_buffers`` raises
+    AttributeError), a property reading JAX's first and the classic one only
+    where JAX's raises AttributeError: whether JAX's works is known only on
+    an instance, and install makes none."""
+    present = inspect.getattr_static(cls, record.attr, None)
+    if getattr(getattr(present, "fget", None), "_pmapkit_classic", False):
+        return None
+    classic = _counted(record.name, record.make(), "reads")
+    if present is None:
+        def read(self):
+            return classic(self)
+    elif isinstance(present, property) and present.fget is not None:
+        jax_read = present.fget
+
+        def read(self):
+            try:
+                return jax_read(self)
+            except AttributeError:
+                return classic(self)
+    else:
+        return None
+    functools.update_wrapper(read, classic)
+    read._pmapkit_classic = True
+    return property(read)
 
 
 def _install_real_use():
@@ -265,11 +298,7 @@ def _install_real_use():
         owner = sys.modules.get(record.owner)
         if owner is None and _module_exists(record.owner):
             if record.owner not in _finder.modules:
-                pending = _pending_names.setdefault(record.owner, [])
-                if record not in pending:
-                    pending.append(record)
-                    _finder.after_import.add(record.owner)
-                    new.append(record.name)
+                new += _defer(record)
                 continue
             owner = importlib.import_module(record.owner)
         if owner is None:
@@ -281,17 +310,17 @@ def _install_real_use():
         if not _has(config, record.attr):
             setattr(config, record.attr, _counted(record.name, record.make(), "uses"))
             new.append(record.name)
+    # From the class, never an instance (install starts no backend: see
+    # _install_removed_names).
     array_type = legacy_names.array_type()
-    probe = jax.device_put(np.zeros((), np.float32))
     for record in legacy_names.ARRAY_METHODS:
-        if not _has(probe, record.attr):
+        if inspect.getattr_static(array_type, record.attr, None) is None:
             setattr(array_type, record.attr, _counted(record.name, record.make()))
             new.append(record.name)
     for record in legacy_names.ARRAY_PROPERTIES:
-        # a served property may refuse a given array (AttributeError): ask the class
-        if record.attr not in vars(array_type) and not _has(probe, record.attr):
-            setattr(array_type, record.attr,
-                    property(_counted(record.name, record.make(), "reads")))
+        served = _classic_property(array_type, record)
+        if served is not None:
+            setattr(array_type, record.attr, served)
             new.append(record.name)
     return new
 
@@ -314,7 +343,7 @@ def _owner_object(name):
 def _serve(owner, record):
     """Sets ``record``'s value on ``owner`` where it lacks it; a lazy record
     is built on the first read (a chained module ``__getattr__``)."""
-    if record.lazy and isinstance(owner, types.ModuleType):
+    if (record.lazy or record.live) and isinstance(owner, types.ModuleType):
         lazy = _chain_getattr(owner)[3]
         if record.attr in lazy or _has(owner, record.attr):
             return []
@@ -461,6 +490,12 @@ def _install_config_module(record):
     return [record.name]
 
 
+def internal_module_record(name):
+    """The record refusing census module ``name`` that has no record of its
+    own: a JAX internal (its release is the census's, ``Removed.removed_in``)."""
+    return legacy_names.Removed(name=name, modern=legacy_names.INTERNAL, example="")
+
+
 def _install_refusals():
     """Removed names without a faithful equivalent raise RemovedFromJax
     where they are touched (a removed module on import and as an attribute
@@ -472,8 +507,7 @@ def _install_refusals():
     for name in sorted(census_modules - known):
         if not _module_exists(name) and name.partition(".")[0] == "jax":
             record = legacy_names.by_name(name) if legacy_names.known(name) else None
-            modules.append(record or legacy_names.Removed(
-                name, legacy_census.removed_in(name) or "0.10.0", legacy_names.INTERNAL, ""))
+            modules.append(record or internal_module_record(name))
     for record in modules:
         if not _module_exists(record.name):
             _finder.modules[record.name] = functools.partial(_raise_import, record)
@@ -570,6 +604,9 @@ def _chain_getattr(module):
                 return value
             if attr in lazy:
                 record = lazy[attr]
+                if record.live:
+                    legacy_report.seen(record.name)
+                    return record.make()()
                 value = _counted(record.name, record.make())
                 setattr(module, attr, value)
                 del lazy[attr]

@@ -58,6 +58,23 @@ _RENAMED = {"DeviceArray": lambda: jax.Array, "Buffer": lambda: jax.Array,
             "XlaRuntimeError": lambda: jax.errors.JaxRuntimeError}
 
 
+def _jax_jit_module(name):
+    """``jax_jit`` as classic jaxlib had it (0.1.66 to 0.4.6): jaxlib 0.10's
+    module, with ``CompiledFunction``, the class of what ``jax.jit`` returned
+    (its C++ jit), which ``jax.jit``'s results are now ``PjitFunction``s of:
+    ``isinstance(jax.jit(f), jax_jit.CompiledFunction)`` holds as it did."""
+    module = types.ModuleType(f"{name}.jax_jit", f"{name}.jax_jit as classic jaxlib had it.")
+    module.CompiledFunction = jp.xla_extension.PjitFunction
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(jp.xla_extension.jax_jit, attr)
+
+    module.__getattr__ = __getattr__
+    return module
+
+
 def xla_extension_module(name="jaxlib.xla_extension"):
     """The classic module ``name``: the device classes above, the renamed
     names (``DeviceArray`` is ``jax.Array``), and every other name
@@ -67,6 +84,7 @@ def xla_extension_module(name="jaxlib.xla_extension"):
     module.CpuDevice, module.GpuDevice, module.TpuDevice = CpuDevice, GpuDevice, TpuDevice
     for attr, make in _RENAMED.items():
         setattr(module, attr, make())
+    module.jax_jit = _jax_jit_module(name)
 
     def __getattr__(attr):
         if attr.startswith("__"):

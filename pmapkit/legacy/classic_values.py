@@ -93,6 +93,13 @@ def xla_client():
     return jaxlib.xla_client
 
 
+def started_backends():
+    """Classic ``xla_client._local_backends``: ``None`` until JAX starts its
+    backends (its first operation), then ``{platform: backend}``; reading it
+    starts nothing."""
+    return dict(jp.started_backends()) or None
+
+
 def clear_backends():
     import jax.extend.backend
     return jax.extend.backend.clear_backends
@@ -124,13 +131,14 @@ def maps_module():
     """``jax.experimental.maps`` as classic programs imported it: pmapkit's
     maps (``Mesh``, ``mesh``, ``ResourceEnv``, ``EMPTY_ENV``), with JAX's
     own ``thread_resources``, as the classic module shared it with
-    ``jax.interpreters.pxla`` (both see ``with mesh:``)."""
-    from jax.interpreters import pxla
-
+    ``jax.interpreters.pxla`` (both see ``with mesh:``). Taken from where JAX
+    keeps it: ``pxla.thread_resources`` warns of its deprecation, which the
+    classic import never did (and a test suite run with warnings as errors,
+    as flax's, would stop there)."""
     from pmapkit.pjit import maps
     values = {n: getattr(maps, n) for n in maps.__all__}
     values["EMPTY_ENV"] = maps.EMPTY_ENV
-    values["thread_resources"] = pxla.thread_resources
+    values["thread_resources"] = jp.thread_resources
     return _module("jax.experimental.maps", "jax.experimental.maps as JAX 0.2 to 0.4 "
                    "had it, for pjit: pmapkit.pjit.maps.", **values)
 
@@ -405,7 +413,7 @@ def to_py(self):
 def sharding_spec(self):
     """Classic ``ShardedDeviceArray.sharding_spec``: the array's layout as a
     classic ``ShardingSpec`` (a pmap output's mapped axis ``Unstacked``)."""
-    from pmapkit.core import sharding_specs as ss
+    from pmapkit import sharding_specs as ss
     from pmapkit.legacy import pmap_sharding
     sharding = self.sharding
     if not isinstance(sharding, jax.sharding.NamedSharding):

@@ -25,7 +25,7 @@ from pmapkit.legacy import classic_test_util
 from pmapkit.legacy import classic_values as cv
 from pmapkit.legacy import pmap_sharding
 
-__all__ = ["INTERNAL", "census_records", "REAL_USE", "CONFIG_ATTRS", "ARRAY_METHODS",
+__all__ = ["INTERNAL", "INDEX_METHODS", "census_records", "REAL_USE", "CONFIG_ATTRS", "ARRAY_METHODS",
            "ARRAY_PROPERTIES", "REFUSED_REAL_USE", "UNSERVABLE", "CONFIG_OPTIONS", "ConfigOption",
            "RemovedConfigValueError", "removed_config_text", "Removed", "RemovedFromJax", "RemovedAttributeError", "RemovedModuleError",
            "NAMES", "MODULES", "PROPERTIES", "SHARDING_PROPERTIES", "REFUSED_NAMES",
@@ -66,6 +66,10 @@ class Removed:
     # built on the first read (a module __getattr__), not at install: what it
     # needs may be costly to import or absent (absl-py, optax)
     lazy: bool = False
+    # read anew at every access (a module __getattr__, never set on the
+    # module): ``make()`` is the reader, for a value classic JAX kept current
+    # (jaxlib's table of the backends started so far)
+    live: bool = False
     # for a refusal: why no faithful equivalent exists (said in the error)
     why: str = ""
 
@@ -238,6 +242,10 @@ def _refused(name, modern, example):
 
 
 # -- the census -----------------------------------------------------------------
+#: ``jax.ops.index_*`` and the ``x.at[idx]`` method each one is now.
+INDEX_METHODS = {"index_update": "set", "index_add": "add", "index_mul": "multiply",
+                 "index_min": "min", "index_max": "max"}
+
 # Names installed on an existing JAX module (set only where it lacks them).
 _TREE = "jax.tree_util.{0}"
 NAMES = tuple(
@@ -252,17 +260,15 @@ NAMES = tuple(
        Removed("jax.tree_multimap", "jax.tree.map",
                "jax.tree.map(lambda a, b: a + b, xs, ys)", "jax.tree_util.tree_map",
                _tree("tree_map"), rename=True),
-       Removed("jax.tree_util.tree_multimap", "jax.tree_util.tree_map",
-               "jax.tree_util.tree_map(lambda a, b: a + b, xs, ys)",
-               "jax.tree_util.tree_map", _tree("tree_map")),
+       Removed("jax.tree_util.tree_multimap", "jax.tree.map",
+               "jax.tree.map(lambda a, b: a + b, xs, ys)",
+               "jax.tree_util.tree_map", _tree("tree_map"), rename=True),
        Removed("jax.ops.index", "plain index expressions with .at[]",
                "x.at[1:3].set(0.0)", "numpy.s_", lambda: np.s_)]
     + [Removed(f"jax.ops.{name}", f"x.at[idx].{method}(y)",
                f"x = x.at[0, 1:].{method}(y)", f"x.at[idx].{method}(y)",
                _index_op(method, name))
-       for name, method in (("index_update", "set"), ("index_add", "add"),
-                            ("index_mul", "multiply"), ("index_min", "min"),
-                            ("index_max", "max"))]
+       for name, method in INDEX_METHODS.items()]
     + [Removed("jax.numpy.DeviceArray", "jax.Array",
                "isinstance(x, jax.Array)", "jax.Array", _array_type),
        Removed("jax.interpreters.xla.DeviceArray", "jax.Array",
@@ -419,6 +425,11 @@ REAL_USE = (
             "jax.Device (the one device class)", lambda: jax.Device, rename=True),
     Removed("jax.lib.xla_client.Device", "jax.Device", "isinstance(d, jax.Device)",
             "jax.Device (the one device class)", lambda: jax.Device, rename=True),
+    Removed("jax.lib.xla_client._local_backends", "jax.extend.backend.get_backend()",
+            "jax.extend.backend.get_backend('cpu')",
+            "the backends started so far by platform, None before the first "
+            "(read at each access; chex.set_n_cpu_devices asks it)",
+            lambda: cv.started_backends, live=True),
     Removed("jax.interpreters.xla.abstractify", "jax.typeof", "jax.typeof(x)",
             "the abstract value of an argument (JAX's shaped_abstractify)",
             lambda: jp.shaped_abstractify),
@@ -431,6 +442,11 @@ REAL_USE = (
     Removed("jax._src.core.get_aval", "jax.typeof", "jax.typeof(x)",
             "jax.typeof (a concrete value gives its ShapedArray: ConcreteArray went in "
             "JAX 0.4.36)", cv.get_aval(), rename=True),
+    # flax 0.3.6 (2021-12) imports it in flax.linen.module: every flax user of
+    # that release reaches it, one repository in the census.
+    Removed("jax._src.numpy.lax_numpy.isin", "jax.numpy.isin", "jnp.isin(x, test_elements)",
+            "jax.numpy.isin (the same function; JAX moved it out of lax_numpy)",
+            lambda: jnp.isin, rename=True),
     Removed("jax.core.ConcretizationTypeError", "jax.errors.ConcretizationTypeError",
             "except jax.errors.ConcretizationTypeError: ...",
             "jax.errors.ConcretizationTypeError (the same class)",
@@ -446,16 +462,16 @@ REAL_USE = (
             cv.not_mapped()),
     _same("jax.interpreters.ad.call_transpose", "jax._src.interpreters.ad"),
     Removed("jax.interpreters.pxla.spec_to_indices", INTERNAL, "",
-            "pmapkit.core.sharding_specs.spec_to_indices (classic ShardingSpec)",
-            lambda: __import__("pmapkit.core.sharding_specs",
+            "pmapkit.sharding_specs.spec_to_indices (classic ShardingSpec)",
+            lambda: __import__("pmapkit.sharding_specs",
                                fromlist=["spec_to_indices"]).spec_to_indices),
     Removed("jax.experimental.pjit.ParsedPartitionSpec", INTERNAL, "",
-            "pmapkit.core.sharding_specs.ParsedPartitionSpec (classic pjit's)",
-            lambda: __import__("pmapkit.core.sharding_specs",
+            "pmapkit.sharding_specs.ParsedPartitionSpec (classic pjit's)",
+            lambda: __import__("pmapkit.sharding_specs",
                                fromlist=["ParsedPartitionSpec"]).ParsedPartitionSpec),
     Removed("jax.experimental.pjit.get_array_mapping", INTERNAL, "",
-            "pmapkit.core.sharding_specs.array_mapping (classic pjit's)",
-            lambda: __import__("pmapkit.core.sharding_specs",
+            "pmapkit.sharding_specs.array_mapping (classic pjit's)",
+            lambda: __import__("pmapkit.sharding_specs",
                                fromlist=["array_mapping"]).array_mapping),
     Removed("jax._src.tree_util._replace_nones", INTERNAL, "",
             "a tree_map replacing None (classic semantics)", cv.replace_nones),
@@ -499,7 +515,7 @@ def _sharding_spec(self):
 
 ARRAY_PROPERTIES = (
     Removed("jax.Array.sharding_spec", "x.sharding", "x.sharding",
-            "the layout as a classic ShardingSpec (pmapkit.core.sharding_specs)",
+            "the layout as a classic ShardingSpec (pmapkit.sharding_specs)",
             lambda: _sharding_spec),
 )
 # Classic ``x.device()`` (a method until JAX 0.4.26; a property since 0.4.31)
@@ -790,7 +806,7 @@ class ConfigOption:
 
     @property
     def removed_in(self):
-        return census.config_removed_in(self.name) or "0.10.0"
+        return census.config_removed_in(self.name) or census.TARGET_RELEASE
 
     def check(self, value):
         if bool(value) not in self.accepted:
@@ -894,15 +910,16 @@ _MODULE_RECORDS = {r.name for r in MODULES + REFUSED_MODULES}
 
 def removal_release(name):
     """The release that removed ``name``: ``OVERRIDES``, else the census,
-    else (a module record) its sources; "0.10.0" for a name the census has
-    no removal for (JAX 0.10 lists it, but not as the classic one was)."""
+    else (a module record) its sources; ``census.TARGET_RELEASE`` for a name
+    the census has no removal for (JAX 0.10 lists it, but not as the classic
+    one was)."""
     override = OVERRIDES.get(name)
     if override is not None:
         return override[0]
     found = census.removed_in(name)
     if (found is None or found.startswith("after")) and name in _MODULE_RECORDS:
         found = census.module_removed_in(name) or found
-    return found or "0.10.0"
+    return found or census.TARGET_RELEASE
 
 
 _ALL = {r.name: r for group in (NAMES, REAL_USE, CONFIG_ATTRS, ARRAY_METHODS,

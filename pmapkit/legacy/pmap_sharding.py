@@ -23,8 +23,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pmapkit.core import pmap_layouts, specs
-from pmapkit.core import sharding_specs as ss
+from pmapkit.core.misses import pmap_layouts
+from pmapkit.core.sharding import specs
+from pmapkit.core.sharding import sharding_specs as ss
 
 __all__ = ["PmapSharding", "is_pmap_layout", "mapped_dims", "pmap_devices"]
 
@@ -55,7 +56,7 @@ def pmap_devices(sharding) -> np.ndarray:
 def _named(devices, spec: ss.ShardingSpec) -> NamedSharding:
     if not isinstance(spec, ss.ShardingSpec):
         raise TypeError("PmapSharding: sharding_spec must be a ShardingSpec "
-                        f"(pmapkit.core.sharding_specs / jax.interpreters.pxla), got {spec!r}")
+                        f"(pmapkit.core.sharding.sharding_specs / jax.interpreters.pxla), got {spec!r}")
     devices = np.array(list(np.asarray(devices, dtype=object).flat), dtype=object)
     if len(spec.mesh_mapping) != 1:
         raise ValueError(

@@ -16,8 +16,8 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import specs
-from pmapkit.core import process_local
+from pmapkit.core.sharding import specs
+from pmapkit.core.programs import process_local
 
 
 def spans_processes(mesh) -> bool:

@@ -4,8 +4,8 @@
 donate_argnums)`` partitions ``fun`` over the mesh active *at the call site*
 (``with pmapkit.Mesh(...)``, ``jax.set_mesh`` or JAX's deprecated
 ``with jax_mesh:``): arguments are placed as ``in_axis_resources`` says (a
-pytree prefix of ``None | PartitionSpec``), results come back as
-``jax.Array``s with ``NamedSharding``s of that mesh. The modern spelling
+pytree prefix of ``None | PartitionSpec``), results come back as arrays
+(``jax.Array``) with shardings (``NamedSharding``) of that mesh. The modern spelling
 ``in_shardings=`` / ``out_shardings=`` (NamedSharding or PartitionSpec) is
 accepted too. As in 0.4-era pjit, a leaf may also be a ``Sharding``
 (``NamedSharding``, ``SingleDeviceSharding``): it carries its devices, so no
@@ -30,13 +30,17 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import _cache_keys, caches, calls, committed_inputs, lowering, specs
+from pmapkit.core.keys import _cache_keys, caches
+from pmapkit.core.misses import calls, committed_inputs
+from pmapkit.core.programs import compiling
+from pmapkit.core.sharding import specs
 from pmapkit.pjit import _across as pjit_across
-from pmapkit.core import pmap_layouts, stages, wrapper_cache
-from pmapkit.core._compiled import dispatch as _dispatch_mod
-from pmapkit.core.mesh import active_mesh
-from pmapkit.core.sharding_specs import classic_spec_repr
-from pmapkit.core.primitives import in_pmap_body, no_mesh, pjit_p, plain_avals
+from pmapkit.core.misses import pmap_layouts, stages
+from pmapkit.core.keys import wrapper_cache
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
+from pmapkit.core.sharding.mesh import active_mesh
+from pmapkit.core.sharding.sharding_specs import classic_spec_repr
+from pmapkit.core.rules.primitives import in_pmap_body, no_mesh, pjit_p, plain_avals
 
 _UNSET = object()
 # The pmapkit_pjit ``out_shardings`` entry of an output whose sharding the
@@ -76,7 +80,7 @@ def pjit(fun, in_axis_resources=_UNSET, out_axis_resources=_UNSET,
     """
     # Wrappers of one function with equal parameters share the validated
     # options, the traced bodies and the compiled entries (the mesh is the
-    # call's: it keys the entries, see pmapkit.core.wrapper_cache).
+    # call's: it keys the entries, see pmapkit.core.keys.wrapper_cache).
     key = _cache_keys.params_key(
         in_axis_resources, out_axis_resources, static_argnums, donate_argnums,
         in_shardings, out_shardings, static_argnames, device, backend,
@@ -854,7 +858,7 @@ def _bind_traced(spec, prepared):
         jaxpr = prepared.params["jaxpr"]
         outs = jp.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *flat)
     else:
-        outs = lowering.bind_in_outer_trace(pjit_p, prepared.params,
+        outs = compiling.bind_in_outer_trace(pjit_p, prepared.params,
                                             prepared.in_avals, flat)
     return jax.tree_util.tree_unflatten(prepared.out_tree, outs)
 
@@ -864,14 +868,14 @@ def _bind_traced(spec, prepared):
 # body), emptied with pmapkit's caches.
 @functools.lru_cache(maxsize=256)
 def _jit_of_body(closed_jaxpr):
-    return jax.jit(jp.jaxpr_as_fun(closed_jaxpr))
+    return jp.jit(jp.jaxpr_as_fun(closed_jaxpr))
 
 
 caches.register_clear(_jit_of_body.cache_clear)
 
 
 def _compile(spec, prepared):
-    return lowering.compile_program(pjit_p, prepared.params, prepared.in_avals,
+    return compiling.compile_program(pjit_p, prepared.params, prepared.in_avals,
                                     keep_unused=spec.keep_unused)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.mesh import Mesh, active_mesh, mesh
+from pmapkit.core.sharding.mesh import Mesh, active_mesh, mesh
 
 __all__ = ["Mesh", "ResourceEnv", "mesh", "thread_resources"]
 

@@ -15,11 +15,15 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit.core import _cache_keys, calls, lowering, specs
-from pmapkit.core import stages, wrapper_cache
-from pmapkit.core._compiled import dispatch as _dispatch_mod
-from pmapkit.core.analysis import nested_pmap_axes
-from pmapkit.core.primitives import (in_pmap_body, per_device_context, plain_avals,
+from pmapkit.core.keys import _cache_keys
+from pmapkit.core.misses import calls
+from pmapkit.core.programs import compiling, kinds
+from pmapkit.core.sharding import specs
+from pmapkit.core.misses import stages
+from pmapkit.core.keys import wrapper_cache
+from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
+from pmapkit.core.programs.analysis import nested_pmap_axes
+from pmapkit.core.rules.primitives import (in_pmap_body, per_device_context, plain_avals,
                                  pmap_bodies, pmap_p, remove_axis)
 
 if TYPE_CHECKING:  # annotations only; they are never evaluated
@@ -47,14 +51,14 @@ def pmap(
     per-call fast path. ``fun`` runs once per device on its slice of the
     mapped arguments (``in_axes``; keyword arguments are always mapped over
     axis 0) and may use collectives (``jax.lax.psum`` ...) over ``axis_name``.
-    Results carry the mapped axis at ``out_axes`` and are ``jax.Array``s
+    Results carry the mapped axis at ``out_axes`` and are arrays (``jax.Array``)
     sharded over the devices. ``static_broadcasted_argnums`` are compile-time
     constants (hashable) given to every device; ``devices`` picks and orders
     the devices; ``donate_argnums`` lets the program reuse input buffers.
     """
     # Wrappers of one function with equal parameters share the validated
     # options, the traced bodies and the compiled entries: a fresh wrapper's
-    # first call is a cached call (see pmapkit.core.wrapper_cache).
+    # first call is a cached call (see pmapkit.core.keys.wrapper_cache).
     key = _cache_keys.params_key(axis_name, in_axes, out_axes,
                                    static_broadcasted_argnums, devices, backend,
                                    axis_size, donate_argnums)
@@ -141,7 +145,7 @@ class _PmapSpec:
 
 
 def _check_devices(devices):
-    """``devices`` as a tuple of ``jax.Device``s, or a TypeError saying what
+    """``devices`` as a tuple of ``jax.Device``, or a TypeError saying what
     was passed instead (ids, strings and the like are not devices)."""
     if isinstance(devices, jax.Device):
         raise TypeError(
@@ -308,6 +312,12 @@ def _out_axes_flat(spec, out_tree, jaxpr):
     return tuple(axes)
 
 
+class EmptyMappedAxisError(ValueError, ZeroDivisionError):
+    """A pmap over a mapped axis of size 0. A ValueError naming the argument,
+    and the ZeroDivisionError classic pmap raised there (its C++ dispatch
+    divided by the axis size), which classic code and tests catch."""
+
+
 def _mapped_size(in_avals, in_axes_flat, describe):
     sizes = {}
     for k, (aval, ax) in enumerate(zip(in_avals, in_axes_flat)):
@@ -328,7 +338,7 @@ def _mapped_size(in_avals, in_axes_flat, describe):
     size = next(iter(sizes))
     if size == 0:
         k = sizes[0][0]
-        raise ValueError(
+        raise EmptyMappedAxisError(
             f"pmap got a mapped axis of size 0 ({describe(k)} has axis "
             f"{in_axes_flat[k]} of size 0, type {in_avals[k].str_short()}): a "
             "pmap runs one program instance per element of the mapped axis, "
@@ -469,13 +479,13 @@ def _cache_miss(spec, *args, **kwargs):
         outs = pmap_p.bind(*flat, **prepared.params)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     if not jp.trace_state_clean() or any(isinstance(x, jp.Tracer) for x in flat):
-        outs = lowering.bind_in_outer_trace(pmap_p, prepared.params,
+        outs = compiling.bind_in_outer_trace(pmap_p, prepared.params,
                                             prepared.in_avals, flat)
         return jax.tree_util.tree_unflatten(prepared.out_tree, outs), None
     calls.check_donation_aliases(
         "pmap", spec, prepared, args, kwargs,
-        lowering.program_shardings(pmap_p, prepared.params, prepared.in_avals)[0])
-    program = lowering.compile_pmap(prepared.params, prepared.in_avals)
+        kinds.program_shardings(pmap_p, prepared.params, prepared.in_avals)[0])
+    program = compiling.compile_pmap(prepared.params, prepared.in_avals)
     outs = program.run_flat(flat)
     out = jax.tree_util.tree_unflatten(prepared.out_tree, outs)
     return out, program.fastpath(prepared.out_tree)

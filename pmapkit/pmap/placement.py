@@ -15,8 +15,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.interning import intern_sharding
-from pmapkit.core.specs import INTERNAL_AXIS_NAME
+from pmapkit.core.sharding.interning import intern_sharding
+from pmapkit.core.sharding.specs import INTERNAL_AXIS_NAME
 
 __all__ = ["device_put_replicated", "device_put_sharded"]
 

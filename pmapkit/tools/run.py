@@ -27,7 +27,10 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.path and sys.path[0] == 
 
 import atexit  # noqa: E402
 import builtins  # noqa: E402
+import importlib.machinery  # noqa: E402
 import importlib.util  # noqa: E402
+import io  # noqa: E402
+import pkgutil  # noqa: E402
 import runpy  # noqa: E402
 import signal  # noqa: E402
 import types  # noqa: E402
@@ -36,28 +39,54 @@ _THIS_FILE = os.path.abspath(__file__)
 
 
 def run_script(path, args=()):
-    """Runs the file ``path`` as ``__main__`` with ``sys.argv = [path, *args]``
-    (``path`` made absolute, as python makes the script's ``__file__``) and
-    the script's directory as ``sys.path[0]``. A folder or zip file runs its
-    ``__main__.py`` with itself as ``sys.path[0]`` and ``sys.argv[0]`` as
-    given, as ``python DIR`` does (and fails as python does without one)."""
+    """Runs the file ``path`` as ``__main__``, as ``python path args`` does:
+    ``sys.argv = [path, *args]`` with ``path`` as typed, ``__file__``
+    absolute (the current directory joined, not normalised) and the
+    script's directory as ``sys.path[0]``. A folder or zip file runs its
+    ``__main__`` module with itself (absolute) as ``sys.path[0]``, and fails
+    as python does without one. (runpy.run_path would set ``sys.argv[0]`` to
+    the path it is given: the absolute one.)"""
+    sys.argv[:] = [path, *args]
+    where = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     if os.path.isdir(path) or not os.path.isfile(path) or _is_zip(path):
-        sys.argv[:] = [path, *args]
-        path = os.path.abspath(path)
-        # runpy puts the folder first on sys.path while it runs, too.
-        _set_first_path_entry(path)
-        run = lambda: runpy.run_path(path, run_name="__main__")  # noqa: E731
+        _set_first_path_entry(where)
+        spec = importlib.machinery.PathFinder.find_spec("__main__", [where])
+        if spec is None:
+            print(f"{sys.executable}: can't find '__main__' module in {where!r}",
+                  file=sys.stderr)
+            raise SystemExit(1)
+        names = dict(__file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader,
+                     __spec__=spec, __package__="")
+        code = lambda: spec.loader.get_code("__main__")  # noqa: E731
     else:
-        path = os.path.abspath(path)
-        sys.argv[:] = [path, *args]
-        _set_first_path_entry(os.path.dirname(path))
-        run = lambda: runpy.run_path(path, run_name="__main__")  # noqa: E731
+        _set_first_path_entry(os.path.dirname(os.path.abspath(path)))
+        names = dict(__file__=where, __cached__=None, __spec__=None, __package__=None,
+                     __loader__=importlib.machinery.SourceFileLoader("__main__", where))
+        code = lambda: _code_of_file(where)  # noqa: E731
+    _run_with_short_tracebacks(lambda: _exec_as_main(code(), names))
+
+
+def _code_of_file(filename):
+    """The code of a script file: compiled (``python script.pyc``) or source."""
+    with io.open_code(filename) as f:
+        code = pkgutil.read_code(f)
+    if code is None:
+        with io.open_code(filename) as f:
+            code = compile(f.read(), filename, "exec", dont_inherit=True)
+    return code
+
+
+def _exec_as_main(code, names):
+    """Executes ``code`` in a fresh ``__main__`` module, in sys.modules while
+    it runs (pickle finds the script's classes there), as python runs it."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, **names)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
     try:
-        _run_with_short_tracebacks(run)
-    except _NoMainModule:
-        print(f"{sys.executable}: can't find '__main__' module in {path!r}",
-              file=sys.stderr)
-        raise SystemExit(1) from None
+        exec(code, main.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
 
 
 def run_stdin(args=()):
@@ -67,26 +96,9 @@ def run_stdin(args=()):
     sys.argv[:] = ["-", *args]
     _set_first_path_entry("")
     source = sys.stdin.read()
-
-    def run():
-        # The script's globals are a fresh __main__ module's, in
-        # sys.modules while it runs (pickle finds its classes there), as
-        # runpy does for a file.
-        main = types.ModuleType("__main__")
-        main.__dict__.update(__builtins__=builtins, __file__="<stdin>", __spec__=None,
-                             __loader__=None, __package__=None)
-        saved = sys.modules.get("__main__")
-        sys.modules["__main__"] = main
-        try:
-            exec(compile(source, "<stdin>", "exec"), main.__dict__)
-        finally:
-            sys.modules["__main__"] = saved
-
-    _run_with_short_tracebacks(run)
-
-
-class _NoMainModule(Exception):
-    """runpy found no ``__main__`` in the folder or zip file given."""
+    names = dict(__file__="<stdin>", __spec__=None, __loader__=None, __package__=None)
+    _run_with_short_tracebacks(
+        lambda: _exec_as_main(compile(source, "<stdin>", "exec"), names))
 
 
 def _is_zip(path):
@@ -127,11 +139,6 @@ def _run_with_short_tracebacks(run):
         run()
     except SystemExit:
         raise
-    except ImportError as exc:
-        if _is_runner_frame(_last_frame(exc.__traceback__)) and "__main__" in str(exc):
-            raise _NoMainModule() from None
-        _print_from_user_code(exc)
-        raise SystemExit(1) from None
     except KeyboardInterrupt as exc:
         # As python: the script's frames, then the process ends by SIGINT
         # (status -2 to a parent, 130 in a shell) once exit handlers ran.
@@ -150,13 +157,6 @@ def _print_from_user_code(exc):
         tb = tb.tb_next
     exc.__traceback__ = tb   # what the hook prints, whatever tb it is passed
     sys.excepthook(type(exc), exc, tb)
-
-
-def _last_frame(tb):
-    frame = None
-    while tb is not None:
-        frame, tb = tb.tb_frame, tb.tb_next
-    return frame
 
 
 def _die_by_sigint():

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from pmapkit import _jax_private as jp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from pmapkit.core.primitives import no_mesh, pjit_p, pmap_p
+from pmapkit.core.rules.primitives import no_mesh, pjit_p, pmap_p
 from pmapkit.core.rules.common import axis_bound, with_params
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.primitives import no_mesh, pjit_p, pmap_p, remove_axis
+from pmapkit.core.rules.primitives import no_mesh, pjit_p, pmap_p, remove_axis
 from pmapkit.core.rules.common import axis_bound, with_params
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.primitives import no_mesh, per_device_context, plain_avals, remove_axis
+from pmapkit.core.rules.primitives import no_mesh, per_device_context, plain_avals, remove_axis
 
 
 def select(flags, items, keep=True):

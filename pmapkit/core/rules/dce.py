@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.primitives import body_effects, no_mesh, pjit_p, pmap_p
+from pmapkit.core.rules.primitives import body_effects, no_mesh, pjit_p, pmap_p
 from pmapkit.core.rules.common import axis_bound, select, with_params
 
 

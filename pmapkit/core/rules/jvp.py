@@ -7,7 +7,7 @@ jvp jaxpr returns primal outputs then the nonzero tangent outputs.
 from __future__ import annotations
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.primitives import no_mesh, pjit_p, pmap_p
+from pmapkit.core.rules.primitives import no_mesh, pjit_p, pmap_p
 from pmapkit.core.rules.common import axis_bound, select, with_params
 
 

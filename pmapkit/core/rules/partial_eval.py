@@ -10,7 +10,7 @@ from __future__ import annotations
 from pmapkit import _jax_private as jp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from pmapkit.core.primitives import body_effects, global_out_avals, no_mesh, pjit_p, pmap_p
+from pmapkit.core.rules.primitives import body_effects, global_out_avals, no_mesh, pjit_p, pmap_p
 from pmapkit.core.rules.common import axis_bound, select, with_params
 
 

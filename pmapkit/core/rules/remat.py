@@ -11,7 +11,7 @@ from __future__ import annotations
 from pmapkit import _jax_private as jp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from pmapkit.core.primitives import body_effects, insert_axis, no_mesh, pjit_p, pmap_p
+from pmapkit.core.rules.primitives import body_effects, insert_axis, no_mesh, pjit_p, pmap_p
 from pmapkit.core.rules.common import axis_bound, select, with_params
 
 

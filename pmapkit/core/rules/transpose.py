@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.primitives import pjit_p, pmap_p
+from pmapkit.core.rules.primitives import pjit_p, pmap_p
 from pmapkit.core.rules.common import (local_aval, select, trace_body, trace_program,
                                   transpose_body, with_params)
 

@@ -11,7 +11,7 @@ effects, the same ones abstract evaluation gives.
 from __future__ import annotations
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.primitives import (
+from pmapkit.core.rules.primitives import (
     body_effects, global_out_avals, no_mesh, per_device_context, pjit_p, pmap_p,
     remove_axis)
 

@@ -26,7 +26,7 @@ impl fed the same thing:
     (``MOVED_NOTES``).
 ``pjit_<form>_{1,4}_device``
     pjit under ``with mesh:`` called with explicit specs, omitted specs,
-    keyword arguments, ``static_argnames``, and ``lower().compile()``d;
+    keyword arguments, ``static_argnames``, and compiled ahead (``lower().compile()``);
     jax.jit is the equivalent jit (same shardings, same call form).
 ``pmap_aot_{1,8}_devices``, ``pmap_out_axes_none_dispatch_{1,8}_devices``
     a pmap's ``lower().compile()`` called; ``out_axes=None``.

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 import pmapkit
-from pmapkit.core import special_values
+from pmapkit.core.programs import special_values
 from pmapkit.tools.bench.features import feature_case, interleaved_cpu_us
 
 

@@ -16,7 +16,9 @@ loader (``from jax import export`` / ``from pmapkit import export``) through
 ``deserialize`` to the first call's result ready, for the same 10-layer MLP
 artifact. A new process per round, impls alternating first; bytecode caching
 on, as an installed package has it (a warm-up process per impl writes it).
-Median of rounds; lower is better.
+Median of rounds; lower is better. ``export_load_first_call_new_process_cpu``:
+the same processes' CPU time (every thread), from the loader's import to the
+result.
 
 ``export_cached_call_us``: caller-thread CPU time (``time.thread_time``) per
 top-level call + ``block_until_ready`` of a loaded artifact (``x * w + 1``,
@@ -114,6 +116,7 @@ with open(path, "rb") as f:
     blob = f.read()
 x = np.ones(({batch}, {width}), np.float32)
 jax.devices()
+c0 = time.process_time()
 t0 = time.perf_counter()
 if impl == "jax.export":
     from jax import export as loader
@@ -124,22 +127,35 @@ loaded = loader.deserialize(blob)
 t2 = time.perf_counter()
 jax.block_until_ready(loaded.call(x))
 t3 = time.perf_counter()
-print((t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+c3 = time.process_time()
+print((t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (c3 - c0) * 1e3)
 """.format(batch=BATCH, width=WIDTH)
 
 
 def _load_in_new_process(impl, path, env):
-    """(total, import, deserialize, first call) ms in a new process."""
+    """(total, import, deserialize, first call, process CPU) ms in a new
+    process."""
     proc = subprocess.run([sys.executable, "-c", _NEW_PROCESS_LOAD, impl, path],
                           env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"{impl} load in a new process failed:\n{proc.stderr[-3000:]}")
-    return [float(v) for v in proc.stdout.split()[-4:]]
+    return [float(v) for v in proc.stdout.split()[-5:]]
 
 
 @feature_case("export_load_first_call_new_process", baseline="jax.export",
               higher_is_better=False, fresh_processes=True)
 def load_first_call_new_process(settings):
+    return _new_process_rows(settings, cpu=False)
+
+
+@feature_case("export_load_first_call_new_process_cpu", baseline="jax.export",
+              higher_is_better=False, fresh_processes=True)
+def load_first_call_new_process_cpu(settings):
+    """The same, in process CPU ms (every thread: compiling runs on XLA's)."""
+    return _new_process_rows(settings, cpu=True)
+
+
+def _new_process_rows(settings, cpu):
     from jax import export as jax_export
 
     from pmapkit import export as pe
@@ -166,10 +182,11 @@ def load_first_call_new_process(settings):
                 samples[impl].append(_load_in_new_process(impl, paths[impl], env))
     rows = []
     for impl, values in samples.items():
-        med = [statistics.median(v[i] for v in values) for i in range(4)]
-        rows.append({"impl": impl, "value": med[0], "unit": "ms", "rounds": rounds,
-                     "import_ms": med[1], "deserialize_ms": med[2],
-                     "first_call_ms": med[3]})
+        med = [statistics.median(v[i] for v in values) for i in range(5)]
+        rows.append({"impl": impl, "value": med[4] if cpu else med[0],
+                     "unit": "ms cpu" if cpu else "ms", "rounds": rounds,
+                     "wall_ms": med[0], "import_ms": med[1], "deserialize_ms": med[2],
+                     "first_call_ms": med[3], "process_cpu_ms": med[4]})
     return rows
 
 

@@ -21,9 +21,13 @@
   flax-style use) vs ``jax.pure_callback`` there.
 - ``host_callback_id_tap_jit_us`` / ``host_callback_id_tap_jit_8dev_us`` /
   ``host_callback_id_print_jit_us``: a cached ``jax.jit`` whose body taps
-  (or ``id_print``s to a stream) once vs the same body with
+  (or prints with ``id_print`` to a stream) once vs the same body with
   ``jax.debug.callback`` doing the same on the host, on one device and over
   8.
+- ``host_callback_call_jit_8dev_cpu_us`` / ``host_callback_id_tap_jit_8dev_cpu_us``:
+  the 8-device rows above in process CPU per call (every thread: the
+  callbacks run on XLA's), against ``jax.pure_callback`` /
+  ``jax.debug.callback``; interleaved rounds, median.
 - ``host_callback_call_whole_mesh_jit_us``: a cached ``jax.jit`` over every
   device whose body makes one ``hcb.call`` (every device meets the call, so
   a failure fails them all) vs the same body with
@@ -306,3 +310,54 @@ def call_shard_map(settings):
         spec = PartitionSpec("d")
         return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
     return _call_vs_io_callback(settings, wrap)
+
+
+def _interleaved_process_cpu_us(settings, calls, per_round=200):
+    """Rows of the median process-CPU µs per call (blocking on the result)
+    of each ``impl: (fun, arg)`` in ``calls``, in interleaved rounds."""
+    samples = {impl: [] for impl in calls}
+    for fun, arg in calls.values():
+        for _ in range(20):
+            fun(arg).block_until_ready()
+    for k in range(max(3, settings["rounds"])):
+        order = list(calls.items())
+        if k % 2:
+            order.reverse()
+        for impl, (fun, arg) in order:
+            c0 = time.process_time()
+            for _ in range(per_round):
+                fun(arg).block_until_ready()
+            samples[impl].append((time.process_time() - c0) / per_round * 1e6)
+    hcb.barrier_wait()
+    return [{"impl": impl, "value": float(np.median(v)), "unit": "us/call process cpu",
+             "rounds": len(v), "devices": 8} for impl, v in samples.items()]
+
+
+@feature_case("host_callback_call_jit_8dev_cpu_us", baseline="jax.pure_callback",
+              higher_is_better=False)
+def call_jit_8dev_cpu(settings):
+    devices, x = _on_device_array(min(8, len(jax.local_devices())))
+    ours = jax.jit(lambda v: hcb.call(_host, v, result_shape=v) + 1.0)
+    theirs = jax.jit(lambda v: jax.pure_callback(
+        _host, jax.ShapeDtypeStruct(v.shape, v.dtype), v) + 1.0)
+    return _interleaved_process_cpu_us(settings, {"pmapkit": (ours, x),
+                                                  "jax.pure_callback": (theirs, x)})
+
+
+@feature_case("host_callback_id_tap_jit_8dev_cpu_us", baseline="jax.debug.callback",
+              higher_is_better=False)
+def id_tap_jit_8dev_cpu(settings):
+    devices, x = _on_device_array(min(8, len(jax.local_devices())))
+
+    def on_tap(arg, transforms):
+        pass
+
+    def on_debug(a):
+        pass
+    ours = jax.jit(lambda v: hcb.id_tap(on_tap, v) + 1.0)
+
+    def debug_body(v):
+        jax.debug.callback(on_debug, v)
+        return v + 1.0
+    return _interleaved_process_cpu_us(settings, {"pmapkit": (ours, x),
+                                                  "jax.debug.callback": (jax.jit(debug_body), x)})

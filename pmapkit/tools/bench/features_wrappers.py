@@ -8,6 +8,12 @@ each process's iterations; the two runs alternate, rounds of fresh
 processes, and the medians of the rounds are reported (with the process
 CPU µs per iteration, every thread, in ``cpu_us``: steadier on a loaded
 host).
+
+``pmap_fresh_wrapper_8dev_process_cpu_us``: ``pmap(f, axis_name='i')(x)``
+with a new wrapper every call on 8 devices, each call blocking, in process
+CPU µs per call (every thread: the caller's and XLA's), pmapkit against
+``jax.pmap``; interleaved rounds, median (the dispatch case
+``pmap_fresh_wrapper_8_devices`` gives the caller's thread).
 """
 from __future__ import annotations
 
@@ -77,3 +83,36 @@ def inline_pmaps_script(settings):
         {"jax.pmap": [sys.executable, SCRIPT],
          "pmapkit": [sys.executable, "-m", "pmapkit", "run", "--route-pmap", SCRIPT]},
         settings)
+
+
+@feature_case("pmap_fresh_wrapper_8dev_process_cpu_us", baseline="jax.pmap",
+              higher_is_better=False)
+def fresh_wrapper_process_cpu(settings):
+    import time
+
+    import jax
+    import numpy as np
+
+    import pmapkit
+
+    devices = jax.devices()[:8]
+
+    def scale_shift(x):
+        return x * 2.0 + 1.0
+
+    host = np.arange(len(devices) * 16, dtype=np.float32).reshape(len(devices), 16)
+    impls = {"pmapkit": pmapkit.pmap, "jax.pmap": jax.pmap}
+    inputs = {name: pm(scale_shift, axis_name="i", devices=devices)(host)
+              for name, pm in impls.items()}
+    samples = {name: [] for name in impls}
+    per_round = 200
+    for k in range(max(3, settings["rounds"])):
+        order = list(impls.items()) if k % 2 == 0 else list(impls.items())[::-1]
+        for name, pm in order:
+            x = inputs[name]
+            c0 = time.process_time()
+            for _ in range(per_round):
+                pm(scale_shift, axis_name="i", devices=devices)(x).block_until_ready()
+            samples[name].append((time.process_time() - c0) / per_round * 1e6)
+    return [{"impl": name, "value": statistics.median(v), "unit": "us/call process cpu",
+             "rounds": len(v), "devices": len(devices)} for name, v in samples.items()]

@@ -12,15 +12,31 @@ written. Modules:
   expression cannot say what the classic API did;
 - ``transformer``: the libcst pass that applies them (``migrate_module``);
 - ``leftovers``: the scan of the output behind "0 left";
-- ``report``: what was rewritten, left and kept; ``check``: ``--check``;
-- ``files``: reading sources as Python does, atomic writes, output folders;
+- ``report``: what was rewritten, left and kept; ``check``: ``--check``'s
+  comparison and verdicts; ``check_runs``: its two runs, each in a temporary
+  copy of the program's folder;
+- ``files``: reading sources as Python does, atomic writes (links, owners,
+  hard links), output folders;
 - ``command``: the command line.
 """
-from pmapkit.tools.migrate.transformer import migrate_module
-
 __all__ = ["migrate_module", "migrate_source"]
 
 
 def migrate_source(source, path="<string>"):
     """(migrated source, ``report.FileReport``) for Python source text."""
+    from pmapkit.tools.migrate.transformer import migrate_module
     return migrate_module(source, path)
+
+
+def __getattr__(name):
+    # The rules read this JAX (``leftovers``, the census): ``migrate_module``
+    # loads them on first use, so ``pmapkit migrate --help`` needs no jax.
+    if name == "migrate_module":
+        from pmapkit.tools.migrate.transformer import migrate_module
+        globals()[name] = migrate_module
+        return migrate_module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"migrate_module"})

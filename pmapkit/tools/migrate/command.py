@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
+import re
+import stat
 import sys
-import tempfile
 
 import libcst as cst
 
-from pmapkit.tools.migrate import check, files
-from pmapkit.tools.migrate.transformer import migrate_module
+from pmapkit.tools.migrate import check, check_runs, files
 
 USAGE = "%(prog)s PATH... [-o OUT | --in-place] [--diff] [--strict] [--check [-- ARGS...]]"
 DESCRIPTION = """\
@@ -20,8 +21,9 @@ pmapkit. What cannot be translated safely stays as written with a
 '# pmapkit migrate:' comment and a line in the report (the output is scanned:
 anything classic left is reported). PATH is a .py file or a folder (its .py
 files, recursively, less output folders of earlier runs). Files are written
-atomically in their own encoding and line endings; -o never writes over an
-input (use --in-place)."""
+atomically in their own encoding and line endings, keeping their owner (a
+link: its target is written; a file with other hard links is refused); -o
+never writes over an input (use --in-place)."""
 
 
 def _parser(prog="pmapkit migrate"):
@@ -38,11 +40,67 @@ def _parser(prog="pmapkit migrate"):
                         help="exit 1 when anything is left untranslated")
     parser.add_argument("--check", action="store_true",
                         help="run the original (pmapkit run --route-pmap) and the migrated "
-                        "file (plain Python, no pmapkit, DeprecationWarnings as errors) "
-                        "and compare exit status and stdout: exit 0 only when both "
-                        "succeed and agree (UNPROVEN when the original fails); ARGS "
-                        "after -- go to both")
+                        "file (plain Python, no pmapkit, DeprecationWarnings as errors), "
+                        "one after the other, each in its own temporary copy of the "
+                        "program's folder, and compare exit status and stdout as bytes: "
+                        "exit 0 only when both succeed and agree (UNPROVEN when the "
+                        "original fails); ARGS after -- go to both")
+    proof = parser.add_argument_group("--check options")
+    proof.add_argument("--rtol", type=_tolerance, default=0.0, metavar="R",
+                       help="floats printed may differ by R times the original's (default "
+                       "0: equal bytes); integers, inf and nan never")
+    proof.add_argument("--atol", type=_tolerance, default=0.0, metavar="A",
+                       help="floats printed may differ by A more (default 0)")
+    proof.add_argument("--ignore", type=_pattern, action="append", default=[],
+                       metavar="REGEX", help="skip the stdout lines REGEX matches (Python "
+                       "re.search; timings), in both runs; may be repeated")
+    proof.add_argument("--timeout", type=_positive, default=check.TIMEOUT_S,
+                       metavar="SECONDS", help="stop a run after SECONDS (default "
+                       f"{check.TIMEOUT_S})")
+    proof.add_argument("--stdin", metavar="FILE",
+                       help="both runs read FILE as stdin (default /dev/null)")
+    proof.add_argument("--copy-limit", type=_positive, default=check.COPY_LIMIT_MIB,
+                       metavar="MIB", help="refuse a program folder holding more than MIB "
+                       f"MiB of files (default {check.COPY_LIMIT_MIB})")
     return parser
+
+
+#: The flags that only --check reads, as typed, and their defaults.
+CHECK_FLAGS = {"rtol": ("--rtol", 0.0), "atol": ("--atol", 0.0), "ignore": ("--ignore", []),
+               "timeout": ("--timeout", check.TIMEOUT_S), "stdin": ("--stdin", None),
+               "copy_limit": ("--copy-limit", check.COPY_LIMIT_MIB)}
+
+
+def _number(text, what):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}, not {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{what}, not {text!r}")
+    return value
+
+
+def _tolerance(text):
+    value = _number(text, "a number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a number >= 0, not {text!r}")
+    return value
+
+
+def _positive(text):
+    value = _number(text, "a number > 0")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a number > 0, not {text!r}")
+    return value
+
+
+def _pattern(text):
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r}: {exc}") \
+            from None
 
 
 class BadInput(Exception):
@@ -55,9 +113,17 @@ def _inputs(paths, output=None):
     folder (one holding ``files.MARKER``): migrated code is never migrated again."""
     found, skipped = [], []
     out_folder = output if output and not _names_a_file(output) else None
+    def unreadable(exc):
+        raise BadInput(f"cannot read the folder {exc.filename!r}: {exc.strerror}")
     for path in paths:
-        if os.path.isdir(path):
-            for root, dirs, names in os.walk(path):
+        try:
+            kind = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise BadInput(f"no such file or folder: {path!r}") from None
+        except OSError as exc:
+            raise BadInput(f"cannot read {path!r}: {exc.strerror}") from None
+        if stat.S_ISDIR(kind):
+            for root, dirs, names in os.walk(path, onerror=unreadable):
                 dirs.sort()
                 keep = []
                 for d in dirs:
@@ -72,10 +138,10 @@ def _inputs(paths, output=None):
                     if name.endswith(".py"):
                         full = os.path.join(root, name)
                         found.append((full, os.path.relpath(full, path)))
-        elif os.path.isfile(path):
+        elif stat.S_ISREG(kind):
             found.append((path, os.path.basename(path)))
         else:
-            raise BadInput(f"no such file or folder: {path!r}")
+            raise BadInput(f"not a file or folder: {path!r}")
     if not found:
         raise BadInput(f"no .py files in {', '.join(map(repr, paths))}")
     return found, skipped
@@ -109,6 +175,8 @@ def _refuse_overwrites(paths, found, args):
 
 def _migrate(found):
     """[(file, relative, Source, new text, report)] or BadInput."""
+    # The rules read this JAX: loaded here, after the command line is parsed.
+    from pmapkit.tools.migrate.transformer import migrate_module
     done = []
     for path, relative in found:
         try:
@@ -153,20 +221,59 @@ def main(argv, prog="pmapkit migrate"):
     args = _parser(prog).parse_args(argv)
     if script_args and not args.check:
         return _error("arguments after -- are for --check", prog)
+    if not args.check:
+        for name, (flag, default) in CHECK_FLAGS.items():
+            if getattr(args, name) != default:
+                return _error(f"{flag} is for --check", prog)
     if not (args.output or args.in_place or args.diff or args.check):
         return _error("say where the result goes: -o OUT, --in-place, or --diff "
-                      "(or --check alone, which migrates into a scratch folder)", prog)
+                      "(or --check alone, which writes nothing)", prog)
+    options = check.Options(rtol=args.rtol, atol=args.atol, ignore=tuple(args.ignore),
+                            timeout=args.timeout, stdin=args.stdin,
+                            copy_limit_mib=args.copy_limit)
     try:
         found, skipped = _inputs(args.paths, args.output)
         _refuse_overwrites(args.paths, found, args)
         done = _migrate(found)
+        writing = not args.diff and bool(args.output or args.in_place)
+        targets = _destinations(done, args) if writing else None
+        if writing:
+            _refuse_unwritable(targets)
+        programs = _programs(done, targets) if args.check else None
+        plans = _prepare_check(programs, options) if args.check else None
     except BadInput as exc:
         return _error(f"{exc}; nothing written", prog)
     report_stream = sys.stderr if args.diff else sys.stdout
     for folder in skipped:
         print(f"skipped {folder}: an output folder of pmapkit migrate", file=report_stream)
-    with tempfile.TemporaryDirectory(prefix="pmapkit-migrate-") as scratch:
-        return _write_and_check(done, args, script_args, scratch)
+    return _write_and_check(done, args, script_args, targets, programs, plans, options, prog)
+
+
+def _refuse_unwritable(targets):
+    """BadInput unless every target can be written as ``files.write_atomic`` promises."""
+    for target in targets:
+        problem = files.write_problem(target)
+        if problem:
+            raise BadInput(problem)
+
+
+def _programs(done, targets):
+    return [check_runs.Program(path, targets[k] if targets else f"{path} (migrated)",
+                               files.encode(new, source.encoding, path), source.mode)
+            for k, (path, _relative, source, new, _report) in enumerate(done)]
+
+
+def _prepare_check(programs, options):
+    if options.stdin is not None:
+        try:
+            with open(options.stdin, "rb"):
+                pass
+        except OSError as exc:
+            raise BadInput(f"--stdin {options.stdin}: {exc.strerror}") from None
+    try:
+        return check_runs.plans(programs, options)
+    except check_runs.CannotCopy as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _write(path, source, text):
@@ -174,39 +281,45 @@ def _write(path, source, text):
     files.write_atomic(path, files.encode(text, source.encoding, path), source.mode)
 
 
-def _write_and_check(done, args, script_args, scratch):
+def _write_and_check(done, args, script_args, targets, programs, plans, options, prog):
     report_stream = sys.stderr if args.diff else sys.stdout
-    writing = not args.diff and bool(args.output or args.in_place)
-    targets = _destinations(done, args) if writing else None
-    # --check runs the original as it is: a result going over it (--in-place)
-    # or nowhere (--diff, --check alone) is checked from a scratch copy.
-    checked = targets
-    if args.check and (not writing or args.in_place):
-        checked = [os.path.join(scratch, relative) for _, relative, *_ in done]
-    for k, (path, _relative, source, new, report) in enumerate(done):
+    for path, _relative, source, new, report in done:
         if args.diff:
             sys.stdout.writelines(difflib.unified_diff(
                 source.text.splitlines(keepends=True), new.splitlines(keepends=True),
                 fromfile=path, tofile=f"{path} (migrated)"))
-        if args.check:
-            _write(checked[k], source, new)
         print(report.format(), file=report_stream)
     status = 0
     if args.check:     # before writing: --in-place must not replace the original first
-        verdicts = check.check_all([(path, checked[k]) for k, (path, *_) in enumerate(done)],
-                                   script_args)
-        for verdict in verdicts:
-            print(verdict.format(), file=report_stream)
-        if not all(v.same for v in verdicts):
+        report_stream.flush()
+        same = True
+        try:
+            for verdict in check_runs.check_each(programs, script_args, options, plans):
+                print(verdict.format(), file=report_stream, flush=True)
+                same = same and verdict.same
+        except check_runs.CannotCopy as exc:
+            return _error(f"{exc}; nothing written", prog)
+        if not same:
             status = 1
-    if writing and args.in_place and status:
+    if targets and args.in_place and status:
         print("pmapkit migrate: --check did not prove every file: nothing written in place",
               file=sys.stderr)
-    elif writing:
+    elif targets:
+        # A folder migrate makes is marked; a folder of the user's never is.
+        marked = not args.in_place and not _names_a_file(args.output) \
+            and not os.path.isdir(args.output)
+        written = 0
         for k, (path, _relative, source, new, _report) in enumerate(done):
             if new != source.text or targets[k] != path:
-                _write(targets[k], source, new)
-        if not args.in_place and not _names_a_file(args.output):
+                try:
+                    _write(targets[k], source, new)
+                except files.Unwritable as exc:
+                    return _error(f"{exc}; {written} file(s) written before it", prog)
+                except OSError as exc:
+                    return _error(f"cannot write {targets[k]}: {exc.strerror or exc}; "
+                                  f"{written} file(s) written before it", prog)
+                written += 1
+        if marked:
             files.mark_output_folder(args.output)
     left = sum(len(r.left) for *_, r in done)
     print(f"{len(done)} file(s): {sum(len(r.rewrites) for *_, r in done)} rewritten, "

@@ -6,6 +6,13 @@ in the same encoding. Every write goes to a temporary file in the target's
 folder, is flushed to disk, then renamed over the target (``os.replace``
 is atomic on one file system): a kill at any moment leaves the old content
 or the new one, never an empty or partial file.
+
+What a write keeps of the file it replaces: a symbolic link stays a link
+(its target is written); the owner and group (``os.chown``, where the
+system permits it); the permission bits (the source's). A file with more
+than one hard link is never replaced (a rename would leave its other names
+with the old text), nor one whose owner could not be kept: ``write_problem``
+says why before anything is written, and ``write_atomic`` refuses it too.
 """
 from __future__ import annotations
 
@@ -28,6 +35,10 @@ MARKER_TEXT = ("This folder was written by pmapkit migrate; a migrate run over a
 
 class Unreadable(Exception):
     """A source file that cannot be read or decoded."""
+
+
+class Unwritable(Exception):
+    """A target that cannot be written keeping what a write keeps."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +78,75 @@ def _default_mode():
     return 0o666 & ~umask
 
 
+# Permissions as the kernel checks them (a set-user-ID process's own).
+_EFFECTIVE_IDS = os.access in os.supports_effective_ids
+
+
+def _existing_folder(folder):
+    """``folder``, or its nearest ancestor that exists (where it would be made)."""
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def _new_file_owner(folder):
+    """(uid, gid) a file made in ``folder`` gets (a set-group-ID folder gives its group)."""
+    info = os.stat(folder)
+    return os.geteuid(), (info.st_gid if info.st_mode & stat.S_ISGID else os.getegid())
+
+
+def _may_give(uid, gid):
+    """Whether this process may make a file of its own belong to ``uid``:``gid``."""
+    return os.geteuid() == 0 or (uid == os.geteuid()
+                                 and gid in {os.getegid(), *os.getgroups()})
+
+
+def write_problem(path):
+    """Why ``path`` cannot be written as ``write_atomic`` promises, or None."""
+    target = os.path.realpath(path)
+    folder = _existing_folder(os.path.dirname(target))
+    shown = repr(path) if target == os.path.abspath(path) else f"{path!r} (-> {target!r})"
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=_EFFECTIVE_IDS):
+        return (f"cannot write {shown}: no permission to write in the folder {folder!r} "
+                "(each file is written beside its target, then renamed over it)")
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot write {shown}: {exc.strerror}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"cannot write {shown}: not a regular file"
+    if info.st_nlink > 1:
+        return (f"refusing to write {shown}: it has {info.st_nlink} hard links, and "
+                "replacing it would leave the other names with the old text (write a "
+                "copy with -o, or break the links first)")
+    if (info.st_uid, info.st_gid) != _new_file_owner(os.path.dirname(target)) \
+            and not _may_give(info.st_uid, info.st_gid):
+        return (f"refusing to write {shown}: it belongs to uid {info.st_uid} gid "
+                f"{info.st_gid}, which this user cannot give the new file (write a copy "
+                "with -o, or run as its owner)")
+    return None
+
+
 def write_atomic(path, data, mode=None):
-    """Writes ``data`` (bytes) to ``path`` through a temporary file in its folder,
-    fsynced, then renamed in; ``mode``: the permission bits (else the umask's)."""
-    folder = os.path.dirname(os.path.abspath(path))
+    """Writes ``data`` (bytes) to ``path`` (a link: its target) through a
+    temporary file in its folder, fsynced, then renamed in, with the replaced
+    file's owner; ``mode``: the permission bits (else the umask's).
+    ``Unwritable`` (nothing written) where ``write_problem`` finds one."""
+    problem = write_problem(path)
+    if problem:
+        raise Unwritable(problem)
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
+    try:
+        info = os.stat(target)
+        owner = info.st_uid, info.st_gid
+    except FileNotFoundError:
+        owner = None
     with _interrupts_held():
-        _write_atomic(path, folder, data, mode)
+        _write_atomic(target, folder, data, mode, owner)
 
 
 @contextlib.contextmanager
@@ -92,12 +165,15 @@ def _interrupts_held():
             signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _write_atomic(path, folder, data, mode):
+def _write_atomic(path, folder, data, mode, owner):
     fd, temporary = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            if owner is not None and owner != (os.fstat(f.fileno()).st_uid,
+                                               os.fstat(f.fileno()).st_gid):
+                os.fchown(f.fileno(), *owner)    # before the bits: chown clears set-ID
             os.fsync(f.fileno())
         os.chmod(temporary, _default_mode() if mode is None else mode)
         os.replace(temporary, path)
@@ -125,6 +201,8 @@ def _sync_folder(folder):
 
 
 def mark_output_folder(folder):
+    """Marks ``folder`` as one migrate wrote (only one it created: a user's
+    own folder is never marked, so its sources are never skipped later)."""
     path = os.path.join(folder, MARKER)
     if not os.path.exists(path):
         write_atomic(path, MARKER_TEXT.encode())

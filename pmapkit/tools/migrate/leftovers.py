@@ -17,9 +17,10 @@ is one too. So is what the census of real use (``census.real_use()``) counts
 beyond module names, where this JAX lacks it: an attribute of JAX's config
 object (``jax.config.enable_omnistaging``), an option given to
 ``jax.config.update`` (``"jax_array"``), and a classic array member read on
-anything (``x.to_py()``, ``x.device_buffers``, the call ``x.device()``). Each is
-a ``report.Left`` line. A name the program itself sets on a module
-(``jax.my_flag = 1``) is the program's, not a leftover.
+anything (``x.to_py()``, ``x.device_buffers``, the call ``x.device()``); an
+option ``config.read`` reads too. A name the program itself sets on a module
+(``jax.my_flag = 1``) is the program's, not a leftover. Each is a
+``report.Left`` line.
 """
 from __future__ import annotations
 
@@ -93,6 +94,11 @@ def _census_why(name):
     return f"removed in JAX {record.removed_in}{modern}"
 
 
+#: What names a config option in its first argument.
+_CONFIG_CALLS = frozenset(f"jax.config.{prefix}{call}" for prefix in ("", "config.")
+                          for call in ("update", "read", "_read"))
+
+
 @functools.lru_cache(maxsize=1)
 def _real_use():
     """``{name: record}`` of the census of real use."""
@@ -137,8 +143,7 @@ def _lacking_array_members():
     ``jax.Array`` of this JAX lacks."""
     import numpy as np
     probe = jax.device_put(np.zeros((), np.float32))
-    # DeviceArray's own methods, whether the census of real use reached them or not
-    lacking = {attr for attr in ("to_py", "block_host_until_ready") if not hasattr(probe, attr)}
+    lacking = set()
     for record in legacy_census.real_use():
         if record.kind == "array_member":
             attr = record.name.rpartition(".")[2]
@@ -149,12 +154,17 @@ def _lacking_array_members():
     return frozenset(lacking)
 
 
+#: Classic DeviceArray methods jax.Array never had (beyond the census of real use).
+_ARRAY_GONE = ("to_py", "block_host_until_ready")
+
+
 def array_member(attr, called_bare=False):
     """(name, why) for a classic array member this JAX lacks (``device``:
     only its call without arguments, the classic method)."""
     if attr == "device":
         return ("jax.Array.device", _real_use_why("jax.Array.device")) if called_bare else None
-    if attr in _lacking_array_members():
+    if attr in _lacking_array_members() or (attr in _ARRAY_GONE
+                                            and not hasattr(jax.Array, attr)):
         name = f"jax.Array.{attr}"
         return name, _real_use_why(name)
     return None
@@ -188,20 +198,34 @@ class _Scan(cst.CSTVisitor):
 
     def __init__(self, own=frozenset()):
         super().__init__()
-        self.found = []       # (line, name, why)
         self.own = own        # names the program sets on modules itself
-        self.guards = []      # per enclosing if: attribute names its test asks about
+        self.guards = []      # names the enclosing conditions test exist
+        self.found = []       # (line, name, why)
 
     def _line(self, node):
         return self.get_metadata(PositionProvider, node).start.line
 
     def _add(self, node, hit, what=""):
-        if hit is not None and any(hit[0].replace(":", ".").rpartition(".")[2] in guard
-                                   for guard in self.guards):
-            return            # ``f() if hasattr(config, "f") else None``: asked first
         if hit is not None:
             name, why = hit
+            if name.rpartition(".")[2].rpartition(":")[2] in self._guarded():
+                return       # runs only where this JAX has it (hasattr/callable)
             self.found.append((self._line(node), name, what + why))
+
+    def _guarded(self):
+        return set().union(*self.guards) if self.guards else ()
+
+    def visit_If(self, node):
+        self.guards.append(guarded_names(node.test))
+
+    def leave_If(self, node):
+        self.guards.pop()
+
+    def visit_IfExp(self, node):
+        self.guards.append(guarded_names(node.test))
+
+    def leave_IfExp(self, node):
+        self.guards.pop()
 
     def visit_Import(self, node):
         for alias in node.names:
@@ -245,7 +269,7 @@ class _Scan(cst.CSTVisitor):
         func = node.func
         if isinstance(func, cst.Attribute):
             names = {n.name for n in self.get_metadata(QualifiedNameProvider, func, set())}
-            if names & {"jax.config.update", "jax.config.config.update"} and node.args:
+            if names & _CONFIG_CALLS and node.args:
                 value = node.args[0].value
                 if isinstance(value, cst.SimpleString):
                     self._add(node, config_option(value.evaluated_value))
@@ -256,41 +280,29 @@ class _Scan(cst.CSTVisitor):
     def visit_Name(self, node):
         return self._reference(node)
 
-    # Code that asks whether a name exists before using it (``hasattr(x, "name")``,
-    # ``callable(x.name)``) runs on this JAX: the name it guards is no leftover.
-    def _guarded(self, test):
-        names = set()
-        for call in _calls(test):
-            func = sx.code(call.func)
-            if func == "hasattr" and len(call.args) == 2 and isinstance(
-                    call.args[1].value, cst.SimpleString):
-                names.add(call.args[1].value.evaluated_value)
-            elif func == "callable" and len(call.args) == 1 and isinstance(
-                    call.args[0].value, cst.Attribute):
-                names.add(call.args[0].value.attr.value)
-        return names
 
-    def visit_IfExp(self, node):
-        self.guards.append(self._guarded(node.test))
+class _Checks(cst.CSTVisitor):
+    def __init__(self):
+        super().__init__()
+        self.names = set()
 
-    def leave_IfExp(self, original_node):
-        self.guards.pop()
-
-    def visit_If(self, node):
-        self.guards.append(self._guarded(node.test))
-
-    def leave_If(self, original_node):
-        self.guards.pop()
+    def visit_Call(self, node):
+        func, args = node.func, node.args
+        if isinstance(func, cst.Name) and func.value == "hasattr" and len(args) == 2 \
+                and isinstance(args[1].value, cst.SimpleString):
+            self.names.add(args[1].value.evaluated_value)
+        elif isinstance(func, cst.Name) and func.value == "callable" and len(args) == 1 \
+                and isinstance(args[0].value, cst.Attribute):
+            self.names.add(args[0].value.attr.value)
 
 
-def _calls(node):
-    found = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call):
-            found.append(call)
-    node.visit(_Calls())
-    return found
+def guarded_names(test):
+    """The attribute names a condition checks first (``hasattr(config,
+    "enable_omnistaging")``, ``callable(b.device)``): code under it is written
+    to run on either JAX, so a classic name there is no leftover."""
+    checks = _Checks()
+    test.visit(checks)
+    return frozenset(checks.names)
 
 
 class _OwnAttributes(cst.CSTVisitor):

@@ -77,10 +77,6 @@ def census_tables():
     return moves, reasons
 
 
-_INDEX_METHODS = {"index_update": "set", "index_add": "add", "index_mul": "multiply",
-                  "index_min": "min", "index_max": "max"}
-
-
 def _index_op(method):
     def rule(ctx, original, updated):
         bound = _bind(updated, ("x", "idx", "y", "indices_are_sorted", "unique_indices"))
@@ -136,19 +132,12 @@ def _bind(call, params):
         raise LeaveAsIs(f"{exc}; rewrite it by hand") from None
 
 
-_TREES = {f"jax.{n}": f"jax.tree.{n.removeprefix('tree_')}"
-          for n in ("tree_map", "tree_leaves", "tree_flatten", "tree_unflatten",
-                    "tree_structure", "tree_transpose")}
-_TREES.update({"jax.tree_multimap": "jax.tree.map",
-               "jax.tree_util.tree_multimap": "jax.tree.map"})
-
-
 def family():
     moves, reasons = census_tables()
-    moves = dict(moves)
-    moves.update(_TREES)
+    moves = dict(moves)   # the tree renames among them (census records)
     moves["jax.config.config"] = "jax.config"   # from jax.config import config
-    calls = {f"jax.ops.{name}": _index_op(method) for name, method in _INDEX_METHODS.items()}
+    calls = {f"jax.ops.{name}": _index_op(method)
+             for name, method in census.INDEX_METHODS.items()}
     calls["jax.lax.tie_in"] = _tie_in
     calls["jax.random.shuffle"] = _shuffle
     calls["jax.experimental.enable_x64"] = _x64(None)

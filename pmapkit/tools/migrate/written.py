@@ -64,11 +64,13 @@ def _id_tap(tap_func, arg, *, result=None, tap_with_device=False, _lock=threadin
 def _id_print(arg, *, result=None, tap_with_device=False, **kwargs):
     # Classic host_callback.id_print (written by pmapkit migrate): the keyword arguments
     # (name: value, sorted; device too with tap_with_device) on one line, then arg's
-    # value, through _id_tap (one print at a time, in program order).
+    # value as numpy prints an array, through _id_tap (one print at a time, in program order).
     def show(value, transforms, **device):
         shown = dict(kwargs, **{k: str(v) for k, v in device.items()})
-        print(" ".join(f"{k}: {shown[k]}" for k in sorted(shown)) + "\n" + str(value)
-              if shown else str(value))
+        text = (numpy.array2string(numpy.asarray(value))
+                if isinstance(value, (jax.Array, numpy.ndarray)) else str(value))
+        print(" ".join(f"{k}: {shown[k]}" for k in sorted(shown)) + "\n" + text
+              if shown else text)
     return _id_tap(show, arg, result=result, tap_with_device=tap_with_device)
 
 

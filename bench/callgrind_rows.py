@@ -1,0 +1,334 @@
+"""Instructions per call of the host-value rows (issue 50), side by side with
+JAX, counted by callgrind: steady on a loaded machine, where CPU time is not.
+
+Each row runs in one new process under ``valgrind --tool=callgrind
+--separate-threads=yes``: the child builds and warms every impl of the row,
+then, per impl, marks (``callgrind_control --dump`` on itself: callgrind
+dumps every thread's counters, and the child waits for it), runs ``n1``
+calls, marks, runs ``n2`` calls, marks. A call's cost is ``(I(n2) - I(n1)) / (n2 - n1)``: the loop's
+set-up and the markers cancel. Two counts per row: the caller's thread
+(the main thread) and every thread of the process together (XLA's worker
+threads, callbacks: what process CPU sees). Rows whose cost is once per
+process (``export_first_call``) run one process per impl and count the
+whole of the import, load and first call (``n1 = 0``, ``n2 = 1``).
+
+    python bench/callgrind_rows.py                       # every row
+    python bench/callgrind_rows.py numpy_1dev scalar_1dev
+    python bench/callgrind_rows.py --list
+    python bench/callgrind_rows.py numpy_4mib_1dev --python /work/cache/venv-0430/bin/python
+
+``--python``: the interpreter of the children (another venv, e.g. classic
+jax 0.4.30: only the rows' JAX impls run there, ``jax.pmap`` included).
+``--json PATH`` writes the counts.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+_FORCE_8 = "--xla_force_host_platform_device_count=8"
+
+# row -> (impls, (n1, n2), what it measures)
+ROWS = {
+    "array_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
+                   "cached 1-device pmap fed a device array (the hit path)"),
+    "array_8dev": (("pmapkit", "jax.jit"), (400, 1200),
+                   "cached 8-device pmap fed a device array (the hit path)"),
+    "numpy_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
+                   "a (1, 4) float32 numpy input into a 1-device pmap"),
+    "scalar_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
+                    "a device array and a Python float into a 1-device pmap"),
+    "numpy_8dev": (("pmapkit", "jax.jit"), (400, 1200),
+                   "an (8, 4) float32 numpy input into an 8-device pmap"),
+    "numpy_4mib_1dev": (("pmapkit", "jax.jit", "jax.pmap"), (10, 30),
+                        "a (1, 2**20) float32 numpy input (4 MiB), each call blocking"),
+    "numpy_4mib_8dev": (("pmapkit", "jax.jit", "jax.pmap"), (4, 12),
+                        "an (8, 2**20) float32 numpy input (4 MiB a device), blocking"),
+    "hcb_call_8dev": (("pmapkit", "jax.pure_callback"), (100, 300),
+                      "host_callback.call in an 8-device jax.jit, blocking"),
+    "id_tap_8dev": (("pmapkit", "jax.debug.callback"), (100, 300),
+                    "id_tap in an 8-device jax.jit, blocking"),
+    "fresh_8dev": (("pmapkit", "jax.pmap"), (100, 300),
+                   "pmap(f, axis_name='i') built afresh per call, 8 devices, blocking"),
+    "export_first_call": (("pmapkit", "jax.export"), (0, 1),
+                          "import + deserialize + first call of an exported 10-layer MLP"),
+}
+
+
+# -- the child: builds a row's impls, runs the marked loops ----------------------
+def _add_one(a):
+    return a + 1
+
+
+def _scaled(a, n):
+    return a * n
+
+
+def _scale_shift(x):
+    return x * 2.0 + 1.0
+
+
+def _aligned(rows, cols):
+    import numpy as np
+    nbytes = rows * cols * 4
+    buf = np.empty(nbytes + 64, np.uint8)
+    start = (-buf.ctypes.data) % 64
+    return buf[start:start + nbytes].view(np.float32).reshape(rows, cols)
+
+
+def _build(row, impl):
+    """``(call, block)``: one call of the row's impl, and whether the loop
+    waits for each call's result."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    n = 1 if row.endswith("_1dev") else 8
+    devices = jax.devices()[:n]
+    sharding = NamedSharding(Mesh(np.array(devices), ("i",)), P("i"))
+
+    def pmapkit_pmap(fun, **kw):
+        import pmapkit
+        return pmapkit.pmap(fun, axis_name="i", devices=devices, **kw)
+
+    if row.startswith(("array_", "numpy_")):
+        # 64-byte aligned, as numpy's large allocations (and many small
+        # ones) are: jaxlib then takes the array without a copy, jax.jit's
+        # cheapest put (an unaligned one costs it a copy: its count would
+        # change with where the allocator put the array).
+        host = _aligned(n, (1 << 20) if "4mib" in row else 4)
+        host[...] = np.arange(host.size, dtype=np.float32).reshape(host.shape)
+        if impl == "pmapkit":
+            fn = pmapkit_pmap(_add_one)
+        elif impl == "jax.pmap":
+            fn = jax.pmap(_add_one, axis_name="i", devices=devices)
+        else:
+            fn = jax.jit(_add_one, in_shardings=sharding, out_shardings=sharding)
+        x = fn(host) if row.startswith("array_") else host
+        return (lambda: fn(x)), "4mib" in row
+    if row == "scalar_1dev":
+        x = jax.device_put(np.arange(4, dtype=np.float32).reshape(1, 4), sharding)
+        fn = (pmapkit_pmap(_scaled, in_axes=(0, None)) if impl == "pmapkit"
+              else jax.jit(_scaled))
+        return (lambda: fn(x, 0.5)), False
+    if row in ("hcb_call_8dev", "id_tap_8dev"):
+        mesh = Mesh(np.array(devices), ("d",))
+        x = jax.device_put(np.zeros(4 * n, np.float32), NamedSharding(mesh, P("d")))
+        sds = jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+        def echo(a):
+            return a
+
+        def on_tap(arg, transforms):
+            pass
+
+        def on_debug(a):
+            pass
+        if impl == "pmapkit":
+            from pmapkit import host_callback as hcb
+            if row == "hcb_call_8dev":
+                fn = jax.jit(lambda v: hcb.call(echo, v, result_shape=v) + 1.0)
+            else:
+                fn = jax.jit(lambda v: hcb.id_tap(on_tap, v) + 1.0)
+        elif impl == "jax.pure_callback":
+            fn = jax.jit(lambda v: jax.pure_callback(echo, sds, v) + 1.0)
+        else:
+            def debug_body(v):
+                jax.debug.callback(on_debug, v)
+                return v + 1.0
+            fn = jax.jit(debug_body)
+        return (lambda: fn(x)), True
+    if row == "fresh_8dev":
+        host = np.arange(n * 16, dtype=np.float32).reshape(n, 16)
+        if impl == "pmapkit":
+            import pmapkit
+            pm = pmapkit.pmap
+        else:
+            pm = jax.pmap
+        x = pm(_scale_shift, axis_name="i", devices=devices)(host)
+        return (lambda: pm(_scale_shift, axis_name="i", devices=devices)(x)), True
+    raise ValueError(f"unknown row {row!r}")
+
+
+def _mark():
+    """Callgrind dumps every thread's counters here (and the caller waits)."""
+    subprocess.run(["callgrind_control", "--dump", str(os.getpid())],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+
+
+def _child_loops(row, impls, n1, n2):
+    import jax
+    built = [_build(row, impl) for impl in impls]
+    for call, _ in built:  # warm: compiled, every cache filled
+        for _ in range(3):
+            jax.block_until_ready(call())
+    for call, block in built:
+        for n in (n1, n2):
+            _mark()
+            out = None
+            if block:
+                for _ in range(n):
+                    jax.block_until_ready(call())
+            else:
+                for _ in range(n):
+                    out = call()
+                jax.block_until_ready(out)
+    _mark()
+
+
+_EXPORT_BLOB = "callgrind_export.bin"
+
+
+def _write_export_blobs(folder):
+    """The artifact each impl loads (written once, outside valgrind)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export as jax_export
+
+    from pmapkit import export as pe
+    from pmapkit.tools.bench.features_export import BATCH, WIDTH, _mlp
+    spec = jax.ShapeDtypeStruct((BATCH, WIDTH), jnp.float32)
+    with open(os.path.join(folder, "jax.export"), "wb") as f:
+        f.write(jax_export.export(jax.jit(_mlp(1.0)))(spec).serialize())
+    with open(os.path.join(folder, "pmapkit"), "wb") as f:
+        f.write(pe.serialize(pe.export(_mlp(1.0))(spec)))
+
+
+def _child_export(impl, path):
+    import jax
+    import numpy as np
+    import scipy.linalg  # noqa: F401 - JAX's LAPACK setup imports it in either first call
+    with open(path, "rb") as f:
+        blob = f.read()
+    x = np.ones((8, 256), np.float32)
+    jax.devices()
+    _mark()
+    _mark()  # n1 = 0: an empty part
+    if impl == "jax.export":
+        from jax import export as loader
+    else:
+        from pmapkit import export as loader
+    jax.block_until_ready(loader.deserialize(blob).call(x))
+    _mark()
+
+
+# -- the parent: valgrind per process, parts summed per thread -------------------
+def _parts(folder):
+    """``{part: {thread: instructions}}`` of the callgrind dumps in ``folder``."""
+    parts = {}
+    for path in glob.glob(os.path.join(folder, "callgrind.out.*")):
+        part = thread = total = None
+        with open(path) as f:
+            for line in f:
+                if line.startswith("part:"):
+                    part = int(line.split()[1])
+                elif line.startswith("thread:"):
+                    thread = int(line.split()[1])
+                elif line.startswith("summary:"):
+                    total = int(line.split()[1])
+        if part is None:
+            m = re.search(r"\.(\d+)-\d+$", path)
+            part = int(m.group(1)) if m else 0
+        if total is not None:
+            parts.setdefault(part, {})[thread] = total
+    return parts
+
+
+def _valgrind(python, args, env):
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+               f"--callgrind-out-file={tmp}/callgrind.out.%p",
+               python, "-P", os.path.abspath(__file__), *args]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-4000:]}")
+        return _parts(tmp)
+
+
+def _per_call(parts, first, n1, n2):
+    """(main thread, all threads) instructions per call from parts
+    ``first`` (n1 calls) and ``first + 1`` (n2 calls)."""
+    a, b = parts.get(first, {}), parts.get(first + 1, {})
+    main = (b.get(1, 0) - a.get(1, 0)) / (n2 - n1)
+    every = (sum(b.values()) - sum(a.values())) / (n2 - n1)
+    return main, every
+
+
+def measure(row, python, impls=None):
+    known, (n1, n2), _ = ROWS[row]
+    impls = tuple(impls or known)
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = _FORCE_8
+    env["JAX_PLATFORMS"] = "cpu"
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [p for p in (env.get("PMAPKIT_PATH", here), env.get("PYTHONPATH")) if p])
+    out = {}
+    if row == "export_first_call":
+        env.pop("XLA_FLAGS")
+        with tempfile.TemporaryDirectory() as folder:
+            subprocess.run([python, "-P", os.path.abspath(__file__), "--write-export", folder],
+                           env=env, check=True, timeout=600)
+            for impl in impls:
+                path = os.path.join(folder, impl)
+                # bytecode written, files cached
+                subprocess.run([python, "-P", os.path.abspath(__file__), "--child-export",
+                                impl, path], env=env, check=True, timeout=600)
+                parts = _valgrind(python, ["--child-export", impl, path], env)
+                out[impl] = _per_call(parts, 2, n1, n2 if n2 else 1)
+                # part 2 is empty (n1 = 0), part 3 the load and first call
+        return out
+    parts = _valgrind(python, ["--child", row, ",".join(impls), str(n1), str(n2)], env)
+    for k, impl in enumerate(impls):
+        out[impl] = _per_call(parts, 2 + 2 * k, n1, n2)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rows", nargs="*")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--impls", default=None, help="comma-separated impls of the rows")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--child-export", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--write-export", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        row, impls, n1, n2 = args.child
+        return _child_loops(row, impls.split(","), int(n1), int(n2))
+    if args.child_export:
+        return _child_export(*args.child_export)
+    if args.write_export:
+        return _write_export_blobs(args.write_export)
+    if args.list:
+        for name, (impls, counts, what) in ROWS.items():
+            print(f"{name:18s} {what} ({' vs '.join(impls)}; calls {counts[0]} and {counts[1]})")
+        return None
+    results = {}
+    impls = args.impls.split(",") if args.impls else None
+    for row in args.rows or list(ROWS):
+        got = measure(row, args.python, impls)
+        results[row] = got
+        base = got.get(next(iter(i for i in got if i != "pmapkit"), None))
+        for impl, (main_i, every) in got.items():
+            ratio = ""
+            if impl == "pmapkit" and base:
+                ratio = f"  {main_i / base[0]:.3f}x / {every / base[1]:.3f}x"
+            print(f"{row:18s} {impl:20s} main thread {main_i:12,.0f}   "
+                  f"all threads {every:12,.0f}{ratio}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return None
+
+
+if __name__ == "__main__":
+    main()
