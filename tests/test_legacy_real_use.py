@@ -11,8 +11,6 @@ import textwrap
 from pmapkit.legacy import census
 from pmapkit.legacy import census_real_use as cru
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def test_the_table_names_sixty_repositories_each_at_a_pinned_commit():
     sources = census.real_use_sources()
@@ -23,10 +21,10 @@ def test_the_table_names_sixty_repositories_each_at_a_pinned_commit():
         assert re.fullmatch(r"[0-9a-f]{40}", s.commit), s
         assert "2019-01-01" <= s.date < "2024-06-01", s
     # more than the repositories the pmap usage census read
-    usage = os.path.join(os.path.dirname(HERE), "pmapkit", "tools", "migrate",
-                         "usage_census.json")
-    with open(usage) as f:
-        read_before = {r["repository"] for r in json.load(f)["repositories"]}
+    # package data: read where pmapkit is installed, not beside the tests
+    from importlib import resources
+    usage = resources.files("pmapkit.tools.migrate").joinpath("usage_census.json")
+    read_before = {r["repository"] for r in json.loads(usage.read_text())["repositories"]}
     assert read_before <= repositories
     assert len(repositories - read_before) >= 41
 
@@ -217,10 +215,11 @@ def test_the_leftover_scan_flags_config_attributes_options_and_array_members():
 def test_the_docs_section_is_the_census_as_it_stands():
     """docs/classic-names.md's census-of-real-use section is what
     docs/_tools/real_use_table.py writes from the table and this JAX."""
-    tool = os.path.join(os.path.dirname(HERE), "docs", "_tools", "real_use_table.py")
+    from _install import REPO     # the checkout, also when the tests run from a copy
+    tool = os.path.join(REPO, "docs", "_tools", "real_use_table.py")
     if not os.path.isfile(tool):
         import pytest
-        pytest.skip("no docs/ beside the tests")
+        pytest.skip("no docs/ in the checkout; set PMAPKIT_CHECKOUT")
     proc = subprocess.run([sys.executable, "-P", tool, "--check"], capture_output=True,
                           text=True, timeout=900, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]

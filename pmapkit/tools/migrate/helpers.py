@@ -4,9 +4,10 @@ migrated file must run without pmapkit).
 
 Each is a real function of ``written`` (tested there as code); a ``Helper``
 names it, the modules its source refers to, and the helpers it calls. Its
-source is the function's own (``inspect.getsource``), written once per file,
-after the imports, only when a rewrite in that file uses it; a file that
-defines the name already keeps its own.
+source is the function's own, read once when this module is imported (a run
+that later cannot read the installed package still writes what was tested).
+It is written once per file, after the imports, only when a rewrite in that
+file uses it; a file that defines the name already keeps its own.
 """
 from __future__ import annotations
 
@@ -23,14 +24,14 @@ class Helper:
     imports: tuple = ("jax",)     # top-level modules the source refers to
     needs: tuple = ()             # other helpers it calls
     call_after: bool = False      # a call of it follows its definition
+    source: str = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "source", textwrap.dedent(inspect.getsource(self.function)))
 
     @property
     def name(self):
         return self.function.__name__
-
-    @property
-    def source(self):
-        return textwrap.dedent(inspect.getsource(self.function))
 
 
 CLASSIC_PRNG = Helper(written._classic_prng, call_after=True)
