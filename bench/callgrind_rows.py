@@ -266,6 +266,9 @@ def measure(row, python, impls=None):
     env = dict(os.environ)
     env["XLA_FLAGS"] = _FORCE_8
     env["JAX_PLATFORMS"] = "cpu"
+    # An installed package has its bytecode: the warm-up process writes it
+    # (without it every import in the counted part would compile source).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(
         [p for p in (env.get("PMAPKIT_PATH", here), env.get("PYTHONPATH")) if p])

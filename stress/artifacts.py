@@ -1,8 +1,11 @@
 """Export artifacts for the export probes and the fuzzer, and the container
 layout (``pmapkit/export/_container.py``) to craft blobs with valid checksums.
 
-    MAGIC (16) | version u16 | header length u32 | header JSON | SHA-256 of
-    all before (32) | payload (jax.export bytes; length and SHA-256 in the header)
+    MAGIC (16) | version u16 | header length u32 | header JSON | CRC-32 of
+    all before (u32) | payload (jax.export bytes; length and CRC-32 in the header)
+
+Container version 1 (still read) seals with SHA-256 instead: 32 bytes after
+the header, ``payload.sha256`` (hex) in it.
 """
 from __future__ import annotations
 
@@ -10,13 +13,30 @@ import functools
 import hashlib
 import json
 import struct
+import zlib
 
 from stress.common import P, jax, jnp, mesh1d, np, pe, pmapkit
 
 MAGIC_LEN = 16
 PREAMBLE = struct.Struct("<HI")
 PREAMBLE_END = MAGIC_LEN + PREAMBLE.size
-DIGEST = 32
+CRC = struct.Struct("<I")
+
+
+def digest_size(version):
+    return 32 if version == 1 else CRC.size
+
+
+def header_seal(head, version):
+    return hashlib.sha256(head).digest() if version == 1 else CRC.pack(zlib.crc32(head))
+
+
+def record_payload(header, payload, version):
+    """Write ``payload``'s checksum into ``header`` as ``version`` records it."""
+    if version == 1:
+        header["payload"]["sha256"] = hashlib.sha256(payload).hexdigest()
+    else:
+        header["payload"]["crc32"] = zlib.crc32(payload)
 
 
 def _plain(x, w):
@@ -62,22 +82,22 @@ def split(blob):
     version, header_len = PREAMBLE.unpack_from(blob, MAGIC_LEN)
     header_end = PREAMBLE_END + header_len
     header = json.loads(blob[PREAMBLE_END:header_end])
-    return version, header, blob[header_end + DIGEST:]
+    return version, header, blob[header_end + digest_size(version):]
 
 
-def seal(header_bytes, payload, version=1, header_len=None, fix_payload_digest=None):
-    """A blob with these header bytes and payload and a valid header digest.
+def seal(header_bytes, payload, version=2, header_len=None, fix_payload_digest=None):
+    """A blob with these header bytes and payload and a valid header checksum.
 
     With ``fix_payload_digest`` (a header dict), the payload's length and
-    SHA-256 are written into that header first (and it is serialized)."""
+    checksum are written into that header first (and it is serialized)."""
     if fix_payload_digest is not None:
         header = fix_payload_digest
         header["payload"]["length"] = len(payload)
-        header["payload"]["sha256"] = hashlib.sha256(payload).hexdigest()
+        record_payload(header, payload, version)
         header_bytes = dump(header)
     size = len(header_bytes) if header_len is None else header_len
     head = bytes(pe_magic()) + PREAMBLE.pack(version, size) + header_bytes
-    return head + hashlib.sha256(head).digest() + payload
+    return head + header_seal(head, version) + payload
 
 
 def dump(header):

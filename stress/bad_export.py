@@ -184,8 +184,10 @@ def register(reg):
     bad("payload.length 10**400", _crafted(lambda h: art.dump(h).replace(
         b'"length":', b'"length":1' + b"0" * 400 + b",\"x\":", 1)),
         names=("length", "JSON", "digit", "integer"))
-    bad("payload.sha256 not hex", _crafted(_set(("payload", "sha256"), "z" * 64)),
-        names=("sha256",))
+    bad("payload.crc32 a string", _crafted(_set(("payload", "crc32"), "z" * 8)),
+        names=("crc32",))
+    bad("payload.crc32 past 32 bits", _crafted(_set(("payload", "crc32"), 2**32)),
+        names=("crc32",))
     bad("calling convention 9999", _crafted(_set(
         ("producer", "calling_convention_version"), 9999)), names=("calling convention",))
     bad("calling convention -1", _crafted(_set(
@@ -230,8 +232,8 @@ def _huge_header_length():
 
 
 def _other_payload(payload):
-    _, header, _ = art.split(_blob())
-    return art.seal(None, payload, fix_payload_digest=copy.deepcopy(header))
+    version, header, _ = art.split(_blob())
+    return art.seal(None, payload, version, fix_payload_digest=copy.deepcopy(header))
 
 
 def _loaded_from(data):

@@ -164,21 +164,39 @@ def write_goldens(directory):
 
 # -- crafted artifacts ---------------------------------------------------------
 def split_artifact(blob):
-    """(header JSON text, payload bytes) of a pmapkit artifact."""
+    """(header JSON text, payload bytes) of a pmapkit artifact (either
+    container version)."""
     import struct
     from pmapkit.export import _container
     start = len(_container.MAGIC) + 6
-    (header_len,) = struct.unpack_from("<I", blob, len(_container.MAGIC) + 2)
+    version, header_len = struct.unpack_from("<HI", blob, len(_container.MAGIC))
     header_end = start + header_len
-    return bytes(blob[start:header_end]).decode(), bytes(blob[header_end + 32:])
+    seal = 32 if version == 1 else 4
+    return bytes(blob[start:header_end]).decode(), bytes(blob[header_end + seal:])
 
 
-def reseal(header_text, payload, version=1):
-    """A container around ``header_text`` (str or bytes, any content) and
-    ``payload`` with a valid header digest: what a crafted file looks like."""
+def seal(head, version=2):
+    """The header checksum of a container of ``version`` (1: SHA-256;
+    2: CRC-32, little-endian u32), computed here, not by pmapkit."""
     import hashlib
+    import struct
+    import zlib
+    return hashlib.sha256(head).digest() if version == 1 else struct.pack("<I", zlib.crc32(head))
+
+
+def payload_record(payload, version=2):
+    """The header's ``payload`` checksum field for ``payload``."""
+    import hashlib
+    import zlib
+    return ({"sha256": hashlib.sha256(payload).hexdigest()} if version == 1
+            else {"crc32": zlib.crc32(payload)})
+
+
+def reseal(header_text, payload, version=2):
+    """A container around ``header_text`` (str or bytes, any content) and
+    ``payload`` with a valid header checksum: what a crafted file looks like."""
     import struct
     from pmapkit.export import _container
     raw = header_text.encode() if isinstance(header_text, str) else bytes(header_text)
     head = _container.MAGIC + struct.pack("<HI", version, len(raw)) + raw
-    return head + hashlib.sha256(head).digest() + payload
+    return head + seal(head, version) + payload

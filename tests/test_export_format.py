@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,8 @@ from pmapkit import export as pe
 from pmapkit.export import _container
 
 from _export_helpers import (GOLDEN_DIR, assert_tree_close, golden_cases,
-                             pmapkit_checks, sds, values)
+                             payload_record, pmapkit_checks, reseal, sds, seal,
+                             values)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREAMBLE_END = len(_container.MAGIC) + 6
@@ -36,32 +38,40 @@ def blob():
 def _layout(blob):
     version, header_len = struct.unpack_from("<HI", blob, len(_container.MAGIC))
     header_end = PREAMBLE_END + header_len
-    return version, header_end, header_end + 32
-
-
-def _reseal(head_and_header):
-    """A container with a valid header digest around an edited header."""
-    return head_and_header + hashlib.sha256(head_and_header).digest()
+    return version, header_end, header_end + (32 if version == 1 else 4)
 
 
 def _edit_header(blob, edit, payload=None):
-    _, header_end, payload_start = _layout(blob)
+    version, header_end, payload_start = _layout(blob)
     header = json.loads(blob[PREAMBLE_END:header_end])
     edit(header)
-    raw = json.dumps(header).encode()
-    head = _container.MAGIC + struct.pack("<HI", 1, len(raw)) + raw
-    return _reseal(head) + (blob[payload_start:] if payload is None else payload)
+    return reseal(json.dumps(header), blob[payload_start:] if payload is None else payload,
+                  version)
+
+
+def _as_version_1(blob):
+    """``blob`` rewritten in container version 1 (what pmapkit wrote before
+    version 2): SHA-256 of header and payload, built here by hand."""
+    _, header_end, payload_start = _layout(blob)
+    header = json.loads(blob[PREAMBLE_END:header_end])
+    payload = blob[payload_start:]
+    del header["payload"]["crc32"]
+    header["payload"]["sha256"] = hashlib.sha256(payload).hexdigest()
+    return reseal(json.dumps(header), payload, version=1)
 
 
 def test_layout_and_header(blob):
     assert blob.startswith(_container.MAGIC)
     version, header_end, payload_start = _layout(blob)
-    assert version == pe.CONTAINER_VERSION == 1
-    assert hashlib.sha256(blob[:header_end]).digest() == blob[header_end:payload_start]
+    assert version == pe.CONTAINER_VERSION == 2
+    # Version 2 seals the header with its CRC-32 (little-endian u32) and
+    # records the payload's CRC-32 in it: no SHA-256 anywhere.
+    assert payload_start - header_end == 4
+    assert struct.pack("<I", zlib.crc32(blob[:header_end])) == blob[header_end:payload_start]
     header = json.loads(blob[PREAMBLE_END:header_end])
     payload = blob[payload_start:]
     assert header["payload"] == {"format": "jax.export", "length": len(payload),
-                                 "sha256": hashlib.sha256(payload).hexdigest()}
+                                 "crc32": zlib.crc32(payload)}
     producer = header["producer"]
     assert producer["pmapkit"] == pmapkit.__version__
     assert producer["jax"] == jax.__version__
@@ -73,7 +83,7 @@ def test_layout_and_header(blob):
     # The payload is jax.export's own serialization, unchanged.
     assert jax_export.deserialize(bytearray(payload)).fun_name == "<lambda>"
     info = pe.artifact_info(blob)
-    assert info["container_version"] == 1 and info["producer"] == producer
+    assert info["container_version"] == 2 and info["producer"] == producer
 
 
 def test_deserialize_accepts_bytes_like(blob):
@@ -105,7 +115,9 @@ def test_error_is_a_value_error():
     (lambda b: bytes(b[:-7]), "truncated at byte .*: the payload declares"),
     (lambda b: bytes(b) + b"\x00\x00\x00", "3 unexpected bytes after the payload"),
     (lambda b: bytes(b[:16]) + struct.pack("<H", 7) + bytes(b[18:]),
-     "unsupported container version 7 — supported 1..1"),
+     "unsupported container version 7 — supported 1..2"),
+    (lambda b: bytes(b[:16]) + struct.pack("<H", 1) + bytes(b[18:]),
+     "header checksum mismatch"),  # a version-2 file claiming version 1
     (lambda b: bytes(b[:18]) + struct.pack("<I", 1 << 30) + bytes(b[22:]), "implausible"),
     (lambda b: bytes(b[:PREAMBLE_END + 3]) + b"X" + bytes(b[PREAMBLE_END + 4:]),
      "header checksum mismatch"),
@@ -114,6 +126,61 @@ def test_error_is_a_value_error():
 def test_rejections_say_what_is_wrong(blob, make, match):
     with pytest.raises(pe.DeserializationError, match=match):
         pe.deserialize(make(blob))
+
+
+def test_version_1_files_still_load_and_are_checked(blob):
+    # What pmapkit wrote before container version 2 (SHA-256 of header and
+    # payload) loads, computes, and is still checked byte for byte.
+    old = _as_version_1(bytes(blob))
+    assert pe.artifact_info(old)["container_version"] == 1
+    x, w = values((2, 3)), values((3, 2), seed=1)
+    np.testing.assert_allclose(np.asarray(pe.deserialize(old).call(x, w)),
+                               np.asarray(pe.deserialize(blob).call(x, w)), rtol=1e-6)
+    _, header_end, payload_start = _layout(old)
+    flipped_payload = old[:-1] + bytes([old[-1] ^ 0x01])
+    with pytest.raises(pe.DeserializationError,
+                       match="payload checksum mismatch: SHA-256 [0-9a-f]{64}"):
+        pe.deserialize(flipped_payload)
+    flipped_header = (old[:PREAMBLE_END + 3] + bytes([old[PREAMBLE_END + 3] ^ 0x01])
+                      + old[PREAMBLE_END + 4:])
+    with pytest.raises(pe.DeserializationError, match="header checksum mismatch.*SHA-256"):
+        pe.deserialize(flipped_header)
+    with pytest.raises(pe.DeserializationError, match="truncated"):
+        pe.deserialize(old[:payload_start + 10])
+    # Each version's header records its own checksum, and only that one.
+    crc_in_v1 = _edit_header(old, lambda h: h["payload"].update(
+        payload_record(old[payload_start:], version=2)))
+    assert pe.deserialize(crc_in_v1).fun_name == "<lambda>"   # extra keys are ignored
+    no_sha = _edit_header(crc_in_v1, lambda h: h["payload"].pop("sha256"))
+    with pytest.raises(pe.DeserializationError, match=r"header\.payload\.sha256 is missing"):
+        pe.deserialize(no_sha)
+    sha_in_v2 = _edit_header(bytes(blob), lambda h: (
+        h["payload"].pop("crc32"), h["payload"].update(payload_record(b"", version=1))))
+    with pytest.raises(pe.DeserializationError, match=r"header\.payload\.crc32 is missing"):
+        pe.deserialize(sha_in_v2)
+
+
+def test_a_version_2_payload_is_read_once_and_never_hashed_with_sha256(blob, monkeypatch):
+    # Loading takes one pass over the payload's bytes (its CRC-32) and no
+    # SHA-256 at all: the cost of a load is jax.export's parse plus that pass.
+    import hashlib as hashlib_module
+    payload_len = len(blob) - _layout(blob)[2]
+    passes = []
+    real_crc32 = zlib.crc32
+
+    def counting_crc32(data, *rest):
+        passes.append(len(memoryview(data).cast("B")))
+        return real_crc32(data, *rest)
+
+    def no_sha256(*args, **kwargs):
+        raise AssertionError("SHA-256 taken while loading a version-2 artifact")
+
+    monkeypatch.setattr(zlib, "crc32", counting_crc32)
+    monkeypatch.setattr(hashlib_module, "sha256", no_sha256)
+    loaded = pe.deserialize(blob)
+    assert passes.count(payload_len) == 1, passes
+    assert sum(passes) < payload_len + 4096, passes   # the header's pass is small
+    assert loaded.fun_name == "<lambda>"
 
 
 def test_raw_jax_blob_is_foreign_with_a_hint(blob):
@@ -146,7 +213,7 @@ def test_resealed_header_edits_are_still_caught(blob):
     garbage = b"\x01" * 100
 
     def new_payload(h):
-        h["payload"].update(length=len(garbage), sha256=hashlib.sha256(garbage).hexdigest())
+        h["payload"].update(length=len(garbage), **payload_record(garbage))
 
     with pytest.raises(pe.DeserializationError, match="not a valid jax.export artifact"):
         pe.deserialize(_edit_header(blob, new_payload, payload=garbage))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pmapkit import export as pe
 from pmapkit.export import _header
 
-from _export_helpers import reseal, sds, split_artifact, values
+from _export_helpers import payload_record, reseal, sds, split_artifact, values
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +109,9 @@ def _delete(path):
     (_set(("payload", "length"), 12.0), r"length must be an integer, got a number"),
     (_set(("payload", "length"), -1), r"header\.payload\.length = -1 is out of range"),
     (_set(("payload", "length"), 10**30), r"is out of range"),
-    (_set(("payload", "sha256"), "ab" * 31), r"header\.payload\.sha256 must be a string of exactly 64 characters, got 62"),
-    (_set(("payload", "sha256"), "Z" * 64), r"sha256 = 'ZZZ.*' is not \[0-9a-f\]\{64\}"),
+    (_set(("payload", "crc32"), "12"), r"header\.payload\.crc32 must be an integer, got a string"),
+    (_set(("payload", "crc32"), 2**32), r"header\.payload\.crc32 = 4294967296 is out of range"),
+    (_delete(("payload", "crc32")), r"header\.payload\.crc32 is missing"),
     (_set(("producer", "jax"), None), r"header\.producer\.jax must be a string, got null"),
     (_set(("producer", "jax"), "x" * 129), r"producer\.jax must be a string of 1\.\.128 characters"),
     (_set(("producer", "calling_convention_version"), 2**40), r"out of range"),
@@ -126,6 +127,20 @@ def test_schema_violations_say_which_field(parts, edit, match):
     header, payload = copy.deepcopy(parts[0]), parts[1]
     edit(header)
     _both_reject(_crafted(header, payload), match)
+
+
+@pytest.mark.parametrize("edit,match", [
+    (_set(("payload", "sha256"), "ab" * 31), r"header\.payload\.sha256 must be a string of exactly 64 characters, got 62"),
+    (_set(("payload", "sha256"), "Z" * 64), r"sha256 = 'ZZZ.*' is not \[0-9a-f\]\{64\}"),
+    (_set(("payload", "sha256"), 7), r"header\.payload\.sha256 must be a string, got an integer"),
+])
+def test_version_1_schema_violations_say_which_field(parts, edit, match):
+    # Container version 1 (SHA-256) headers are read with their own schema.
+    header, payload = copy.deepcopy(parts[0]), parts[1]
+    header["payload"].pop("crc32")
+    header["payload"]["sha256"] = "0" * 64
+    edit(header)
+    _both_reject(reseal(json.dumps(header), payload, version=1), match)
 
 
 @pytest.mark.parametrize("text,match", [
@@ -145,7 +160,7 @@ def test_header_text_that_is_not_a_header(parts, text, match):
 
 def test_header_size_is_bounded(parts):
     with pytest.raises(pe.DeserializationError, match="larger than any pmapkit writes"):
-        _header.parse(b" " * (_header.MAX_HEADER_BYTES + 1))
+        _header.parse(b" " * (_header.MAX_HEADER_BYTES + 1), 2)
 
 
 def test_serialize_refuses_to_write_an_unloadable_header():
@@ -253,7 +268,7 @@ def test_a_payload_whose_module_does_not_parse_is_rejected_at_its_first_call(par
     assert at > 0
     broken = payload[:at] + b"XXXX" + payload[at + 4:]
     header = copy.deepcopy(header)
-    header["payload"]["sha256"] = __import__("hashlib").sha256(broken).hexdigest()
+    header["payload"].update(payload_record(broken))
     loaded = pe.deserialize(_crafted(header, broken))
     args = [np.zeros(a.shape, a.dtype) for a in loaded.in_avals]
     for _ in range(2):  # not remembered as good after failing

@@ -35,7 +35,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from pmapkit import _jax_private as jp
 from pmapkit.export import _container
 from pmapkit.export._exported import Exported
-from pmapkit.export._safety import PLATFORM_CHECK
 
 
 def caller_of(exported):
@@ -400,8 +399,11 @@ def _donated_inputs(jexp):
 
 
 def _check_platform(exported):
-    if PLATFORM_CHECK in exported.disabled_safety_checks:
-        return
+    disabled = exported.disabled_safety_checks
+    if disabled:  # (most artifacts disable none: nothing more to import)
+        from pmapkit.export._safety import PLATFORM_CHECK
+        if PLATFORM_CHECK in disabled:
+            return
     platform = jax.default_backend()
     platform = {"gpu": "cuda"}.get(platform, platform)
     if platform not in exported.platforms:

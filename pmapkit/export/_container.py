@@ -3,49 +3,85 @@
 jax.export's flatbuffer has no integrity check and says nothing about who
 wrote it: most single-byte corruptions still parse and fail later, or compute
 something else. The container makes every blob self-describing and
-self-checking. Layout (integers little-endian)::
+self-checking. Layout of version 2, the one written (integers little-endian)::
 
     offset 0   MAGIC (16 bytes)
     16         container format version      u16
     18         header length H               u32
     22         header: UTF-8 JSON, H bytes   (producer versions, payload
-                                              length and SHA-256, summary)
-    22+H       SHA-256 of bytes [0, 22+H)    32 bytes  (guards the header)
-    54+H       payload: jax.export bytes     (length and SHA-256 in header)
+                                              length and CRC-32, summary)
+    22+H       CRC-32 of bytes [0, 22+H)     u32  (guards the header)
+    26+H       payload: jax.export bytes     (length and CRC-32 in header)
+
+Version 1 (still read) has the same frame with SHA-256 in both places: a
+32-byte digest after the header, ``payload.sha256`` (hex) in it.
+
+The checksums are there to catch corruption (a bad disk, a truncated copy,
+a flipped bit), not tampering: anyone can recompute either kind, so neither
+proves who wrote a file (docs/export.md says so; load artifacts from sources
+you trust). CRC-32 catches every error burst up to 32 bits and every one- and
+two-bit error at these lengths, any other corruption but once in 2**32, and
+truncation is caught by the recorded lengths before any checksum is taken.
+It costs a fraction of SHA-256's time (a loaded artifact's payload is read
+once, here, before anything is parsed).
 
 Reading checks, in order: non-empty, magic, version, lengths (truncation or
-trailing bytes), header digest, the header against its schema
+trailing bytes), header checksum, the header against its schema
 (``_header``: size, nesting, types, required fields, ranges), payload
-digest, calling convention supported by this jax; only then is the payload
+checksum, calling convention supported by this jax; only then is the payload
 parsed. Any failure is a ``DeserializationError`` that says which check
 failed. There is no fallback to parsing unchecked bytes and no pickle.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
+import zlib
 
 import jax
 import jaxlib
 from jax import export as jax_export
 
-from pmapkit import _jax_private as jp
 from pmapkit.export import _header
 from pmapkit.export._errors import DeserializationError, fail as _fail
 
 MAGIC = b"\x89PMAPKIT-EXP\r\n\x1a\n"
 #: The container version this pmapkit writes, and the range it reads.
-CONTAINER_VERSION = 1
-SUPPORTED_CONTAINER_VERSIONS = (1, 1)
+CONTAINER_VERSION = 2
+SUPPORTED_CONTAINER_VERSIONS = (1, 2)
 
 _PREAMBLE = struct.Struct("<HI")          # version, header length
 _PREAMBLE_END = len(MAGIC) + _PREAMBLE.size
-_DIGEST_SIZE = 32
+_CRC = struct.Struct("<I")
+
+
+def _sha256(data):
+    import hashlib  # version 1 only
+    return hashlib.sha256(data)
+
+
+def header_seal(version, head):
+    """The checksum bytes that follow ``head`` (magic, preamble and header)
+    in a container of ``version``."""
+    if version == 1:
+        return _sha256(head).digest()
+    return _CRC.pack(zlib.crc32(head))
+
+
+def payload_checksum(version, payload):
+    """``{field: value}``: the header's record of ``payload``'s checksum in a
+    container of ``version``."""
+    if version == 1:
+        return {"sha256": _sha256(payload).hexdigest()}
+    return {"crc32": zlib.crc32(payload)}
+
+
+def _seal_size(version):
+    return 32 if version == 1 else _CRC.size
 
 __all__ = ["CONTAINER_VERSION", "DeserializationError", "MAGIC",
-           "SUPPORTED_CONTAINER_VERSIONS", "Unpacked", "pack", "parse_payload",
-           "producer_versions", "unpack"]
+           "SUPPORTED_CONTAINER_VERSIONS", "Unpacked", "header_seal", "pack",
+           "parse_payload", "payload_checksum", "producer_versions", "unpack"]
 
 
 def _pmapkit_version():
@@ -54,6 +90,7 @@ def _pmapkit_version():
 
 
 def producer_versions(calling_convention_version):
+    from pmapkit import _jax_private as jp  # the writer's only
     current, target = jp.stablehlo_versions()
     return {"pmapkit": _pmapkit_version(), "jax": jax.__version__,
             "jaxlib": jaxlib.__version__,
@@ -66,14 +103,14 @@ def pack(payload, *, calling_convention_version, summary):
     header = {
         "producer": producer_versions(calling_convention_version),
         "payload": {"format": _header.PAYLOAD_FORMAT, "length": len(payload),
-                    "sha256": hashlib.sha256(payload).hexdigest()},
+                    **payload_checksum(CONTAINER_VERSION, payload)},
         "exported": summary,
     }
     _header.check_writable(header)
     header_bytes = json.dumps(header, sort_keys=True,
                               separators=(",", ":")).encode("utf-8")
     head = MAGIC + _PREAMBLE.pack(CONTAINER_VERSION, len(header_bytes)) + header_bytes
-    return b"".join((head, hashlib.sha256(head).digest(), payload))
+    return b"".join((head, header_seal(CONTAINER_VERSION, head), payload))
 
 
 class Unpacked:
@@ -119,15 +156,14 @@ def unpack(data) -> Unpacked:
         _fail(f"header length {header_len} is implausible (at most "
               f"{_header.MAX_HEADER_BYTES}); the blob is corrupted.")
     header_end = _PREAMBLE_END + header_len
-    payload_start = header_end + _DIGEST_SIZE
+    payload_start = header_end + _seal_size(version)
     if size < payload_start:
         _fail(f"truncated at byte {size}: the header and its checksum end at "
               f"byte {payload_start}.")
-    digest = hashlib.sha256(view[:header_end]).digest()
-    if digest != bytes(view[header_end:payload_start]):
+    if header_seal(version, view[:header_end]) != bytes(view[header_end:payload_start]):
         _fail(f"header checksum mismatch: bytes 0..{header_end} do not match "
-              "their SHA-256; the header is corrupted.")
-    header = _header.parse(view[_PREAMBLE_END:header_end])
+              f"their {_CHECKSUM_NAME[version]}; the header is corrupted.")
+    header = _header.parse(view[_PREAMBLE_END:header_end], version)
     expected_len = header["payload"]["length"]
     present = size - payload_start
     if present < expected_len:
@@ -138,12 +174,17 @@ def unpack(data) -> Unpacked:
               f"(it declares {expected_len} bytes, ending at byte "
               f"{payload_start + expected_len}).")
     payload = view[payload_start:]
-    actual = hashlib.sha256(payload).hexdigest()
-    if actual != header["payload"]["sha256"]:
-        _fail(f"payload checksum mismatch: SHA-256 {actual}, the header "
-              f"records {header['payload']['sha256']}; the payload is corrupted.")
+    # The one pass over the payload's bytes before jax.export parses it.
+    (field, actual), = payload_checksum(version, payload).items()
+    if actual != header["payload"][field]:
+        _fail(f"payload checksum mismatch: {_CHECKSUM_NAME[version]} {actual}, "
+              f"the header records {header['payload'][field]}; the payload is "
+              "corrupted.")
     _check_calling_convention(header["producer"])
     return Unpacked(header, payload, version)
+
+
+_CHECKSUM_NAME = {1: "SHA-256", 2: "CRC-32"}
 
 
 def _check_calling_convention(producer):

@@ -1,8 +1,9 @@
 """The container header: its schema, and reading it from untrusted bytes.
 
-The header is JSON, sealed by a SHA-256 — but a digest only proves the bytes
-were not changed after sealing, not that whoever sealed them wrote a sane
-header (a crafted file, or a bug in a writer). So nothing in it is used
+The header is JSON, sealed by a checksum (CRC-32; SHA-256 in container
+version 1) — but a checksum only proves the bytes were not changed after
+sealing, not that whoever sealed them wrote a sane header (a crafted file,
+or a bug in a writer). So nothing in it is used
 before it is checked here, in this order: size, UTF-8, nesting depth (counted
 before the JSON parser runs, so a deeply nested header cannot exhaust the
 parser's recursion), JSON without NaN/Infinity or duplicate keys, then every
@@ -25,9 +26,11 @@ MAX_NESTING_DEPTH = 16
 
 PAYLOAD_FORMAT = "jax.export"
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKET = re.compile(r"[\[\]{}]")
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# Patterns are compiled when first used (``re``'s cache): loading an
+# artifact of the current version needs none of them.
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_BRACKET = r"[\[\]{}]"
+_SHA256_HEX = r"[0-9a-f]{64}"
 
 
 # -- field types -----------------------------------------------------------------
@@ -43,9 +46,9 @@ class _Str:
                     else f"{self.min_len}..{self.max_len}")
             fail(f"malformed header: {where} must be a string of {size} "
                  f"characters, got {len(value)}.")
-        if self.pattern is not None and not self.pattern.fullmatch(value):
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
             fail(f"malformed header: {where} = {value[:80]!r} is not "
-                 f"{self.pattern.pattern}.")
+                 f"{self.pattern}.")
 
 
 class _Int:
@@ -101,25 +104,35 @@ def _kind(value):
 
 
 _VERSION = _Str(128)
-SCHEMA = _Object({
-    "producer": _Object({
-        "pmapkit": _VERSION, "jax": _VERSION, "jaxlib": _VERSION,
-        "stablehlo": _VERSION, "stablehlo_target": _VERSION,
-        "calling_convention_version": _Int(0, 2**31 - 1),
-    }),
-    "payload": _Object({
-        "format": _Str(64),
-        "length": _Int(0, 2**48),
-        "sha256": _Str(64, _SHA256_HEX, min_len=64),
-    }),
-    "exported": _Object({
-        "fun_name": _Str(4096, min_len=0),
-        "platforms": _List(_Str(32), 16),
-        "nr_devices": _Int(1, 2**24),
-        "vjp_order": _Int(0, 64),
-        "strict_checks": _Bool(),
-    }),
-})
+
+
+def _schema(payload_checksum):
+    return _Object({
+        "producer": _Object({
+            "pmapkit": _VERSION, "jax": _VERSION, "jaxlib": _VERSION,
+            "stablehlo": _VERSION, "stablehlo_target": _VERSION,
+            "calling_convention_version": _Int(0, 2**31 - 1),
+        }),
+        "payload": _Object({
+            "format": _Str(64),
+            "length": _Int(0, 2**48),
+            **payload_checksum,
+        }),
+        "exported": _Object({
+            "fun_name": _Str(4096, min_len=0),
+            "platforms": _List(_Str(32), 16),
+            "nr_devices": _Int(1, 2**24),
+            "vjp_order": _Int(0, 64),
+            "strict_checks": _Bool(),
+        }),
+    })
+
+
+#: The header's schema per container version: they differ in the payload's
+#: checksum (version 1: SHA-256 in hex; version 2: CRC-32).
+SCHEMAS = {1: _schema({"sha256": _Str(64, _SHA256_HEX, min_len=64)}),
+           2: _schema({"crc32": _Int(0, 2**32 - 1)})}
+SCHEMA = SCHEMAS[2]  # the one written
 
 
 def check_writable(header):
@@ -138,8 +151,10 @@ def _check_depth(text):
     """Reject nesting deeper than MAX_NESTING_DEPTH without parsing: brackets
     outside string literals, counted. (An unterminated string leaves its
     brackets counted: too strict only for text that is not JSON anyway.)"""
+    if text.count("[") + text.count("{") <= MAX_NESTING_DEPTH:
+        return  # not enough brackets to nest too deep (pmapkit's headers)
     depth = 0
-    for bracket in _BRACKET.findall(_STRING.sub('""', text)):
+    for bracket in re.findall(_BRACKET, re.sub(_STRING, '""', text, flags=re.S)):
         if bracket in "[{":
             depth += 1
             if depth > MAX_NESTING_DEPTH:
@@ -162,8 +177,9 @@ def _no_constant(name):
     fail(f"malformed header: {name} is not a JSON number.")
 
 
-def parse(raw) -> dict:
-    """The checked header dict from the header bytes (untrusted)."""
+def parse(raw, version) -> dict:
+    """The checked header dict from the header bytes (untrusted) of a
+    container of ``version``."""
     if len(raw) > MAX_HEADER_BYTES:
         fail(f"header of {len(raw)} bytes is larger than any pmapkit writes "
              f"(at most {MAX_HEADER_BYTES}).")
@@ -179,7 +195,7 @@ def parse(raw) -> dict:
         raise  # from a hook: a duplicate key or a NaN
     except ValueError as exc:  # JSONDecodeError; also int() past its digit limit
         fail(f"malformed header (not JSON: {exc}).")
-    SCHEMA.check(header, "header")
+    SCHEMAS[version].check(header, "header")
     if header["payload"]["format"] != PAYLOAD_FORMAT:
         fail(f"unknown payload format {header['payload']['format']!r}; this "
              f"pmapkit reads {PAYLOAD_FORMAT!r}.")
