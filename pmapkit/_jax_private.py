@@ -360,6 +360,13 @@ def hand_on_effect_tokens(effect_type):
     callback raised) leaves a failed token; JAX would hand its error to every
     later computation with the effect: the wait here swallows it (that
     computation's error went to its caller).
+
+    On the way out, JAX assembles a computation's per-device output tokens
+    into one global array (a ``Mesh`` of the devices, a ``NamedSharding``,
+    an array made of the single-device tokens: about half of an 8-device
+    program's dispatch with a tap), only to wait on it before the next
+    computation. Here the per-device tokens are kept as they come, and that
+    wait (or ``jax.effects_barrier``) waits on each of them.
     """
     cls = type(_hcb_dispatch.runtime_tokens)
     original = cls.get_token_input
@@ -379,8 +386,44 @@ def hand_on_effect_tokens(effect_type):
                 del self.current_tokens[eff]
         return _core.Token(_empty_token_array(tuple(devices)))
 
-    get_token_input._pmapkit_watched = {effect_type}
+    get_token_input._pmapkit_watched = watched = {effect_type}
     cls.get_token_input = get_token_input
+    _keep_output_tokens_per_device(watched)
+
+
+class _DeviceTokens:
+    """The output tokens of one computation's effect, one per device, as
+    they came out (what JAX's ``Token`` would wrap as one global array):
+    waiting on it waits on each."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self, buffers):
+        self.buffers = buffers
+
+    def block_until_ready(self):
+        for buffer in self.buffers:
+            buffer.block_until_ready()
+        return self
+
+
+def _keep_output_tokens_per_device(watched):
+    """``ExecuteReplicated._handle_token_bufs``: a computation whose ordered
+    effects are all ``watched`` keeps its output tokens per device
+    (``_DeviceTokens``); any other goes JAX's way."""
+    original = _pxla.ExecuteReplicated._handle_token_bufs
+
+    def _handle_token_bufs(self, token_bufs, sharded_token):
+        effects = self.ordered_effects
+        if not all(type(eff) in watched for eff in effects):
+            return original(self, token_bufs, sharded_token)
+        tokens = _hcb_dispatch.runtime_tokens
+        for i, device in enumerate(self._local_devices):
+            tokens.set_output_runtime_token(device, sharded_token.get_token(i))
+        for eff, buffers in zip(effects, token_bufs):
+            tokens.set_token_result(eff, _core.Token(_DeviceTokens(buffers)))
+
+    _pxla.ExecuteReplicated._handle_token_bufs = _handle_token_bufs
 
 
 @_functools.lru_cache(maxsize=64)

@@ -575,3 +575,36 @@ def test_checkpoint_and_pmap_fire_again_per_device(rec, where):
     np.testing.assert_allclose(g, np.cos([1.0, 2.0]), rtol=1e-6)
     # forward pass, then rematerialization in the backward pass
     assert by_device(rec.take()) == {0: [1.0, 1.0], 1: [2.0, 2.0]}
+
+
+def test_taps_of_successive_8_device_programs_run_in_order_at_no_token_assembly(
+        rec, monkeypatch):
+    # A tap in a whole-mesh jit over 8 devices threads the ordered effect's
+    # token from one computation to the next: each waits for the previous
+    # one's tokens (taps keep dispatch order across computations), and the
+    # tokens coming out stay per device: no Mesh, NamedSharding and global
+    # token array assembled per call (JAX's way, half of the dispatch).
+    from jax.sharding import Mesh, NamedSharding
+
+    devices = jax.devices()[:8]
+    mesh = Mesh(np.array(devices), ("d",))
+    sharding = NamedSharding(mesh, P("d"))
+    step = jax.jit(lambda v: hcb.id_tap(rec, v[:1] * 1.0, result=v) + 1.0)
+    x = jax.device_put(np.zeros(8, np.float32), sharding)
+    x = step(x)                       # compiled; taps 0
+    assert rec.values() == [[0.0]]
+    built = []
+    real_new = Mesh.__new__
+
+    def counting_new(cls, *args, **kwargs):
+        built.append(args)
+        return real_new(cls, *args, **kwargs)
+
+    monkeypatch.setattr(Mesh, "__new__", staticmethod(counting_new))
+    for _ in range(20):               # unblocked: 20 computations in flight
+        x = step(x)
+    jax.effects_barrier()             # waits on the per-device tokens
+    monkeypatch.undo()
+    assert rec.values() == [[float(i)] for i in range(1, 21)]
+    assert built == []
+    np.testing.assert_array_equal(np.asarray(x), np.full(8, 21.0, np.float32))

@@ -23,7 +23,7 @@ One module, three vintages' names (README has the table):
 Interop: ``to_jax``/``from_jax``.
 
 ``serialize`` writes jax.export's payload inside pmapkit's container (magic,
-container version, producer versions, payload length and SHA-256);
+container version, producer versions, payload length and CRC-32);
 ``deserialize`` checks all of it first and raises ``DeserializationError``
 saying what is wrong with an empty, foreign, truncated, corrupted or crafted
 blob.

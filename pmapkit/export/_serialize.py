@@ -14,7 +14,7 @@ from pmapkit.export._exported import Exported
 def serialize(exported, vjp_order=0) -> bytes:
     """The artifact bytes of ``exported``: jax.export's serialization inside
     pmapkit's container (magic, container version, producer versions, payload
-    length and SHA-256).
+    length and CRC-32).
 
     Args:
       exported: a ``pmapkit.export.Exported``.
@@ -60,7 +60,7 @@ def deserialize(data) -> Exported:
 
 def artifact_info(data) -> dict:
     """The checked header of an artifact: producer versions, payload length
-    and SHA-256, and a summary of the exported function (nothing is loaded)."""
+    and checksum, and a summary of the exported function (nothing is loaded)."""
     unpacked = _container.unpack(data)
     info = dict(unpacked.header)
     info["container_version"] = unpacked.container_version

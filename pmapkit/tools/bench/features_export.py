@@ -5,7 +5,7 @@ deserialize + first call (compile included, result ready) of a 10-layer MLP
 (256 wide, weights baked into the module as constants, ~2.6 MB payload) for
 ``jax.export`` (``Exported.serialize``, ``jax.export.deserialize``,
 ``Exported.call``) and ``pmapkit.export`` (its checked container: the same
-payload plus header, SHA-256 of header and payload checked on load). Every
+payload plus header, CRC-32 of header and payload checked on load). Every
 round loads a distinct artifact per impl (weights scaled per round), so no
 compile is reused; impls alternate first. Median of rounds; lower is better.
 
