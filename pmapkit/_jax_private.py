@@ -402,8 +402,7 @@ class _DeviceTokens:
         self.buffers = buffers
 
     def block_until_ready(self):
-        for buffer in self.buffers:
-            buffer.block_until_ready()
+        _xc.batched_block_until_ready(self.buffers)  # one wait for all
         return self
 
 
