@@ -216,3 +216,21 @@ def test_a_broadcast_view_put_on_many_devices():
         base[...] = 99.0
         np.testing.assert_array_equal(np.asarray(y), want)
         base[...] = 1.0
+
+
+def test_a_float0_result_beside_a_large_input_read_in_place():
+    # The call waits for its results; a float0 one (the gradient of an
+    # integer, a numpy array) has nothing to wait for.
+    def body(x, n):
+        g = jax.grad(lambda x, n: x.sum() * n.sum().astype(x.dtype), argnums=1,
+                     allow_int=True)(x, n)
+        return x * 2.0, g
+    f = pmapkit.pmap(body, devices=jax.devices()[:1])
+    x = aligned(1, LARGE)
+    x[...] = 1.0
+    n = np.ones((1, 3), np.int32)
+    for _ in range(3):
+        y, g = f(x, n)
+        assert g.dtype == jax.dtypes.float0 and g.shape == (1, 3)
+        np.testing.assert_array_equal(np.asarray(y), np.full((1, LARGE), 2.0))
+    assert _entry(f).host_waits == (0,)

@@ -43,7 +43,7 @@ cdef class CacheEntry:
     @cython.locals(outs=object)
     cpdef object run(self, leaves)
 
-    @cython.locals(i=object)
+    @cython.locals(i=object, wait=object)
     cdef _wait_for_host_reads(self, leaves, outs)
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,

@@ -214,7 +214,10 @@ class CacheEntry:
         for i in self.host_waits:
             if type(leaves[i]) is not array_type:
                 for y in outs:
-                    y.block_until_ready()
+                    # Every result but a float0 one (a numpy array) waits.
+                    wait = getattr(y, "block_until_ready", None)
+                    if wait is not None:
+                        wait()
                 return
 
     def shard(self, leaves):
