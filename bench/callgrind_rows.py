@@ -42,6 +42,8 @@ ROWS = {
                    "cached 8-device pmap fed a device array (the hit path)"),
     "numpy_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
                    "a (1, 4) float32 numpy input into a 1-device pmap"),
+    "numpy_unaligned_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
+                             "the (1, 4) numpy input 16 bytes off a 64-byte boundary"),
     "scalar_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
                     "a device array and a Python float into a 1-device pmap"),
     "numpy_8dev": (("pmapkit", "jax.jit"), (400, 1200),
@@ -74,11 +76,13 @@ def _scale_shift(x):
     return x * 2.0 + 1.0
 
 
-def _aligned(rows, cols):
+def _aligned(rows, cols, offset=0):
+    """A float32 (rows, cols) array whose data starts ``offset`` bytes past
+    a 64-byte boundary."""
     import numpy as np
     nbytes = rows * cols * 4
-    buf = np.empty(nbytes + 64, np.uint8)
-    start = (-buf.ctypes.data) % 64
+    buf = np.empty(nbytes + 128, np.uint8)
+    start = (-buf.ctypes.data) % 64 + offset
     return buf[start:start + nbytes].view(np.float32).reshape(rows, cols)
 
 
@@ -101,8 +105,10 @@ def _build(row, impl):
         # 64-byte aligned, as numpy's large allocations (and many small
         # ones) are: jaxlib then takes the array without a copy, jax.jit's
         # cheapest put (an unaligned one costs it a copy: its count would
-        # change with where the allocator put the array).
-        host = _aligned(n, (1 << 20) if "4mib" in row else 4)
+        # change with where the allocator put the array; the unaligned row
+        # places it 16 bytes off, to measure that case steadily).
+        host = _aligned(n, (1 << 20) if "4mib" in row else 4,
+                        16 if "unaligned" in row else 0)
         host[...] = np.arange(host.size, dtype=np.float32).reshape(host.shape)
         if impl == "pmapkit":
             fn = pmapkit_pmap(_add_one)

@@ -174,6 +174,25 @@ def test_new_shape_and_dtype_add_entries():
     assert f._cache_size == 3
 
 
+@pytest.mark.parametrize("ndev", [1, N])
+def test_the_last_numpy_signature_is_reused_only_for_its_dtype_and_shape(ndev):
+    # A one-leaf numpy call reuses the last numpy leaf's signature when its
+    # dtype and shape are the same (compiled: asked in C); any other dtype,
+    # shape or rank signs anew, never runs another's program.
+    f = pmapkit.pmap(lambda v: v + 1, devices=jax.devices()[:ndev])
+    calls = [
+        farange(ndev, 4), farange(ndev, 4), farange(ndev, 6),
+        farange(ndev, 6).reshape(ndev, 2, 3), farange(ndev, 6).reshape(ndev, 3, 2),
+        farange(ndev, 6, dtype=np.int32), farange(ndev, 6, dtype=np.float64),
+        farange(ndev, 4)[:, ::-1], farange(ndev, 4),
+    ]
+    for x in calls:
+        out = f(x)
+        assert out.shape == x.shape
+        np.testing.assert_array_equal(np.asarray(out), x + 1)
+    assert f._cache_size == 6
+
+
 def test_weak_type_adds_an_entry():
     # Same dtype and shape, different weak_type: the hit path must not reuse
     # a program compiled for the other one.

@@ -14,6 +14,11 @@ artifact's call; one and 8 devices.
 Each call is queued behind a slow computation on every device, so that a
 buffer still shared would be read after the write (jax.jit itself gets most
 of these wrong here: the first test shows the probe detects the drift).
+
+A large input (over ``HOST_COPY_MAX_BYTES``) on CPU devices is not copied:
+jaxlib reads the caller's array in place and the call returns once its
+program has run, as classic JAX's synchronous CPU calls did; a donated one
+is always copied.
 """
 import json
 import pathlib
@@ -27,6 +32,7 @@ from jax.sharding import PartitionSpec as P
 
 import pmapkit
 from pmapkit import export as pe
+from pmapkit.core.programs.compiled_program import HOST_COPY_MAX_BYTES
 
 CALLS = 200
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "inputs_at_call_jax_0.4.30.json"
@@ -129,15 +135,71 @@ def test_the_host_route_is_the_one_measured():
     assert routed == {(1, SMALL): True, (1, LARGE): False}
 
 
-def test_the_callers_array_is_never_the_programs_buffer():
+def _entry(f):
+    (entry,) = [e for c in f._shared.caches.values() for e in c.values()]
+    return entry
+
+
+@pytest.mark.parametrize("cols", [SMALL, LARGE], ids=["64B", "1MiB"])
+def test_the_callers_array_is_never_the_programs_buffer(cols):
     # A donated numpy input: the program may write into what it is given,
-    # which must be a copy, never the caller's memory.
+    # which must be a copy, never the caller's memory (a large one too:
+    # never read in place).
     f = pmapkit.pmap(lambda v: v + 1.0, devices=jax.devices()[:1], donate_argnums=0)
-    x = aligned(1, SMALL)
+    x = aligned(1, cols)
     x[...] = 5.0
     for _ in range(3):
-        np.testing.assert_array_equal(np.asarray(f(x)), np.full((1, SMALL), 6.0))
-    np.testing.assert_array_equal(x, np.full((1, SMALL), 5.0))
+        np.testing.assert_array_equal(np.asarray(f(x)), np.full((1, cols), 6.0))
+    np.testing.assert_array_equal(x, np.full((1, cols), 5.0))
+    assert not _entry(f).host_specs[0].aliases
+
+
+def _cpu_count_ok(ndev):
+    devices = jax.devices()[:ndev]
+    if len(devices) < ndev or any(d.platform != "cpu" for d in devices):
+        pytest.skip(f"needs {ndev} CPU devices")
+    return devices
+
+
+@pytest.mark.parametrize("ndev", [1, 8])
+def test_a_large_input_is_read_in_place(ndev):
+    # No copy on CPU: the device buffers the put makes are the caller's rows.
+    assert LARGE * 4 > HOST_COPY_MAX_BYTES
+    devices = _cpu_count_ok(ndev)
+    f = pmapkit.pmap(_double, devices=devices)
+    x = aligned(ndev, LARGE)
+    x[...] = 1.0
+    f(x)
+    entry = _entry(f)
+    spec = entry.host_specs[0]
+    assert spec.aliases and entry.host_waits == (0,)
+    put = spec.put(x)
+    buffers = sorted(s.data.unsafe_buffer_pointer() for s in put.addressable_shards)
+    assert buffers == [x[i].ctypes.data for i in range(ndev)]
+    # A small input is still copied at the call.
+    g = pmapkit.pmap(lambda v: v * 2.0, devices=devices)
+    g(aligned(ndev, SMALL))
+    assert not _entry(g).host_specs[0].aliases and _entry(g).host_waits is None
+
+
+@pytest.mark.parametrize("ndev", [1, 8])
+def test_a_call_reading_its_input_in_place_returns_after_its_program(ndev):
+    # Queued behind slow work on every device, the call's results are
+    # ready when it returns: nothing reads the caller's array afterwards.
+    devices = _cpu_count_ok(ndev)
+    f = pmapkit.pmap(_double, devices=devices)
+    x = aligned(ndev, LARGE)
+    x[...] = 1.0
+    f(x)
+    slow = [jax.device_put(np.eye(128, dtype=np.float32) * 0.5, d) for d in devices]
+    for _ in range(20):
+        for m in slow:
+            _busy(m)
+        y = f(x)
+        assert y.is_ready()
+        x[...] = 99.0
+        np.testing.assert_array_equal(np.asarray(y), np.full((ndev, LARGE), 2.0))
+        x[...] = 1.0
 
 
 def test_a_broadcast_view_put_on_many_devices():
@@ -154,3 +216,21 @@ def test_a_broadcast_view_put_on_many_devices():
         base[...] = 99.0
         np.testing.assert_array_equal(np.asarray(y), want)
         base[...] = 1.0
+
+
+def test_a_float0_result_beside_a_large_input_read_in_place():
+    # The call waits for its results; a float0 one (the gradient of an
+    # integer, a numpy array) has nothing to wait for.
+    def body(x, n):
+        g = jax.grad(lambda x, n: x.sum() * n.sum().astype(x.dtype), argnums=1,
+                     allow_int=True)(x, n)
+        return x * 2.0, g
+    f = pmapkit.pmap(body, devices=jax.devices()[:1])
+    x = aligned(1, LARGE)
+    x[...] = 1.0
+    n = np.ones((1, 3), np.int32)
+    for _ in range(3):
+        y, g = f(x, n)
+        assert g.dtype == jax.dtypes.float0 and g.shape == (1, 3)
+        np.testing.assert_array_equal(np.asarray(y), np.full((1, LARGE), 2.0))
+    assert _entry(f).host_waits == (0,)

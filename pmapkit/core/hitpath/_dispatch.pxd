@@ -38,8 +38,13 @@ cdef class CacheEntry:
     cdef public Py_ssize_t n_inputs
     cdef readonly object key
     cdef public list held_scalars
+    cdef public tuple host_waits
 
+    @cython.locals(outs=object)
     cpdef object run(self, leaves)
+
+    @cython.locals(i=object, wait=object)
+    cdef _wait_for_host_reads(self, leaves, outs)
 
     @cython.locals(leaf_types=LeafTypes, n=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t,
                    out=list, in_shardings=tuple, pending=list, routable=bint,
@@ -201,25 +206,29 @@ cdef extern from *:
        (CacheEntry._host_snapshot): a new C-ordered array of the same dtype
        and shape holding a copy of its bytes, its data 64-byte aligned in a
        bytes object it keeps (XLA:CPU then takes it as the device buffer, as
-       it takes an aligned numpy array, without a second copy). A
-       C-contiguous array of plain data (no object references) is copied
-       with one memcpy; anything else by numpy's own copy. numpy's C API is
-       loaded on first use. */
+       it takes an aligned numpy array, without a second copy: the snapshot
+       is the one copy). A C-contiguous array of plain data (no object
+       references) is copied with one memcpy; anything else by numpy's own copy. numpy's C API is loaded on first
+       use. */
     #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
     #define PY_ARRAY_UNIQUE_SYMBOL pmapkit_dispatch_ARRAY_API
     #include <numpy/arrayobject.h>
     #define PMAPKIT_HOST_ALIGN 64
     static int pmapkit_numpy_loaded = 0;
+    static int pmapkit_load_numpy(void) {
+        if (!pmapkit_numpy_loaded) {
+            if (_import_array() < 0) return -1;
+            pmapkit_numpy_loaded = 1;
+        }
+        return 0;
+    }
     static PyObject *pmapkit_copy_host_array(PyObject *x) {
         PyArrayObject *a = (PyArrayObject *)x;
         PyArray_Descr *descr;
         PyObject *store, *out;
         char *data;
         npy_intp nbytes;
-        if (!pmapkit_numpy_loaded) {
-            if (_import_array() < 0) return NULL;
-            pmapkit_numpy_loaded = 1;
-        }
+        if (pmapkit_load_numpy() < 0) return NULL;
         descr = PyArray_DESCR(a);
         if (!PyArray_IS_C_CONTIGUOUS(a) || PyDataType_REFCHK(descr))
             return PyArray_NewCopy(a, NPY_CORDER);
@@ -231,7 +240,8 @@ cdef extern from *:
         memcpy(data, PyArray_DATA(a), nbytes);
         Py_INCREF(descr);
         out = PyArray_NewFromDescr(&PyArray_Type, descr, PyArray_NDIM(a), PyArray_DIMS(a),
-                                   NULL, data, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
+                                   NULL, data,
+                                   NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
         if (out == NULL) {
             Py_DECREF(store);
             return NULL;
@@ -242,8 +252,32 @@ cdef extern from *:
         }
         return out;
     }
+    /* Whether numpy array x has dtype object dt (numpy's dtype objects are
+       what ``x.dtype`` returns: compared by identity) and the shape of tuple
+       ``shape``: the signature of the last numpy leaf signed
+       (DispatchFunction._leaf_id), asked without making x's dtype and shape
+       objects. -1 with an exception set when numpy's C API cannot load. */
+    static int pmapkit_same_host_signature(PyObject *x, PyObject *dt, PyObject *shape) {
+        PyArrayObject *a = (PyArrayObject *)x;
+        Py_ssize_t n, i;
+        npy_intp *dims;
+        if (pmapkit_load_numpy() < 0) return -1;
+        if ((PyObject *)PyArray_DESCR(a) != dt) return 0;
+        n = PyTuple_GET_SIZE(shape);
+        if (PyArray_NDIM(a) != n) return 0;
+        dims = PyArray_DIMS(a);
+        for (i = 0; i < n; i++) {
+            PyObject *d = PyTuple_GET_ITEM(shape, i);
+            if (!PyLong_CheckExact(d) || PyLong_AsSsize_t(d) != (Py_ssize_t)dims[i]) {
+                PyErr_Clear();
+                return 0;
+            }
+        }
+        return 1;
+    }
     """
     object _copy_host_array "pmapkit_copy_host_array" (object x)
+    int _same_host_signature "pmapkit_same_host_signature" (object x, object dt, tuple shape) except -1
 
 cpdef object execute_donating(CacheEntry entry, object leaves)
 

@@ -125,6 +125,11 @@ class CacheEntry:
         # it by identity (no comparison of the keys' items).
         self.key = None
         self.held_scalars = None
+        # Flat inputs whose host values are put without a copy (a large one
+        # on CPU: ``HostSpec.aliases``); a call passing a host value there
+        # returns once the program has run (``_wait_for_host_reads``). None:
+        # no such input.
+        self.host_waits = None
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -169,6 +174,11 @@ class CacheEntry:
         # Per kept input: the last scalar passed there and, once passed
         # twice, its device array (``_held_scalar``); None: never held.
         self.held_scalars = None if self.donated is not None else [None] * len(self.in_shardings)
+        kept = self.kept
+        waits = tuple([j if kept is None else kept[j]
+                       for j, spec in enumerate(self.host_specs)
+                       if getattr(spec, "aliases", False)])
+        self.host_waits = waits if waits else None
 
     def aliases_donated(self, leaves):
         """Whether a donated leaf (an array) is also another leaf of the call
@@ -189,7 +199,26 @@ class CacheEntry:
             # Host values, every device array placed as compiled: JAX's C++
             # call puts the host values and runs the same executable.
             return self.host_call(*self._host_snapshot(leaves))
-        return self.execute(arrays).consume_with_handlers(self.out_handlers)
+        outs = self.execute(arrays).consume_with_handlers(self.out_handlers)
+        if self.host_waits is not None:
+            self._wait_for_host_reads(leaves, outs)
+        return outs
+
+    def _wait_for_host_reads(self, leaves, outs):
+        """Return once the program has run when a caller's host array was
+        put without a copy (``host_waits``): the program reads it in place,
+        and a write after the call must not reach it (read at the call, as
+        classic JAX's synchronous CPU calls did). Calls passing device
+        arrays there return at once."""
+        array_type = self.types.array_type
+        for i in self.host_waits:
+            if type(leaves[i]) is not array_type:
+                for y in outs:
+                    # Every result but a float0 one (a numpy array) waits.
+                    wait = getattr(y, "block_until_ready", None)
+                    if wait is not None:
+                        wait()
+                return
 
     def shard(self, leaves):
         """The device arrays the executable takes, one per kept input:
@@ -947,13 +976,19 @@ class DispatchFunction:
                 leaf_id = self._intern(("global", leaf_id))
             return leaf_id
         if t is self._ndarray_type:
-            dt = x.dtype
-            shape = x.shape
             # The last host array's signature, reused (a loop feeds batches
             # of one dtype and shape): hashing a numpy dtype is not cheap.
+            # Compiled, asked in C (``_same_host_signature``), without
+            # making the array's dtype and shape objects.
             last = self._last_host
-            if last is not None and last[0] is dt and last[1] == shape:
-                return last[2]
+            if last is not None:
+                if _COMPILED:
+                    if _same_host_signature(x, last[0], last[1]):
+                        return last[2]
+                elif last[0] is x.dtype and last[1] == x.shape:
+                    return last[2]
+            dt = x.dtype
+            shape = x.shape
             if dt in self._canonical_dtypes:
                 # Signs like a device array of the same aval: shares entries.
                 leaf_id = self._intern((dt, shape, False))

@@ -57,6 +57,7 @@ class CacheEntry:
     resharded: int
     n_inputs: int
     held_scalars: list[Any] | None
+    host_waits: tuple[int, ...] | None
     key: Any
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...

@@ -9,6 +9,7 @@ cdef class HostSpec:
     cdef readonly object read_during_call
     cdef readonly bint whole
     cdef readonly bint copy_first
+    cdef readonly bint aliases
     cpdef object put(self, object x)
     cpdef object put_own(self, object x)
     cdef list _slices(self, object x)

@@ -12,7 +12,10 @@ A caller's array is read during the put only (``put``): jaxlib would alias an
 aligned numpy array on CPU, or copy a large one later on another thread, and
 the asynchronous computation would see the caller's later writes. An array
 pmapkit made itself for the put (a dtype conversion, a scalar) has no other
-holder and goes without that copy (``put_own``).
+holder and goes without that copy (``put_own``). A large input on CPU devices
+(``aliases``) is not copied at all: jaxlib reads the caller's array in place
+and the call returns once the program has run (``CacheEntry.run`` waits for
+its results), so a write after the call still never reaches it.
 """
 
 
@@ -21,7 +24,7 @@ class HostSpec:
     per-device index tuples and the devices, all derived once at miss time."""
 
     def __init__(self, aval, dtype, indices, devices, sharding, device_put,
-                 read_during_call):
+                 read_during_call, aliases=False):
         self.aval = aval
         self.dtype = dtype
         self.indices = tuple(indices)
@@ -38,16 +41,24 @@ class HostSpec:
         # such a put with IMMUTABLE_ONLY_DURING_CALL ("bad_function_call"),
         # so a caller's array is copied whole first and put as our own.
         self.copy_first = not self.whole and _repeats(self.indices)
+        # A caller's array is put without a copy (jaxlib aliases it where it
+        # can): only for inputs whose calls wait for the program's results
+        # before returning (``CacheEntry.host_waits``); never a donated one.
+        self.aliases = bool(aliases)
 
     def put(self, x):
         """The device array of the caller's numpy array ``x``, as it is now
-        (later writes to ``x`` do not reach it)."""
+        (later writes to ``x`` do not reach it; with ``aliases``, once the
+        call has waited for the program)."""
         # Builtin numpy dtypes are singletons: the usual case is one compare.
         if x.dtype is not self.dtype and x.dtype != self.dtype:
             return self.put_own(x.astype(self.dtype))
         if self.copy_first:
             return self.put_own(x.copy())
         try:
+            if self.aliases:
+                return self.device_put(self.aval, self.sharding, self._slices(x),
+                                       self.devices, True)
             return self.device_put(self.aval, self.sharding, self._slices(x),
                                    self.devices, True, False, self.read_during_call)
         except RuntimeError:

@@ -74,6 +74,12 @@ class FastpathData:
 # and JAX's call cost less than ``HostSpec.put``'s own copy and the hit path
 # up to 256 KiB (~60 against ~73 µs there), more at 4 MiB (~187 against ~130).
 HOST_ROUTE_MAX_BYTES = 1 << 18
+# The largest host input (bytes) copied at the call on CPU devices; a larger
+# one is put without a copy (jaxlib reads the caller's array in place) and
+# the call returns once its program has run: a copy costs the caller's thread
+# more than classic JAX's synchronous call of it (jax 0.4.30 on CPU: no copy,
+# the program run before the call returns).
+HOST_COPY_MAX_BYTES = HOST_ROUTE_MAX_BYTES
 # Why a signature's calls carrying host values are not run by JAX's call
 # (``FastpathData.host_refusal``): the program's reasons
 # (``CompiledProgram.host_route_refusal``), then the signature's (results
@@ -133,15 +139,33 @@ class CompiledProgram:
             intern_sharding(jp.physical_sharding(a, s)) if is_extended(a) else s
             for a, s in zip(in_avals, self.in_shardings))
         self.kept_in_shardings = tuple(self.physical_in_shardings[i] for i in kept_idx)
-        self.host_specs = tuple(
-            _host_spec(a, s) for a, s in zip(in_avals, self.in_shardings))
-        self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
         self.donated = tuple(
             i for i, d in enumerate(params["donated_invars"]) if d) or None
+        aliasing = self._host_arrays_aliased()
+        self.host_specs = tuple(
+            _host_spec(a, s, aliasing and not is_extended(a)
+                       and _nbytes(a) > HOST_COPY_MAX_BYTES)
+            for a, s in zip(in_avals, self.in_shardings))
+        self.kept_host_specs = tuple(self.host_specs[i] for i in kept_idx)
         # Collectives on XLA:CPU: executions in flight are bounded (inflight).
         self.cpu_collectives = inflight.has_collectives(jax_compiled, {
             d for s in self.in_shardings + self.out_shardings if s is not None
             for d in s.device_set})
+
+    def _host_arrays_aliased(self):
+        """Whether this program's large host inputs are put without a copy
+        (``HostSpec.aliases``; the hit path then waits for the results of a
+        call passing one): on CPU devices only (elsewhere the put is the
+        copy), never for a program that donates (it may write into what it
+        is given), has effects (their runner takes the inputs as they are
+        put) or spans processes (each takes its own data)."""
+        if self.donated is not None or self.has_effects or self.spans_processes:
+            return False
+        devices = set()
+        for sharding in self.in_shardings:
+            if sharding is not None:
+                devices |= set(sharding.device_set)
+        return bool(devices) and all(d.platform == "cpu" for d in devices)
 
     def is_equivalent(self, x, i):
         """Whether device array ``x`` (the physical buffers, for a key input)
@@ -445,7 +469,7 @@ def _all_inputs(kept_arrays, kept, args, program):
     return full
 
 
-def _host_spec(aval, sharding):
+def _host_spec(aval, sharding, aliases=False):
     if is_extended(aval):
         return None  # no host value has a key dtype: keys come as key arrays
     devices = list(sharding.mesh.devices.flat)
@@ -455,7 +479,7 @@ def _host_spec(aval, sharding):
         return Float0HostSpec(aval, indices, devices, sharding)
     return _shard_arg_mod.HostSpec(
         aval, np.dtype(aval.dtype), indices, devices, sharding,
-        jp.batched_device_put, jp.HOST_READ_DURING_CALL)
+        jp.batched_device_put, jp.HOST_READ_DURING_CALL, aliases)
 
 
 class Float0HostSpec:
