@@ -10,8 +10,17 @@ Outcomes: ``equal`` (both exit 0, the same stdout), ``DIFFERENT`` (both exit 0,
 stdout differs: a wrong value), ``migrated fails`` (with "0 left" said or not),
 ``out`` (the original itself does not run here: a dataset, a cluster, ...).
 Needs the mirrors of the repositories (``/work/.mirror/OWNER+NAME/repo``,
-brought by the session tool ``fetch github:OWNER/NAME``)."""
+brought by the session tool ``fetch github:OWNER/NAME``).
+
+A notebook (a MyST ``.md`` with ``{code-cell}`` blocks, or an ``.ipynb``) is
+rebuilt into ``original.py`` the way Jupyter runs it: its code cells in order,
+the last bare expression of a cell shown with ``print(repr(...))`` as
+IPython's display hook would (unless the line ends in ``;``), cells tagged
+``raises-exception`` left out (the docs build expects them to fail), and
+IPython magics (``%``, ``!``) dropped."""
+import ast
 import csv
+import json
 import os
 import re
 import subprocess
@@ -56,6 +65,60 @@ def _last_error(stderr):
     return lines[-1][:160] if lines else ""
 
 
+_DISPLAY = "def _nb_display(value):\n    if value is not None:\n        print(repr(value))\n"
+
+
+def _md_cells(text):
+    """(options, code) of each MyST ``{code-cell}`` block."""
+    cells, lines = [], iter(text.splitlines())
+    for line in lines:
+        if not line.startswith("```{code-cell}"):
+            continue
+        body = []
+        for inner in lines:
+            if inner.startswith("```"):
+                break
+            body.append(inner)
+        if body[:1] == ["---"] and "---" in body[1:]:       # a YAML options block
+            end = body.index("---", 1)
+            options, body = body[1:end], body[end + 1:]
+        else:
+            options = [b for b in body if b.startswith(":")]
+            body = [b for b in body if not b.startswith(":")]
+        cells.append((" ".join(options), "\n".join(body)))
+    return cells
+
+
+def _ipynb_cells(text):
+    cells = []
+    for cell in json.loads(text)["cells"]:
+        if cell["cell_type"] == "code":
+            source = cell["source"]
+            source = "".join(source) if isinstance(source, list) else source
+            cells.append((" ".join(cell.get("metadata", {}).get("tags", [])), source))
+    return cells
+
+
+def _displayed(code):
+    """The cell's code with its last bare expression printed as IPython shows it."""
+    code = "\n".join(line for line in code.splitlines()
+                     if not line.lstrip().startswith(("%", "!")))
+    tree = ast.parse(code)
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr) or code.rstrip().endswith(";"):
+        return code
+    last = tree.body[-1]
+    lines = code.splitlines()
+    expr = ast.get_source_segment(code, last.value)
+    return "\n".join(lines[:last.lineno - 1] + [f"_nb_display({expr})"])
+
+
+def notebook_script(path, text):
+    """A notebook's code cells as one script (see the module docstring)."""
+    cells = _ipynb_cells(text) if path.endswith(".ipynb") else _md_cells(text)
+    kept = [_displayed(code) for options, code in cells if "raises-exception" not in options]
+    return _DISPLAY + "\n\n".join(kept) + "\n"
+
+
 def rebuild(row):
     """The program's folder in the cache, its original.py written from the mirror."""
     mirror = os.path.join(MIRRORS, row["repository"].replace("/", "+"), "repo")
@@ -63,6 +126,8 @@ def rebuild(row):
         raise FileNotFoundError(f"no mirror of {row['repository']}: fetch github:{row['repository']}")
     source = subprocess.run(["git", "-C", mirror, "show", f"{row['commit']}:{row['path']}"],
                             capture_output=True, check=True).stdout
+    if row["path"].endswith((".md", ".ipynb")):
+        source = notebook_script(row["path"], source.decode()).encode()
     folder = os.path.join(CACHE, row["name"])
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "original.py"), "wb") as f:
