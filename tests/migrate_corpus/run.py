@@ -6,7 +6,7 @@ imported, ``-W error::DeprecationWarning``), stdout compared exactly.
 
     python -P tests/migrate_corpus/run.py [NAME ...]
 
-A row may name, in its optional last column ``ignore``, a regular expression
+A row may name, in its optional column ``ignore``, a regular expression
 for stdout lines that legitimately differ between the two runs (a mesh's
 repr, which is pmapkit's under ``pmapkit run`` and JAX 0.10's after migrate;
 a timing); lines it matches (``re.search``) are dropped from both outputs
@@ -17,7 +17,7 @@ Two more optional columns, both empty unless a row needs them. ``edit``:
 source-line edits made when the program is rebuilt, ``REGEX => REPLACEMENT``
 pairs separated by `` ;; `` (a notebook's TPU-setup cell cannot run on CPU:
 ``import jax\.tools\.colab_tpu => import jax`` keeps the import of jax it
-also made, ``setup_tpu\(\) =>`` drops the call); each pair is ``re.sub`` on
+also made, ``^.*setup_tpu\(\)$ =>`` drops the call); each pair is ``re.sub`` on
 every line, a line an edit leaves blank is dropped, and the outcome's detail
 says how many lines were edited. ``run_options``: options given to
 ``pmapkit run`` for the original (``--route-pmap`` where the
