@@ -232,5 +232,9 @@ def test_positional_replicas_of_one_layout_go_to_one_jit_together():
     # each part where JAX 0.4 put it: rows by pairs for rep 1, columns alternating for rep 0
     assert {d.device.id: d.index[0] for d in y.addressable_shards}[3] == slice(2, 4)
     assert {d.device.id: d.index[1] for d in z.addressable_shards}[3] == slice(4, 8)
+    # a layout all on every device takes a value of any rank (a bias beside its weights)
+    for everywhere in (s.replicate(), s.reshape(8, 1).replicate(0).replicate(1)):
+        b = jax.device_put(np.arange(3.0), everywhere)
+        assert b.sharding.is_fully_replicated and len(b.addressable_shards) == 8
     back = s.replicate(0).with_memory_kind(None)
     assert back.mesh == s.replicate(0).mesh and back.spec == s.replicate(0).spec

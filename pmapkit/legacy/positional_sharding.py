@@ -63,6 +63,8 @@ class PositionalSharding(NamedSharding):
             grid = np.array(devices, dtype=object).reshape(*base, 1)
             spec = [None if i in axes else names[i] for i in range(len(base))
                     if keepdims or i not in axes]
+            if _cells.size == 1:
+                spec = []       # all on every device: a value of any rank (as JAX 0.4)
             super().__init__(Mesh(grid, names), PartitionSpec(*spec), memory_kind=memory_kind)
         elif _order is not None:
             # a transpose of a layout with one device a cell: the mesh stays
@@ -78,7 +80,8 @@ class PositionalSharding(NamedSharding):
             grid = np.array([devices[i] for cell in _cells.flat for i in sorted(cell)],
                             dtype=object).reshape(*_cells.shape, copies.pop())
             names = tuple(_axis(i) for i in range(_cells.ndim)) + (_REPLICA_AXIS,)
-            super().__init__(Mesh(grid, names), PartitionSpec(*names[:-1]),
+            spec = names[:-1] if _cells.size > 1 else ()    # one cell: any rank
+            super().__init__(Mesh(grid, names), PartitionSpec(*spec),
                              memory_kind=memory_kind)
         self._positional_devices = tuple(devices)
         self._cells = _cells
