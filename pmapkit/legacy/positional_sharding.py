@@ -6,7 +6,11 @@ lays out: dimension ``i`` of a value is split in ``shape[i]`` parts, part
 cells along ``axis`` (each value part then lives on all their devices).
 JAX 0.10 lays the same thing out with a ``NamedSharding``: a mesh of the
 cells' devices shaped ``(*shape, copies)``, each value dimension split over
-its own mesh axis and the last axis replicated. This class *is* that
+its own mesh axis and the last axis replicated (a ``replicate`` of a layout
+with one device a cell keeps that layout's mesh, the merged dimensions
+unnamed in the spec: every layout made from one ``PositionalSharding`` has
+its device order, as JAX 0.4's did, so ``jit`` takes them together; one cell
+holding every device takes a value of any rank). This class *is* that
 ``NamedSharding`` (a subclass), so ``jax.device_put``, ``jit``'s
 ``in_shardings``/``out_shardings`` and constraints take it as JAX takes
 any sharding, and carries the classic ``reshape``/``transpose``/``T``/
