@@ -213,6 +213,8 @@ TRANSLATION_MUTANTS = [
     ("rules_pmap.py", 'self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"',
      'self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"',
      "devices= ignored"),
+    ("transformer.py", "                self.nested_pmaps.update(map(id, sites))",
+     "                pass", "stacked pmap decorators not a pmap of a pmap"),
     ("rules_pmap.py", "    if ctx.is_nested_pmap(original):", "    if False:",
      "a pmap of a pmap translated"),
     ("rules_pmap.py", 'if isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute))',

@@ -185,6 +185,11 @@ for option in ("jax_dynamic_shapes", "experimental_xmap_spmd_lowering"):
         jax.config.update(option, True)
     except ValueError as e:
         out["removed_options"].append([type(e).__name__, option in str(e)])
+# classic config took a lax.Precision member for the matmul precision
+jax.config.update("jax_default_matmul_precision", jax.lax.Precision.HIGHEST)
+out["matmul_precision"] = [jax.config.jax_default_matmul_precision,
+                           float(jnp.dot(jnp.ones(3), jnp.ones(3)))]
+jax.config.update("jax_default_matmul_precision", None)
 x = jnp.arange(6.0).reshape(2, 3)
 y = x.to_py()
 out["to_py"] = [type(y).__name__, y.tolist(), str(y.dtype)]
@@ -212,6 +217,8 @@ def test_config_attributes_and_array_members(tmp_path):
     assert out["coordination_service_off"] == ["RemovedConfigValueError", True]
     assert out["removed_options"] == [False, False, ["RemovedConfigValueError", True],
                                       ["RemovedConfigValueError", True]]
+    # classic update("jax_default_matmul_precision", Precision.HIGHEST): its name
+    assert out["matmul_precision"] == ["highest", 3.0]
     # classic DeviceArray.to_py(): the value as a NumPy array
     assert out["to_py"] == ["ndarray", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], "float32"]
     # a pmap result's classic ShardingSpec: its mapped axis unstacked

@@ -212,3 +212,29 @@ def test_positional_sharding_refuses_bad_devices_and_pickles():
     assert type(back) is PositionalSharding and back == s and back.shape == (4, 1)
     assert repr(back) == ("PositionalSharding([['{0, 1}'], ['{2, 3}'], ['{4, 5}'], "
                           "['{6, 7}']], shape=(4, 1))")
+
+
+def test_positional_replicas_of_one_layout_go_to_one_jit_together():
+    # Distributed_arrays_and_automatic_parallelization (2023): x laid out by
+    # s.replicate(1) and by s.replicate(0), then jnp.dot of the two. JAX 0.4
+    # kept one device list for every layout made from s, so jit took both.
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from pmapkit.legacy.positional_sharding import PositionalSharding
+    s = PositionalSharding(jax.devices()).reshape(4, 2)
+    x = np.arange(64.0, dtype=np.float32).reshape(8, 8)
+    y, z = jax.device_put(x, s.replicate(1)), jax.device_put(x, s.replicate(0))
+    np.testing.assert_array_equal(np.asarray(jnp.dot(y, z)), x @ x)
+    assert [d.id for d in y.sharding.mesh.devices.flat] == list(range(8))
+    assert [d.id for d in z.sharding.mesh.devices.flat] == list(range(8))
+    # each part where JAX 0.4 put it: rows by pairs for rep 1, columns alternating for rep 0
+    assert {d.device.id: d.index[0] for d in y.addressable_shards}[3] == slice(2, 4)
+    assert {d.device.id: d.index[1] for d in z.addressable_shards}[3] == slice(4, 8)
+    # a layout all on every device takes a value of any rank (a bias beside its weights)
+    for everywhere in (s.replicate(), s.reshape(8, 1).replicate(0).replicate(1)):
+        b = jax.device_put(np.arange(3.0), everywhere)
+        assert b.sharding.is_fully_replicated and len(b.addressable_shards) == 8
+    back = s.replicate(0).with_memory_kind(None)
+    assert back.mesh == s.replicate(0).mesh and back.spec == s.replicate(0).spec

@@ -15,6 +15,12 @@ FAMILY_MOVES = sorted(k for k in MOVES if k not in rules_trees_ops.census_tables
 
 # classic call → (a statement using it, what the migrated statement reads)
 CALL_SAMPLES = {
+    "jax.config.update": (
+        "jax.config.update('jax_default_matmul_precision', jax.lax.Precision.HIGHEST)",
+        "jax.config.update('jax_default_matmul_precision', 'highest')"),
+    "jax.config.config.update": (
+        "jax.config.config.update('jax_default_matmul_precision', jax.lax.Precision.DEFAULT)",
+        "jax.config.update('jax_default_matmul_precision', 'default')"),
     "jax.device_put_replicated": ("r = jax.device_put_replicated(x, ds)",
                                   "r = _device_put_replicated(x, ds)"),
     "jax.device_put_sharded": ("r = jax.device_put_sharded(xs, ds)",

@@ -92,6 +92,10 @@ NOT_TRANSLATED = {
     "in_axes short of the arguments": (
         "p = jax.pmap(f, in_axes=(0, 0), static_broadcasted_argnums=3)\n", "kept",
         "fewer than the positional arguments"),
+    "stacked pmap decorators": (
+        '@functools.partial(jax.pmap, axis_name="rows")\n'
+        '@functools.partial(jax.pmap, axis_name="cols")\ndef f(x):\n    return x\n',
+        "left", "a pmap of a pmap"),
     "a pmap of a pmapped name": ('inner = jax.pmap(f, "j")\ny = jax.pmap(inner, "i")(x)\n',
                                  "left", "a pmap of a pmap"),
 }

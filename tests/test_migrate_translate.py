@@ -303,12 +303,24 @@ def test_call_with_device_used_only_for_its_id_is_translated_with_axis_index():
      "t = ox.GradientTransformation"),
     ("from jax.config import config\nconfig.enable_omnistaging()\nx = 1\n", "x = 1"),
     ("import jax\nif True:\n    jax.config.update('jax_omnistaging', True)\n", "    pass"),
+    ("import jax\njax.config.update('jax_default_matmul_precision', jax.lax.Precision.HIGHEST)\n",
+     "jax.config.update('jax_default_matmul_precision', 'highest')"),
+    ("from jax import config, lax\nconfig.update('jax_default_matmul_precision', lax.Precision.HIGH)\n",
+     "config.update('jax_default_matmul_precision', 'high')"),
 ])
 def test_each_same_behaviour_rewrite_is_made(classic, modern):
     new, report = migrate_source(classic)
     assert new.rstrip("\n").splitlines()[-1] == modern, new
     assert report.left == [] and report.rewrites, report.format()
     assert "omnistaging" not in new and "xla_bridge" not in new and "experimental" not in new
+
+
+def test_precision_updates_of_other_options_and_values_are_not_touched():
+    source = ("import jax\njax.config.update('jax_enable_x64', True)\n"
+              "jax.config.update('jax_default_matmul_precision', 'float32')\n"
+              "p = jax.lax.Precision.HIGHEST\n")
+    new, report = migrate_source(source)
+    assert new == source and report.rewrites == [], report.format()
 
 
 def test_optix_becomes_an_optax_import():

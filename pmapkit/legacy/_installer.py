@@ -21,6 +21,7 @@ import jax
 
 import pmapkit
 from pmapkit.legacy import census as legacy_census
+from pmapkit.legacy import classic_config
 from pmapkit.legacy import classic_values
 from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy import report as legacy_report
@@ -374,7 +375,7 @@ def _install_config_options():
             text = legacy_names.removed_config_text(name)
             if text is not None:
                 raise legacy_names.RemovedAttributeError(text)
-        return update(name, value)
+        return update(name, classic_config.classic_update_value(name, value))
 
     classic_update._pmapkit_classic = True
     classic_update.__doc__ = update.__doc__

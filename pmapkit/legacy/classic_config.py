@@ -13,7 +13,21 @@ import warnings
 
 import jax
 
-__all__ = ["ConfigNamespace", "flags", "enable_omnistaging", "omnistaging_enabled"]
+__all__ = ["ConfigNamespace", "flags", "enable_omnistaging", "omnistaging_enabled",
+           "classic_update_value"]
+
+#: options classic ``jax.config.update`` took a ``lax.Precision`` member for.
+PRECISION_OPTIONS = ("jax_default_matmul_precision",)
+
+
+def classic_update_value(name, value):
+    """The value JAX 0.10's ``jax.config.update(name, ...)`` takes for the one a
+    classic program passes: classic config stored a ``lax.Precision`` member
+    for the matmul precision unchecked (dot_general read it back as a
+    Precision); JAX 0.10 takes its name only."""
+    if name in PRECISION_OPTIONS and isinstance(value, jax.lax.Precision):
+        return value.name.lower()
+    return value
 
 
 class ConfigNamespace:

@@ -6,7 +6,11 @@ lays out: dimension ``i`` of a value is split in ``shape[i]`` parts, part
 cells along ``axis`` (each value part then lives on all their devices).
 JAX 0.10 lays the same thing out with a ``NamedSharding``: a mesh of the
 cells' devices shaped ``(*shape, copies)``, each value dimension split over
-its own mesh axis and the last axis replicated. This class *is* that
+its own mesh axis and the last axis replicated (a ``replicate`` of a layout
+with one device a cell keeps that layout's mesh, the merged dimensions
+unnamed in the spec: every layout made from one ``PositionalSharding`` has
+its device order, as JAX 0.4's did, so ``jit`` takes them together; one cell
+holding every device takes a value of any rank). This class *is* that
 ``NamedSharding`` (a subclass), so ``jax.device_put``, ``jit``'s
 ``in_shardings``/``out_shardings`` and constraints take it as JAX takes
 any sharding, and carries the classic ``reshape``/``transpose``/``T``/
@@ -30,7 +34,8 @@ class PositionalSharding(NamedSharding):
     """``PositionalSharding(devices)``: ``devices`` an ndarray (or nested
     sequence) of distinct devices, one cell each."""
 
-    def __init__(self, devices, *, memory_kind=None, _cells=None, _order=None):
+    def __init__(self, devices, *, memory_kind=None, _cells=None, _order=None,
+                 _replicated=None):
         if _cells is None:
             array = np.array(devices, dtype=object)
             if array.size == 0:
@@ -51,7 +56,21 @@ class PositionalSharding(NamedSharding):
         copies = {len(c) for c in _cells.flat}
         if len(copies) != 1:
             raise ValueError("PositionalSharding: every cell must hold as many devices")
-        if _order is not None:
+        if _replicated is not None:
+            # a replicate of a layout with one device a cell, in order: the mesh
+            # stays that layout's (devices in their given order), the merged
+            # dimensions unnamed in the spec, so every layout made from one
+            # PositionalSharding has one device order and jit takes them
+            # together (JAX 0.4 kept the device list for all of them)
+            base, axes, keepdims = _replicated
+            names = tuple(_axis(i) for i in range(len(base))) + (_REPLICA_AXIS,)
+            grid = np.array(devices, dtype=object).reshape(*base, 1)
+            spec = [None if i in axes else names[i] for i in range(len(base))
+                    if keepdims or i not in axes]
+            if _cells.size == 1:
+                spec = []       # all on every device: a value of any rank (as JAX 0.4)
+            super().__init__(Mesh(grid, names), PartitionSpec(*spec), memory_kind=memory_kind)
+        elif _order is not None:
             # a transpose of a layout with one device a cell: the mesh stays
             # the untransposed one (devices in their given order), its axes
             # taken in the new order, so jit sees one device order for both
@@ -65,15 +84,21 @@ class PositionalSharding(NamedSharding):
             grid = np.array([devices[i] for cell in _cells.flat for i in sorted(cell)],
                             dtype=object).reshape(*_cells.shape, copies.pop())
             names = tuple(_axis(i) for i in range(_cells.ndim)) + (_REPLICA_AXIS,)
-            super().__init__(Mesh(grid, names), PartitionSpec(*names[:-1]),
+            spec = names[:-1] if _cells.size > 1 else ()    # one cell: any rank
+            super().__init__(Mesh(grid, names), PartitionSpec(*spec),
                              memory_kind=memory_kind)
         self._positional_devices = tuple(devices)
         self._cells = _cells
         self._order = _order
+        self._replicated = _replicated
 
     def _remake(self, cells):
         return PositionalSharding(self._positional_devices, memory_kind=self.memory_kind,
                                   _cells=cells)
+
+    def _one_device_a_cell_in_order(self):
+        return (self._order is None and self._replicated is None
+                and [c for c in self._cells.flat] == [(k,) for k in range(self._cells.size)])
 
     @property
     def shape(self):
@@ -117,11 +142,16 @@ class PositionalSharding(NamedSharding):
         if not keepdims:
             merged = merged.reshape([n for i, n in enumerate(merged.shape)
                                      if i not in axes])
+        if self._one_device_a_cell_in_order():
+            return PositionalSharding(
+                self._positional_devices, memory_kind=self.memory_kind, _cells=merged,
+                _replicated=(self._cells.shape, frozenset(axes), keepdims))
         return self._remake(merged)
 
     def with_memory_kind(self, kind):
         return PositionalSharding(self._positional_devices, memory_kind=kind,
-                                  _cells=self._cells, _order=self._order)
+                                  _cells=self._cells, _order=self._order,
+                                  _replicated=self._replicated)
 
     def named_sharding(self) -> NamedSharding:
         """The plain ``NamedSharding`` this layout is."""
@@ -137,11 +167,11 @@ class PositionalSharding(NamedSharding):
     def __reduce__(self):
         # devices by id: a Device object does not pickle
         ids = tuple(d.id for d in self._positional_devices)
-        return (_rebuild, (ids, self._cells, self.memory_kind, self._order))
+        return (_rebuild, (ids, self._cells, self.memory_kind, self._order, self._replicated))
 
 
-def _rebuild(ids, cells, memory_kind, order=None):
+def _rebuild(ids, cells, memory_kind, order=None, replicated=None):
     import jax
     by_id = {d.id: d for d in jax.devices()}
     return PositionalSharding(tuple(by_id[i] for i in ids), memory_kind=memory_kind,
-                              _cells=cells, _order=order)
+                              _cells=cells, _order=order, _replicated=replicated)

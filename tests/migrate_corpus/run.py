@@ -6,12 +6,39 @@ imported, ``-W error::DeprecationWarning``), stdout compared exactly.
 
     python -P tests/migrate_corpus/run.py [NAME ...]
 
+A row may name, in its optional column ``ignore``, a regular expression
+for stdout lines that legitimately differ between the two runs (a mesh's
+repr, which is pmapkit's under ``pmapkit run`` and JAX 0.10's after migrate;
+a timing); lines it matches (``re.search``) are dropped from both outputs
+before comparing, and the outcome's detail says how many. No row ignores
+anything unless it says so.
+
+Two more optional columns, both empty unless a row needs them. ``edit``:
+source-line edits made when the program is rebuilt, ``REGEX => REPLACEMENT``
+pairs separated by `` ;; `` (a notebook's TPU-setup cell cannot run on CPU:
+``import jax\.tools\.colab_tpu => import jax`` keeps the import of jax it
+also made, ``^.*setup_tpu\(\)$ =>`` drops the call); each pair is ``re.sub`` on
+every line, a line an edit leaves blank is dropped, and the outcome's detail
+says how many lines were edited. ``run_options``: options given to
+``pmapkit run`` for the original (``--route-pmap`` where the
+program nests a pmap inside another pmap's body, which JAX 0.10's own
+``jax.pmap`` cannot do); the migrated file always runs on plain JAX.
+
 Outcomes: ``equal`` (both exit 0, the same stdout), ``DIFFERENT`` (both exit 0,
 stdout differs: a wrong value), ``migrated fails`` (with "0 left" said or not),
 ``out`` (the original itself does not run here: a dataset, a cluster, ...).
 Needs the mirrors of the repositories (``/work/.mirror/OWNER+NAME/repo``,
-brought by the session tool ``fetch github:OWNER/NAME``)."""
+brought by the session tool ``fetch github:OWNER/NAME``).
+
+A notebook (a MyST ``.md`` with ``{code-cell}`` blocks, or an ``.ipynb``) is
+rebuilt into ``original.py`` the way Jupyter runs it: its code cells in order,
+the last bare expression of a cell shown with ``print(repr(...))`` as
+IPython's display hook would (unless the line ends in ``;``), cells tagged
+``raises-exception`` left out (the docs build expects them to fail), and
+IPython magics (``%``, ``!``) dropped."""
+import ast
 import csv
+import json
 import os
 import re
 import subprocess
@@ -52,8 +79,86 @@ def _run(command, folder, env):
 
 def _last_error(stderr):
     lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith(
-        ("W0000", "I0000", "WARNING: All log messages"))]
+        ("W0000", "I0000", "WARNING: All log messages", "For simplicity, JAX has removed",
+         "--------------------"))]
     return lines[-1][:160] if lines else ""
+
+
+_DISPLAY = "def _nb_display(value):\n    if value is not None:\n        print(repr(value))\n"
+
+
+def _md_cells(text):
+    """(options, code) of each MyST ``{code-cell}`` block."""
+    cells, lines = [], iter(text.splitlines())
+    for line in lines:
+        if not line.startswith("```{code-cell}"):
+            continue
+        body = []
+        for inner in lines:
+            if inner.startswith("```"):
+                break
+            body.append(inner)
+        if body[:1] == ["---"] and "---" in body[1:]:       # a YAML options block
+            end = body.index("---", 1)
+            options, body = body[1:end], body[end + 1:]
+        else:
+            options = [b for b in body if b.startswith(":")]
+            body = [b for b in body if not b.startswith(":")]
+        cells.append((" ".join(options), "\n".join(body)))
+    return cells
+
+
+def _ipynb_cells(text):
+    cells = []
+    for cell in json.loads(text)["cells"]:
+        if cell["cell_type"] == "code":
+            source = cell["source"]
+            source = "".join(source) if isinstance(source, list) else source
+            cells.append((" ".join(cell.get("metadata", {}).get("tags", [])), source))
+    return cells
+
+
+def _displayed(code):
+    """The cell's code with its last bare expression printed as IPython shows it."""
+    code = "\n".join(line for line in code.splitlines()
+                     if not line.lstrip().startswith(("%", "!")))
+    tree = ast.parse(code)
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr) or code.rstrip().endswith(";"):
+        return code
+    last = tree.body[-1]
+    lines = code.splitlines()
+    expr = ast.get_source_segment(code, last.value)
+    return "\n".join(lines[:last.lineno - 1] + [f"_nb_display({expr})"])
+
+
+def edit_lines(code, edits):
+    """(code with the row's ``edit`` pairs applied to each line, how many lines changed)."""
+    if not edits:
+        return code, 0
+    pairs = [item.split("=>", 1) for item in edits.split(";;")]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"edit: each item must be 'REGEX => REPLACEMENT', got {edits!r}")
+    kept, changed = [], 0
+    for line in code.splitlines():
+        new = line
+        for pattern, replacement in pairs:
+            new = re.sub(pattern.strip(), replacement.strip(), new)
+        changed += new != line
+        if new.strip() or not line.strip():
+            kept.append(new)
+    return "\n".join(kept), changed
+
+
+def notebook_script(path, text, edits=""):
+    """A notebook's code cells as one script (see the module docstring)."""
+    cells = _ipynb_cells(text) if path.endswith(".ipynb") else _md_cells(text)
+    kept = []
+    for options, code in cells:
+        if "raises-exception" not in options:
+            code, _ = edit_lines(code, edits)
+            if code.strip():
+                kept.append(_displayed(code))
+    return _DISPLAY + "\n\n".join(kept) + "\n"
 
 
 def rebuild(row):
@@ -63,18 +168,34 @@ def rebuild(row):
         raise FileNotFoundError(f"no mirror of {row['repository']}: fetch github:{row['repository']}")
     source = subprocess.run(["git", "-C", mirror, "show", f"{row['commit']}:{row['path']}"],
                             capture_output=True, check=True).stdout
+    edits = row.get("edit") or ""
+    edited = edit_lines(_notebook_source(row["path"], source.decode()), edits)[1] if edits else 0
+    if row["path"].endswith((".md", ".ipynb")):
+        source = notebook_script(row["path"], source.decode(), edits).encode()
+    elif edited:
+        source = edit_lines(source.decode(), edits)[0].encode() + b"\n"
     folder = os.path.join(CACHE, row["name"])
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "original.py"), "wb") as f:
         f.write(source)
-    return folder
+    return folder, edited
+
+
+def _notebook_source(path, text):
+    """The code the edits are counted on: a notebook's code cells, or the file."""
+    if path.endswith((".md", ".ipynb")):
+        cells = _ipynb_cells(text) if path.endswith(".ipynb") else _md_cells(text)
+        return "\n".join(code for options, code in cells if "raises-exception" not in options)
+    return text
 
 
 def measure(row):
     """(outcome, migrate's counts, detail) for one program."""
-    folder = rebuild(row)
+    folder, edited = rebuild(row)
     env = _env(row["env"])
-    rc, out, err = _run([sys.executable, "-m", "pmapkit", "run", "original.py"], folder, env)
+    options = (row.get("run_options") or "").split()
+    rc, out, err = _run([sys.executable, "-m", "pmapkit", "run", *options, "original.py"],
+                        folder, env)
     if rc != 0:
         return "out", "", f"the original fails under pmapkit run: {_last_error(err)}"
     mrc, mout, merr = _run([sys.executable, "-m", "pmapkit", "migrate", "original.py", "-o",
@@ -88,11 +209,20 @@ def measure(row):
     if nrc != 0:
         zero = " (said 0 left)" if " 0 left," in counts else ""
         return "migrated fails" + zero, counts, _last_error(nerr)
+    ignored = 0
+    if row.get("ignore"):
+        kept = [[line for line in text.splitlines(keepends=True)
+                 if not re.search(row["ignore"], line)] for text in (out, nout)]
+        ignored = len(out.splitlines()) - len(kept[0])
+        out, nout = ("".join(k) for k in kept)
     if nout != out:
         first = next((k for k, (a, b) in enumerate(zip(out.splitlines(), nout.splitlines()))
                       if a != b), None)
         return "DIFFERENT", counts, f"stdout line {first}"
-    return "equal", counts, f"{len(out.splitlines())} stdout lines"
+    note = f" ({ignored} ignored: {row['ignore']})" if row.get("ignore") else ""
+    note += f" ({edited} source lines edited)" if edited else ""
+    note += f" (original run with {' '.join(options)})" if options else ""
+    return "equal", counts, f"{len(out.splitlines())} stdout lines{note}"
 
 
 def main(names):

@@ -7,9 +7,14 @@ transformer's attribute rule, ``BACKEND_PLATFORM``); ``jax.experimental.optix``
 ``optax.GradientTransformation``, ``additive_weight_decay`` is
 ``add_decayed_weights``); ``x.to_py()`` → ``numpy.asarray(x)`` (``TO_PY``);
 ``config.enable_omnistaging()`` dropped (omnistaging is all JAX does:
-``DROPPED_CALLS``)."""
+``DROPPED_CALLS``); ``config.update("jax_default_matmul_precision",
+lax.Precision.HIGHEST)`` → ``"highest"`` (classic config took the enum
+member; JAX 0.10 takes its name)."""
 from __future__ import annotations
 
+import libcst as cst
+
+from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import Family
 
 _XLA_BRIDGES = ("jax.lib.xla_bridge", "jax.interpreters.xla.xb", "jax.lib.xla_client.xla_bridge")
@@ -32,6 +37,26 @@ _OPTIX_RENAMES = {"InitUpdate": "GradientTransformation",
                   "additive_weight_decay": "add_decayed_weights"}
 
 
+#: config options whose classic value could be a ``lax.Precision`` member.
+PRECISION_OPTIONS = ("jax_default_matmul_precision",)
+_PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
+_PRECISION_ENUMS = ("jax.lax.Precision", "jax.lax.lax.Precision")
+
+
+def _config_update(ctx, original, updated):
+    """``update(<precision option>, Precision.X)`` → ``update(option, "x")``;
+    any other update is not this rule's (None)."""
+    args = original.args
+    if len(args) != 2 or not isinstance(args[0].value, cst.SimpleString) or (
+            args[0].value.evaluated_value not in PRECISION_OPTIONS):
+        return None
+    value = ctx.qualname(args[1].value)
+    enum, _, member = (value or "").rpartition(".")
+    if enum not in _PRECISION_ENUMS or member not in _PRECISIONS:
+        return None
+    return f"{sx.code(updated.func)}({sx.code(updated.args[0].value)}, {member.lower()!r})"
+
+
 def family():
     moves = {"jax.ShapedArray": "jax.core.ShapedArray",
              "jax.abstract_arrays.ShapedArray": "jax.core.ShapedArray",
@@ -39,4 +64,5 @@ def family():
     for bridge in _XLA_BRIDGES:
         moves.update({f"{bridge}.{name}": target for name, target in _DEVICE_QUERIES.items()})
     moves.update({f"{OPTIX}.{old}": f"optax.{new}" for old, new in _OPTIX_RENAMES.items()})
-    return Family("classic", moves=moves)
+    return Family("classic", moves=moves,
+                  calls={update: _config_update for update in CONFIG_UPDATES})

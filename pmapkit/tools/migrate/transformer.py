@@ -336,9 +336,11 @@ class Migrator(cst.CSTTransformer):
                     and isinstance(assign.value, cst.Call) and self._pmap_site(assign.value)):
                 made[assign.targets[0].target.value] = assign.value
         for fn in _walk(module, cst.FunctionDef):
-            for deco in fn.decorators:
-                if self._pmap_site(deco.decorator):
-                    made[fn.name.value] = deco.decorator
+            sites = [d.decorator for d in fn.decorators if self._pmap_site(d.decorator)]
+            if sites:
+                made[fn.name.value] = sites[0]
+            if len(sites) > 1:      # stacked pmap decorators: a pmap of a pmap
+                self.nested_pmaps.update(map(id, sites))
         outer = {}      # def name -> the pmap site that maps it
         for call in _walk(module, cst.Call):
             fun = self._pmap_site(call)
