@@ -79,6 +79,9 @@ def payload_checksum(version, payload):
 def _seal_size(version):
     return 32 if version == 1 else _CRC.size
 
+
+_CHECKSUM_NAME = {1: "SHA-256", 2: "CRC-32"}
+
 __all__ = ["CONTAINER_VERSION", "DeserializationError", "MAGIC",
            "SUPPORTED_CONTAINER_VERSIONS", "Unpacked", "header_seal", "pack",
            "parse_payload", "payload_checksum", "producer_versions", "unpack"]
@@ -182,9 +185,6 @@ def unpack(data) -> Unpacked:
               "corrupted.")
     _check_calling_convention(header["producer"])
     return Unpacked(header, payload, version)
-
-
-_CHECKSUM_NAME = {1: "SHA-256", 2: "CRC-32"}
 
 
 def _check_calling_convention(producer):

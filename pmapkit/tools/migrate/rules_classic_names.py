@@ -12,8 +12,10 @@ lax.Precision.HIGHEST)`` → ``"highest"`` (classic config took the enum
 member; JAX 0.10 takes its name)."""
 from __future__ import annotations
 
+import jax
 import libcst as cst
 
+from pmapkit.legacy.classic_config import PRECISION_OPTIONS
 from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import Family
 
@@ -37,9 +39,6 @@ _OPTIX_RENAMES = {"InitUpdate": "GradientTransformation",
                   "additive_weight_decay": "add_decayed_weights"}
 
 
-#: config options whose classic value could be a ``lax.Precision`` member.
-PRECISION_OPTIONS = ("jax_default_matmul_precision",)
-_PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
 _PRECISION_ENUMS = ("jax.lax.Precision", "jax.lax.lax.Precision")
 
 
@@ -52,7 +51,7 @@ def _config_update(ctx, original, updated):
         return None
     value = ctx.qualname(args[1].value)
     enum, _, member = (value or "").rpartition(".")
-    if enum not in _PRECISION_ENUMS or member not in _PRECISIONS:
+    if enum not in _PRECISION_ENUMS or member not in jax.lax.Precision.__members__:
         return None
     return f"{sx.code(updated.func)}({sx.code(updated.args[0].value)}, {member.lower()!r})"
 
