@@ -4,7 +4,10 @@ the checkout), each run as users would: the original under ``pmapkit run``,
 ``pmapkit migrate`` on it, the migrated file on plain JAX (pmapkit not
 imported, ``-W error::DeprecationWarning``), stdout compared exactly.
 
-    python -P tests/migrate_corpus/run.py [NAME ...]
+    python -P tests/migrate_corpus/run.py [--cache DIR] [NAME ...]
+
+``--cache DIR`` rebuilds into DIR instead (two sessions running the corpus at
+once each keep their own folders).
 
 A row may name, in its optional column ``ignore``, a regular expression
 for stdout lines that legitimately differ between the two runs (a mesh's
@@ -23,6 +26,15 @@ says how many lines were edited. ``run_options``: options given to
 ``pmapkit run`` for the original (``--route-pmap`` where the
 program nests a pmap inside another pmap's body, which JAX 0.10's own
 ``jax.pmap`` cannot do); the migrated file always runs on plain JAX.
+
+The column ``env`` holds ``KEY=VALUE`` pairs for the program's environment;
+two keys are the script's own: ``DEVICES=N`` (N CPU devices) and
+``TIMEOUT=N`` (each of the row's three runs may take N s instead of
+TIMEOUT_S, for a program that is slow here and nothing else).
+
+Before comparing, an object's address in a default repr (``<function f at
+0x7f...>``), which differs in every process, is masked in both outputs; the
+outcome's detail says how many.
 
 Outcomes: ``equal`` (both exit 0, the same stdout), ``DIFFERENT`` (both exit 0,
 stdout differs: a wrong value), ``migrated fails`` (with "0 left" said or not),
@@ -63,18 +75,35 @@ def _env(spec):
         key, _, value = item.partition("=")
         if key == "DEVICES":
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={value}"
+        elif key == "TIMEOUT":
+            pass                    # read by _timeout, not the program's
         else:
             env[key] = value
     return env
 
 
-def _run(command, folder, env):
+def _timeout(spec):
+    """Seconds a run of this row may take: TIMEOUT_S, or the row's ``TIMEOUT=N``."""
+    for item in filter(None, spec.split(";")):
+        key, _, value = item.partition("=")
+        if key == "TIMEOUT":
+            return int(value)
+    return TIMEOUT_S
+
+
+def _run(command, folder, env, timeout=TIMEOUT_S):
     try:
         proc = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return None, "", f"timed out after {TIMEOUT_S} s"
+        return None, "", f"timed out after {timeout} s"
     return proc.returncode, proc.stdout, proc.stderr
+
+
+# CPython's default repr of an object (a function in a printed pytree) names
+# its address, which differs from one process to the next: masked in both
+# outputs, the rest of the line still compared.
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+>")
 
 
 def _last_error(stderr):
@@ -192,23 +221,25 @@ def _notebook_source(path, text):
 def measure(row):
     """(outcome, migrate's counts, detail) for one program."""
     folder, edited = rebuild(row)
-    env = _env(row["env"])
+    env, timeout = _env(row["env"]), _timeout(row["env"])
     options = (row.get("run_options") or "").split()
     rc, out, err = _run([sys.executable, "-m", "pmapkit", "run", *options, "original.py"],
-                        folder, env)
+                        folder, env, timeout)
     if rc != 0:
         return "out", "", f"the original fails under pmapkit run: {_last_error(err)}"
     mrc, mout, merr = _run([sys.executable, "-m", "pmapkit", "migrate", "original.py", "-o",
-                            "migrated.py"], folder, env)
+                            "migrated.py"], folder, env, timeout)
     counts = re.search(r"(\d+) rewritten, (\d+) left, (\d+) pmap kept", mout)
     counts = counts.group(0) if counts else f"migrate exit {mrc}: {_last_error(merr)}"
     if mrc not in (0, 1) or not os.path.exists(os.path.join(folder, "migrated.py")):
         return "migrate fails", counts, _last_error(merr)
     nrc, nout, nerr = _run([sys.executable, "-P", "-W", "error::DeprecationWarning",
-                            "migrated.py"], folder, env)
+                            "migrated.py"], folder, env, timeout)
     if nrc != 0:
         zero = " (said 0 left)" if " 0 left," in counts else ""
         return "migrated fails" + zero, counts, _last_error(nerr)
+    masked = len(_ADDRESS.findall(out))
+    out, nout = (_ADDRESS.sub(" at 0x...>", text) for text in (out, nout))
     ignored = 0
     if row.get("ignore"):
         kept = [[line for line in text.splitlines(keepends=True)
@@ -220,12 +251,19 @@ def measure(row):
                       if a != b), None)
         return "DIFFERENT", counts, f"stdout line {first}"
     note = f" ({ignored} ignored: {row['ignore']})" if row.get("ignore") else ""
+    note += f" ({masked} object addresses masked)" if masked else ""
     note += f" ({edited} source lines edited)" if edited else ""
     note += f" (original run with {' '.join(options)})" if options else ""
+    note += f" (runs limited to {timeout} s)" if timeout != TIMEOUT_S else ""
     return "equal", counts, f"{len(out.splitlines())} stdout lines{note}"
 
 
 def main(names):
+    global CACHE
+    if names[:1] == ["--cache"]:
+        if len(names) < 2:
+            raise SystemExit("--cache needs a folder")
+        CACHE, names = os.path.abspath(names[1]), names[2:]
     rows = [r for r in programs() if not names or r["name"] in names]
     results = []
     for row in rows:
