@@ -3,7 +3,9 @@
 rule, using ``MESH_MAKERS``), ``pjit`` → ``jax.jit`` (through ``_pjit``
 where specs are given: a ``None`` spec is replicated and arguments are put
 where the specs say first, as classic pjit moved committed inputs),
-``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``."""
+``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``,
+``maps.thread_resources.env = maps.ResourceEnv(mesh, ())`` (the classic
+global setting of the mesh, no ``with``) → ``jax.set_mesh(mesh)``."""
 from __future__ import annotations
 
 import libcst as cst
@@ -26,6 +28,38 @@ _PJIT_PARAMS = ("fun", "in_axis_resources", "out_axis_resources", "static_argnum
 
 
 _RENAMES = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
+
+
+# The classic thread's resource environment, assigned a ResourceEnv to set the
+# mesh for the rest of the program (t5x, jaxopt's pjit notebook).
+RESOURCE_ENVS = tuple(f"{owner}.thread_resources.env"
+                      for owner in ("jax.experimental.maps", "jax.interpreters.pxla"))
+RESOURCE_ENV_MAKERS = ("jax.experimental.maps.ResourceEnv",
+                       "jax.interpreters.pxla.ResourceEnv")
+_EMPTY_LOOPS = ("()", "[]", "tuple()")
+
+
+def mesh_setter(ctx, original, updated):
+    """``jax.set_mesh(mesh)`` for the statement ``original`` (``updated`` as
+    rewritten so far) when it is ``<maps>.thread_resources.env =
+    <maps>.ResourceEnv(mesh, ())``: jax.set_mesh called outside a ``with``
+    sets the thread's mesh as that assignment did. None for any other
+    statement, or an env with loops (xmap's, which have no equivalent)."""
+    if len(original.body) != 1 or not isinstance(original.body[0], cst.Assign):
+        return None
+    assign, new = original.body[0], updated.body[0]
+    if (len(assign.targets) != 1 or ctx.qualname(assign.targets[0].target) not in RESOURCE_ENVS
+            or not isinstance(assign.value, cst.Call)
+            or ctx.qualname(assign.value.func) not in RESOURCE_ENV_MAKERS):
+        return None
+    try:
+        bound = sx.bind(new.value, ("physical_mesh", "loops"))
+    except sx.Unbindable:
+        return None
+    loops = bound.get("loops")
+    if "physical_mesh" not in bound or loops is None or sx.code(loops.value) not in _EMPTY_LOOPS:
+        return None
+    return f"jax.set_mesh({sx.code(bound['physical_mesh'].value)})"
 
 
 def _either(bound, classic, modern):
