@@ -27,10 +27,8 @@ says how many lines were edited. ``run_options``: options given to
 program nests a pmap inside another pmap's body, which JAX 0.10's own
 ``jax.pmap`` cannot do); the migrated file always runs on plain JAX.
 
-The column ``env`` holds ``KEY=VALUE`` pairs for the program's environment;
-two keys are the script's own: ``DEVICES=N`` (N CPU devices) and
-``TIMEOUT=N`` (each of the row's three runs may take N s instead of
-TIMEOUT_S, for a program that is slow here and nothing else).
+The column ``env`` holds ``KEY=VALUE`` pairs for the program's environment
+(``DEVICES=N``: N CPU devices).
 
 Before comparing, an object's address in a default repr (``<function f at
 0x7f...>``), which differs in every process, is masked in both outputs; the
@@ -75,28 +73,17 @@ def _env(spec):
         key, _, value = item.partition("=")
         if key == "DEVICES":
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={value}"
-        elif key == "TIMEOUT":
-            pass                    # read by _timeout, not the program's
         else:
             env[key] = value
     return env
 
 
-def _timeout(spec):
-    """Seconds a run of this row may take: TIMEOUT_S, or the row's ``TIMEOUT=N``."""
-    for item in filter(None, spec.split(";")):
-        key, _, value = item.partition("=")
-        if key == "TIMEOUT":
-            return int(value)
-    return TIMEOUT_S
-
-
-def _run(command, folder, env, timeout=TIMEOUT_S):
+def _run(command, folder, env):
     try:
         proc = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return None, "", f"timed out after {timeout} s"
+        return None, "", f"timed out after {TIMEOUT_S} s"
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -221,20 +208,20 @@ def _notebook_source(path, text):
 def measure(row):
     """(outcome, migrate's counts, detail) for one program."""
     folder, edited = rebuild(row)
-    env, timeout = _env(row["env"]), _timeout(row["env"])
+    env = _env(row["env"])
     options = (row.get("run_options") or "").split()
     rc, out, err = _run([sys.executable, "-m", "pmapkit", "run", *options, "original.py"],
-                        folder, env, timeout)
+                        folder, env)
     if rc != 0:
         return "out", "", f"the original fails under pmapkit run: {_last_error(err)}"
     mrc, mout, merr = _run([sys.executable, "-m", "pmapkit", "migrate", "original.py", "-o",
-                            "migrated.py"], folder, env, timeout)
+                            "migrated.py"], folder, env)
     counts = re.search(r"(\d+) rewritten, (\d+) left, (\d+) pmap kept", mout)
     counts = counts.group(0) if counts else f"migrate exit {mrc}: {_last_error(merr)}"
     if mrc not in (0, 1) or not os.path.exists(os.path.join(folder, "migrated.py")):
         return "migrate fails", counts, _last_error(merr)
     nrc, nout, nerr = _run([sys.executable, "-P", "-W", "error::DeprecationWarning",
-                            "migrated.py"], folder, env, timeout)
+                            "migrated.py"], folder, env)
     if nrc != 0:
         zero = " (said 0 left)" if " 0 left," in counts else ""
         return "migrated fails" + zero, counts, _last_error(nerr)
@@ -254,7 +241,6 @@ def measure(row):
     note += f" ({masked} object addresses masked)" if masked else ""
     note += f" ({edited} source lines edited)" if edited else ""
     note += f" (original run with {' '.join(options)})" if options else ""
-    note += f" (runs limited to {timeout} s)" if timeout != TIMEOUT_S else ""
     return "equal", counts, f"{len(out.splitlines())} stdout lines{note}"
 
 
