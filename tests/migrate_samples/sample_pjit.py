@@ -40,15 +40,3 @@ with maps.Mesh(np.array(jax.devices()), ("x",)) as flat:
     print("flat", flat.shape["x"], float(step(x, jnp.zeros(2)).sum()))
 plain = pjit(lambda a: a * 3)
 print("plain", plain(jnp.arange(4.0)).tolist())
-
-
-def set_global_mesh():
-    # The classic global setting of the thread's mesh (no with), as t5x and
-    # jaxopt's pjit notebook did it.
-    mesh = maps.Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
-    maps.thread_resources.env = maps.ResourceEnv(physical_mesh=mesh, loops=())
-
-
-set_global_mesh()
-print("global", dict(maps.thread_resources.env.physical_mesh.shape),
-      triple(np.arange(8.0)).sharding.spec, float(step(x, jnp.ones(3)).sum()))

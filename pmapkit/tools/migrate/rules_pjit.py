@@ -3,9 +3,10 @@
 rule, using ``MESH_MAKERS``), ``pjit`` → ``jax.jit`` (through ``_pjit``
 where specs are given: a ``None`` spec is replicated and arguments are put
 where the specs say first, as classic pjit moved committed inputs),
-``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``,
+``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``.
 ``maps.thread_resources.env = maps.ResourceEnv(mesh, ())`` (the classic
-global setting of the mesh, no ``with``) → ``jax.set_mesh(mesh)``."""
+global setting of the mesh, no ``with``) is left with one line saying why
+(``GLOBAL_MESH_WHY``)."""
 from __future__ import annotations
 
 import libcst as cst
@@ -36,30 +37,26 @@ RESOURCE_ENVS = tuple(f"{owner}.thread_resources.env"
                       for owner in ("jax.experimental.maps", "jax.interpreters.pxla"))
 RESOURCE_ENV_MAKERS = ("jax.experimental.maps.ResourceEnv",
                        "jax.interpreters.pxla.ResourceEnv")
-_EMPTY_LOOPS = ("()", "[]", "tuple()")
+# jax.set_mesh(mesh) outside a with sets the thread's mesh too, but it is not
+# the same program: every jax.jit output and new array is then laid out over
+# the whole mesh, where classic JAX kept work outside pjit on one device (in
+# jaxopt's pjit notebook its single-device comparison ran 10 times longer).
+GLOBAL_MESH_WHY = ("jax.set_mesh(mesh) sets the mesh for the rest of the program, but also "
+                   "lays every jax.jit output and new array out over the whole mesh (classic "
+                   "JAX kept work outside pjit on one device); set it with "
+                   "`with jax.set_mesh(mesh):` around the pjit calls")
 
 
-def mesh_setter(ctx, original, updated):
-    """``jax.set_mesh(mesh)`` for the statement ``original`` (``updated`` as
-    rewritten so far) when it is ``<maps>.thread_resources.env =
-    <maps>.ResourceEnv(mesh, ())``: jax.set_mesh called outside a ``with``
-    sets the thread's mesh as that assignment did. None for any other
-    statement, or an env with loops (xmap's, which have no equivalent)."""
+def global_mesh_setting(ctx, original):
+    """Whether the statement ``original`` is ``<maps>.thread_resources.env =
+    <maps>.ResourceEnv(...)``: the classic global setting of the mesh."""
     if len(original.body) != 1 or not isinstance(original.body[0], cst.Assign):
-        return None
-    assign, new = original.body[0], updated.body[0]
-    if (len(assign.targets) != 1 or ctx.qualname(assign.targets[0].target) not in RESOURCE_ENVS
-            or not isinstance(assign.value, cst.Call)
-            or ctx.qualname(assign.value.func) not in RESOURCE_ENV_MAKERS):
-        return None
-    try:
-        bound = sx.bind(new.value, ("physical_mesh", "loops"))
-    except sx.Unbindable:
-        return None
-    loops = bound.get("loops")
-    if "physical_mesh" not in bound or loops is None or sx.code(loops.value) not in _EMPTY_LOOPS:
-        return None
-    return f"jax.set_mesh({sx.code(bound['physical_mesh'].value)})"
+        return False
+    assign = original.body[0]
+    return (len(assign.targets) == 1
+            and ctx.qualname(assign.targets[0].target) in RESOURCE_ENVS
+            and isinstance(assign.value, cst.Call)
+            and ctx.qualname(assign.value.func) in RESOURCE_ENV_MAKERS)
 
 
 def _either(bound, classic, modern):

@@ -582,15 +582,12 @@ class Migrator(cst.CSTTransformer):
 
     # -- imports ----------------------------------------------------------------
     def leave_SimpleStatementLine(self, original_node, updated_node):
-        setter = rules_pjit.mesh_setter(self, original_node, updated_node)
-        if setter is not None:
+        if rules_pjit.global_mesh_setting(self, original_node):
+            # the env's LEFT line says why jax.set_mesh(mesh) is not written
             assign = original_node.body[0]
-            # what the statement's own names left (the env, ResourceEnv) goes with it
-            for node in (assign.targets[0].target, assign.value.func):
-                self.frames[-1].pop(self._start(node), None)
-            self.need_import("jax")
-            self._rewrote(assign, "pjit", setter, rules_pjit.RESOURCE_ENVS[0])
-            return updated_node.with_changes(body=[cst.Expr(sx.expr(setter))])
+            self._leave(assign.targets[0].target, self.qualname(assign.targets[0].target),
+                        rules_pjit.GLOBAL_MESH_WHY)
+            return updated_node
         if len(original_node.body) == 1 and self._dropped(original_node.body[0]):
             self._rewrote(original_node.body[0], "classic", "(dropped: JAX always does it)",
                           self.qualname(original_node.body[0].value.func))
