@@ -563,6 +563,74 @@ def compiled_cpp_call(compiled):
     return compiled._executable.create_cpp_call(compiled._params)
 
 
+from jax._src.lib import _jax as _jaxlib_ext  # noqa: E402
+
+
+def express_cpp_call(host_call, miss_for, refuse):
+    """A second C++ call of ``host_call``'s program (``compiled_cpp_call``)
+    whose misses are pmapkit's: ``miss_for(jax_miss)`` is called once and
+    returns the function JAX's C++ calls where its cache has no entry for a
+    call's signature (argument types, and the values of every config in
+    JAX's jit key: the trace state, the axis env, x64, the mesh contexts,
+    ...), ``jax_miss`` being JAX's own (which runs the program and gives
+    the C++ call its entry); ``refuse`` is what the C++ call runs under
+    ``jax.disable_jit``. None where JAX has no C++ call."""
+    if host_call is None:
+        return None
+    return _jaxlib_ext.pjit(
+        getattr(host_call, "__name__", "pmapkit_express"), refuse,
+        miss_for(host_call._cache_miss), [], [], _pxla.JitGlobalCppCacheKeys(),
+        _tree_util.dispatch_registry, _pxla.cc_shard_arg)
+
+
+# The trace-context states watched by ``watch_trace_context_states`` (by id).
+_watched_states = set()
+_state_watchers = []
+
+
+def watch_trace_context_states(callback):
+    """Call ``callback()`` whenever any config state of JAX's trace context
+    that has Python hooks (``config.State``: set by ``jax.config.update``
+    or a ``with`` block) changes, globally or for a thread; states made
+    later are watched once this is called again. Those without hooks (the
+    mesh, compute-on, metadata and user contexts, the axis env: raw
+    ``config_ext.Config`` objects set by ``set_local``) are all in JAX's
+    jit key in jax 0.10, so JAX's C++ call tells them itself. Returns the
+    number of entries of the trace context (to tell when to call again)."""
+    if callback not in _state_watchers:
+        _state_watchers.append(callback)
+    names = trace_context_names() or ()
+    for name in names:
+        state = _config.config_states.get(name)
+        if state is None or id(state) in _watched_states:
+            continue
+        if not hasattr(state, "_update_thread_local_hook"):
+            continue
+        _watched_states.add(id(state))
+        _chain_change_hooks(state)
+    return len(names)
+
+
+def _chain_change_hooks(state):
+    global_hook = state._update_global_hook
+    local_hook = state._update_thread_local_hook
+
+    def on_global(value):
+        if global_hook is not None:
+            global_hook(value)
+        for watcher in _state_watchers:
+            watcher()
+
+    def on_local(value):
+        if local_hook is not None:
+            local_hook(value)
+        for watcher in _state_watchers:
+            watcher()
+
+    state._update_global_hook = on_global
+    state._update_thread_local_hook = on_local
+
+
 def shard_map_primitive():
     """The primitive of ``jax.shard_map`` regions (not exported publicly)."""
     from jax._src import shard_map as _shard_map_mod
