@@ -583,32 +583,105 @@ def express_cpp_call(host_call, miss_for, refuse):
         _tree_util.dispatch_registry, _pxla.cc_shard_arg)
 
 
-# The trace-context states watched by ``watch_trace_context_states`` (by id).
-_watched_states = set()
+# The trace-context states already classified by ``watch_trace_context_states``
+# (by id), and the callbacks their hooks call.
+_classified_states = set()
 _state_watchers = []
 
 
 def watch_trace_context_states(callback):
-    """Call ``callback()`` whenever any config state of JAX's trace context
-    that has Python hooks (``config.State``: set by ``jax.config.update``
-    or a ``with`` block) changes, globally or for a thread; states made
-    later are watched once this is called again. Those without hooks (the
-    mesh, compute-on, metadata and user contexts, the axis env: raw
-    ``config_ext.Config`` objects set by ``set_local``) are all in JAX's
-    jit key in jax 0.10, so JAX's C++ call tells them itself. Returns the
-    number of entries of the trace context (to tell when to call again)."""
+    """Call ``callback()`` whenever a config state of JAX's trace context
+    that JAX's C++ call does not key on changes (globally or for a thread:
+    ``jax.config.update``, a ``with`` block). Which ones is asked of this
+    jaxlib (``_keyed_by_cpp_call``): on jax 0.10.2 four (the HLO source
+    regex, mutable-array checks, the high-dynamic-range Gumbel sampler,
+    ``jax_disable_jit``, which the C++ call answers by running its
+    function); the states JAX flips itself on every eager op or trace
+    (constant folding, ``check_vma``, dtype promotion) are keyed, so they
+    cost nothing here. States made later are classified when this is called
+    again. Returns the number of entries of the trace context, or None when
+    some state JAX's C++ call does not key on has no hooks either (or the
+    trace context cannot be named): then no change of it could be heard."""
     if callback not in _state_watchers:
         _state_watchers.append(callback)
-    names = trace_context_names() or ()
+    names = trace_context_names()
+    if names is None:
+        return None
+    fresh = []
+    hookable = []
     for name in names:
         state = _config.config_states.get(name)
-        if state is None or id(state) in _watched_states:
+        if state is None:
+            # A raw config_ext.Config (no hooks): the mesh and compute-on
+            # contexts live in config, the axis env in core; a user
+            # context (JAX makes those keyed) is found by neither.
+            state = getattr(_config, name, None) or getattr(_core, name, None)
+            if not isinstance(state, _jaxlib_ext.config.Config):
+                continue
+        if id(state) in _classified_states:
             continue
-        if not hasattr(state, "_update_thread_local_hook"):
-            continue
-        _watched_states.add(id(state))
-        _chain_change_hooks(state)
+        fresh.append(state)
+        hookable.append(hasattr(state, "_update_thread_local_hook"))
+    if fresh:
+        keyed = _keyed_by_cpp_call(fresh)
+        for state, can_hook, is_keyed in zip(fresh, hookable, keyed):
+            if not is_keyed and not can_hook:
+                return None  # a change nothing would tell: no express calls
+        for state, can_hook, is_keyed in zip(fresh, hookable, keyed):
+            _classified_states.add(id(state))
+            if not is_keyed:
+                _chain_change_hooks(state)
     return len(names)
+
+
+class _Probed(Exception):
+    pass
+
+
+def _keyed_by_cpp_call(states):
+    """Per state, whether JAX's C++ call of a program misses (or runs its
+    Python function) when that state holds another value on this thread:
+    a probe program's call is primed, then each state is set, for this
+    thread only and for one call of the probe, to another value (a bool's
+    other one, else a fresh object equal to nothing), and restored. Anything else (the primed entry ran, or an
+    error) counts as not keyed: it is then watched."""
+    compiled = _api.jit(lambda v: v).lower(_np.float32(0)).compile()
+    base = compiled_cpp_call(compiled)
+    if base is None:
+        return [False] * len(states)
+    inner = base._cache_miss
+    primed = [False]
+    seen = [0]
+
+    def miss(*args, **kwargs):
+        if primed[0]:
+            seen[0] += 1
+            raise _Probed()
+        return inner(*args, **kwargs)
+
+    def fun(*args, **kwargs):
+        seen[0] += 1
+        raise _Probed()
+
+    call = express_cpp_call(base, lambda _: miss, fun)
+    x = _np.zeros((), _np.float32)
+    call(x)
+    primed[0] = True
+    keyed = []
+    for state in states:
+        before = seen[0]
+        value = state.value
+        # Another value: the other truth value, or an object equal to none.
+        previous = state.swap_local((not value) if type(value) is bool else object())
+        try:
+            try:
+                call(x)
+            except Exception:  # noqa: BLE001 - anything but a miss: watched
+                pass
+        finally:
+            state.set_local(previous)
+        keyed.append(seen[0] > before)
+    return keyed
 
 
 def _chain_change_hooks(state):

@@ -171,18 +171,88 @@ def test_another_threads_configs_are_its_own():
     assert len(results) == 20 and all(np.array_equal(r, PROMOTED) for r in results)
 
 
+def _aligned(rows, cols):
+    # 64-byte aligned: what jaxlib would take without a copy.
+    nbytes = rows * cols * 4
+    buf = np.empty(nbytes + 64, np.uint8)
+    start = (-buf.ctypes.data) % 64
+    return buf[start:start + nbytes].view(np.float32).reshape(rows, cols)
+
+
 def test_a_write_after_the_call_never_reaches_it():
-    f = pmapkit.pmap(lambda a: a * 3.0, devices=ONE)
+    # Each call queued behind a slow computation on the device, the input
+    # overwritten as soon as the call returns (tests/test_inputs_at_call.py).
+    busy = jax.jit(lambda m: jnp.linalg.matrix_power(m, 24))
+    slow = jax.device_put(np.eye(128, dtype=np.float32) * 0.5, ONE[0])
+    f = pmapkit.pmap(lambda a: a * 2.0, devices=ONE)
+    x = _aligned(1, 16)
+    x[...] = 1.0
+    _warm(f, x)
+    wrong = 0
+    for _ in range(100):
+        x[...] = 1.0
+        busy(slow)
+        y = f(x)
+        x[...] = 99.0
+        wrong += int(not np.all(np.asarray(y) == 2.0))
+    assert f._express.express is not None
+    assert wrong == 0
+
+
+def test_a_mesh_context_entered_between_calls_is_seen():
+    # JAX's mesh context is a raw config (no hooks): the express's C++ call
+    # keys on it, and the call misses into the hit path, which selects the
+    # context's own cache.
+    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
     _warm(f)
-    for k in range(50):
-        x = np.full((1, 4), float(k), np.float32)
-        out = f(x)
-        x[...] = -1.0
-        np.testing.assert_array_equal(np.asarray(out), np.full((1, 4), 3.0 * k, np.float32))
+    before = _misses(f)
+    mesh = jax.make_mesh((1,), ("m",), devices=ONE)
+    with jax.set_mesh(mesh):
+        np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+    assert _misses(f) == before + 1
+    np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+    assert _misses(f) == before + 1
+
+
+def test_states_jax_flips_itself_do_not_stop_the_express():
+    # Eager ops and traces flip states JAX's C++ call keys on (constant
+    # folding, check_vma, dtype promotion): only the others are watched.
+    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+    _warm(f)
+    builds = f._express.express_builds
+    for _ in range(3):
+        jnp.ones(3) + 1
+        jax.jit(lambda a: a * 3)(np.float32(2))
+        jax.random.normal(jax.random.key(0), (3,))
+        jax.grad(lambda a: (a ** 2).sum())(np.ones(3, np.float32))
+        f(X)
+    assert f._express.express_builds == builds
+    assert f._express.express is not None
+
+
+def test_only_states_outside_jax_jit_key_are_watched():
+    from pmapkit.core.programs import compiled_program
+    from pmapkit import _jax_private as jp
+    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+    _warm(f)
+    assert compiled_program.watch_trace_context()
+
+    def watched(name):
+        hook = jax_config.config_states[name]._update_global_hook
+        return getattr(hook, "__qualname__", "").startswith("_chain_change_hooks")
+    assert watched("jax_high_dynamic_range_gumbel")
+    for name in ("check_vma", "eager_constant_folding", "jax_numpy_dtype_promotion",
+                 "jax_enable_x64", "jax_numpy_rank_promotion"):
+        assert not watched(name), name
+    assert jp.watch_trace_context_states(lambda: None) == len(jax_config.trace_context())
+
+
+def _body(a):
+    return a + 1
 
 
 def test_clear_cache_drops_the_express():
-    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+    f = pmapkit.pmap(_body, devices=ONE)
     _warm(f)
     before = _misses(f)
     f.clear_cache()
@@ -193,6 +263,18 @@ def test_clear_cache_drops_the_express():
     pmapkit.clear_caches()
     f(X)
     assert _misses(f) == before + 1
+
+
+def test_clear_cache_drops_every_sharers_express():
+    f = pmapkit.pmap(_body, devices=ONE)
+    g = pmapkit.pmap(_body, devices=ONE)
+    assert g._shared is f._shared
+    _warm(f)
+    _warm(g)
+    before = _misses(g)
+    f.clear_cache()
+    np.testing.assert_array_equal(np.asarray(g(X)), X + 1)
+    assert _misses(g) == before + 1
 
 
 def test_an_evicted_entry_leaves_the_express():

@@ -97,20 +97,25 @@ HOST_ROUTE_REFUSALS = (
     "jit disabled", "the Python path", "not decided")
 
 
-# Entries of JAX's trace context when its states were last hooked (-1: never).
+# Entries of JAX's trace context when its states were last classified (-1:
+# never; None: some change could not be heard, so no express calls).
 _watched_entries = -1
 
 
 def watch_trace_context():
     """Hook every config state of JAX's trace context that JAX's C++ call
-    may not key on, so that a change of one makes every express call stale
-    (``_dispatch.new_express_epoch``); again when states were added."""
+    does not key on (``jp.watch_trace_context_states``), so that a change of
+    one makes every express call stale (``_dispatch.new_express_epoch``);
+    again when states were added. False: express calls are unsafe here."""
     global _watched_entries
+    if _watched_entries is None:
+        return False
     n = len(jp.trace_context())
     if n != _watched_entries:
         _watched_entries = jp.watch_trace_context_states(_dispatch_mod.new_express_epoch)
         # A change before the hooks went unheard: nothing made before counts.
         _dispatch_mod.new_express_epoch()
+    return _watched_entries is not None
 
 
 def _nbytes(aval):
@@ -230,8 +235,10 @@ class CompiledProgram:
     def make_express(self, guard, slot, refuse):
         """A fresh express call of this program for the dispatch core
         (``DispatchFunction._express_first``): JAX's C++ call of it, its
-        misses ``guard(slot, jax_miss)`` (``jp.express_cpp_call``)."""
-        watch_trace_context()
+        misses ``guard(slot, jax_miss)`` (``jp.express_cpp_call``); None
+        where a change of JAX's trace context could go unheard."""
+        if not watch_trace_context():
+            return None
         return jp.express_cpp_call(self.host_call(), functools.partial(guard, slot), refuse)
 
     def host_route_refusal(self):
@@ -360,8 +367,7 @@ class CompiledProgram:
         if refusal is None:
             data.host_call = self.host_call()
             data.host_refusal = None
-            if data.host_call is not None:
-                watch_trace_context()
+            if data.host_call is not None and watch_trace_context():
                 data.make_express = self.make_express
         else:
             data.refuse_host_route(refusal)
