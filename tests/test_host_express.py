@@ -314,3 +314,17 @@ def test_a_watched_state_stops_the_express_until_a_hit_makes_it_again():
     assert entry.express_builds == builds + 1
     _warm(f)
     assert entry.express_builds == builds + 1
+
+
+def test_an_express_whose_cpp_call_lost_its_entry_is_made_again():
+    # JAX's C++ cache may drop the primed entry (its own bound, clearing):
+    # the call takes the hit path and the next makes a fresh express.
+    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+    _warm(f)
+    entry = f._express
+    builds = entry.express_builds
+    entry.express._clear_cache()
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+    assert entry.express_builds == builds + 1
+    assert f._express is entry and entry.express is not None

@@ -818,6 +818,9 @@ class DispatchFunction:
             try:
                 outs = call(_copy_host_array(x) if _COMPILED else x.copy())
             except ExpressMiss:
+                # Its C++ call lost its entry (JAX's cache evicts too): the
+                # next call that gets here makes a fresh one.
+                entry.express = None
                 return None
         last = self._last_host
         if last is not None:
