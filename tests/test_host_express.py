@@ -328,3 +328,19 @@ def test_an_express_whose_cpp_call_lost_its_entry_is_made_again():
         np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
     assert entry.express_builds == builds + 1
     assert f._express is entry and entry.express is not None
+
+
+def test_calls_the_express_refuses_leave_nothing_in_its_cpp_cache():
+    # Its C++ call drops the entry it made for a call its miss refuses (no
+    # entries build up there, one per refused context).
+    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+    _warm(f)
+    entry = f._express
+    for _ in range(3):
+        with jax.enable_x64(True):
+            np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+        with jax.numpy_dtype_promotion("standard"):
+            np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+        np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+    assert entry.express is not None
+    assert entry.express._cache_size() == 1

@@ -141,8 +141,10 @@ cdef class DispatchFunction:
     cdef dict _express_cache
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
-                   signed=tuple, top=bint, express=CacheEntry, epoch=Py_ssize_t)
+                   signed=tuple, top=bint, epoch=Py_ssize_t)
     cdef object _dispatch(self, tuple args, dict kwargs)
+    @cython.locals(express=CacheEntry)
+    cdef object _run_express(self, tuple args, dict kwargs)
     @cython.locals(host=tuple)
     cdef bint _is_express_host(self, object x) except -1
     @cython.locals(slot=list, last=tuple)
@@ -188,6 +190,8 @@ cdef class DispatchFunction:
 
 cdef bint _COMPILED
 cdef Py_ssize_t _express_epoch
+cdef object _NOT_EXPRESS
+cdef object _EXPRESS_MISSED
 cdef Py_ssize_t LIST_MARK
 cdef Py_ssize_t TUPLE_MARK
 

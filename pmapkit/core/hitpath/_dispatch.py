@@ -40,11 +40,12 @@ class ArgumentAliasError(ValueError):
 MAX_EXPRESS_BUILDS = 8
 
 
-class ExpressMiss(Exception):
-    """Raised inside an express call (``CacheEntry.express``) whose C++ cache
-    has no entry for the call: the call is not the one the express was made
-    for (another trace context, a trace, ``jax.disable_jit``); it takes the
-    hit path instead. Never reaches a caller."""
+# What an express call (``CacheEntry.express``) returns for a call its C++
+# cache has no entry for: not the call it was made for (another trace
+# context, a trace, ``jax.disable_jit``); that call takes the hit path. Its
+# miss gives the C++ call no entry and has it drop the one it made (no
+# exception crosses C++, and nothing builds up there).
+_EXPRESS_MISSED = object()
 
 
 # Bumped (``new_express_epoch``) whenever a config state of JAX's trace
@@ -63,20 +64,25 @@ def _express_guard(slot, jax_miss):
     """The miss of an express call: only the call priming it (its snapshot,
     ``slot[0]``, a fresh array no other call holds, after the hit path
     checked its trace context and signature) runs JAX's miss, which gives
-    the C++ call its one entry (``slot[1]``: it did); any other raises
-    ``ExpressMiss``."""
+    the C++ call its one entry (``slot[1]``: it did); any other gets
+    ``_EXPRESS_MISSED``."""
     def miss(*args, **kwargs):
         if len(args) == 1 and not kwargs and args[0] is slot[0]:
             result = jax_miss(*args)
             slot[1] = result[1] is not None
             return result
-        raise ExpressMiss()
+        # (outputs, no fast-path data, drop the entry made for the call)
+        return (_EXPRESS_MISSED, None, True)
     return miss
 
 
 def _refuse_express(*args, **kwargs):
     # What the express's C++ call runs under jax.disable_jit.
-    raise ExpressMiss()
+    return _EXPRESS_MISSED
+
+
+# What ``DispatchFunction._run_express`` returns for a call it does not run.
+_NOT_EXPRESS = object()
 
 
 # Bumped whenever the pickled state of a DispatchFunction changes shape.
@@ -681,28 +687,10 @@ class DispatchFunction:
             # jax_debug_nans/infs on: Python checks the outputs (and keeps
             # donation off); nothing is cached for such calls.
             return self._python_call(args, kwargs)
-        express = self._express
-        if express is not None and len(args) == 1 and not kwargs:
-            # One numpy argument of the express's dtype and shape: straight
-            # to its C++ call, on a snapshot of the array. That call checks
-            # the rest itself (its cache holds one signature with JAX's jit
-            # configs: the trace state, so a call under a trace misses, the
-            # axis env, x64, the mesh contexts, ...); the trace-context
-            # states outside JAX's jit key are watched (``_express_epoch``).
-            # Any other call raises ExpressMiss in it and goes on below.
-            x = args[0]
-            if (type(x) is self._ndarray_type and express.express_epoch == _express_epoch
-                    and express.express is not None and self._is_express_host(x)):
-                try:
-                    outs = express.express(_copy_host_array(x) if _COMPILED else x.copy())
-                except ExpressMiss:
-                    self._express = None
-                else:
-                    if express is not self._shared.newest:
-                        self._refresh(self._express_cache, express)
-                    if express.single_out:
-                        return outs[0]
-                    return express.unflatten(outs)
+        if self._express is not None:
+            out = self._run_express(args, kwargs)
+            if out is not _NOT_EXPRESS:
+                return out
         if self._trace_state.value is not self._eval_ref:
             # Under a JAX trace the call must bind our primitive; never cache it.
             return self._python_call(args, kwargs)
@@ -759,14 +747,14 @@ class DispatchFunction:
                     return self._python_call(args, kwargs)
                 outs = execute_donating(entry, leaves).consume_with_handlers(
                     entry.out_handlers)
-            else:
-                outs = None
-                if (entry.make_express is not None and len(args) == 1 and not kwargs
-                        and self._max_static < 0 and self._context_state is None
-                        and type(args[0]) is self._ndarray_type):
-                    outs = self._express_first(entry, args[0], cache, epoch)
+            elif (entry.make_express is not None and len(args) == 1
+                    and type(args[0]) is self._ndarray_type and not kwargs
+                    and self._max_static < 0 and self._context_state is None):
+                outs = self._express_first(entry, args[0], cache, epoch)
                 if outs is None:
                     outs = entry.run(leaves)
+            else:
+                outs = entry.run(leaves)
         except OverflowError:
             # A Python int out of range of its dtype, found by the put of
             # host values (before anything ran): the miss path's error names
@@ -775,6 +763,34 @@ class DispatchFunction:
         if entry.single_out:
             return outs[0]
         return entry.unflatten(outs)
+
+    def _run_express(self, args, kwargs):
+        """The result of a call of one numpy argument of the express's dtype
+        and shape, run by its C++ call on a snapshot of the array; or
+        ``_NOT_EXPRESS``: any other call, or one the express refuses
+        (then dropped: the next hit makes it the express again).
+
+        That C++ call checks the rest itself: its cache holds one signature
+        with JAX's jit configs (the trace state, so a call under a trace
+        misses; the axis env, x64, the mesh contexts, ...); the
+        trace-context states it does not key on are watched
+        (``_express_epoch``). Any other call gets ``_EXPRESS_MISSED``."""
+        express = self._express
+        if len(args) != 1 or kwargs:
+            return _NOT_EXPRESS
+        x = args[0]
+        if (type(x) is not self._ndarray_type or express.express_epoch != _express_epoch
+                or express.express is None or not self._is_express_host(x)):
+            return _NOT_EXPRESS
+        outs = express.express(_copy_host_array(x) if _COMPILED else x.copy())
+        if outs is _EXPRESS_MISSED:
+            self._express = None
+            return _NOT_EXPRESS
+        if express is not self._shared.newest:
+            self._refresh(self._express_cache, express)
+        if express.single_out:
+            return outs[0]
+        return express.unflatten(outs)
 
     def _is_express_host(self, x):
         """Whether numpy array ``x`` has the express's dtype and shape."""
@@ -803,21 +819,18 @@ class DispatchFunction:
                 return None
             snapshot = _copy_host_array(x) if _COMPILED else x.copy()
             slot[0] = snapshot
-            try:
-                outs = call(snapshot)
-            except ExpressMiss:
+            outs = call(snapshot)
+            slot[0] = None
+            if outs is _EXPRESS_MISSED:
                 return None
-            finally:
-                slot[0] = None
             if not slot[1]:
                 entry.make_express = None  # JAX's call keeps no entry for it
                 return outs
             entry.express = call
             entry.express_epoch = epoch
         else:
-            try:
-                outs = call(_copy_host_array(x) if _COMPILED else x.copy())
-            except ExpressMiss:
+            outs = call(_copy_host_array(x) if _COMPILED else x.copy())
+            if outs is _EXPRESS_MISSED:
                 # Its C++ call lost its entry (JAX's cache evicts too): the
                 # next call that gets here makes a fresh one.
                 entry.express = None
