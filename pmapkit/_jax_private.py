@@ -601,9 +601,11 @@ def watch_trace_context_states(callback):
     cost nothing here. States made later are classified when this is called
     again. Returns the number of entries of the trace context, or None when
     some state JAX's C++ call does not key on has no hooks either (or the
-    trace context cannot be named): then no change of it could be heard."""
+    trace context cannot be named): then no change of it could be heard;
+    -1 when the probe could not run in this context (asked again later)."""
     if callback not in _state_watchers:
         _state_watchers.append(callback)
+    _watch_new_states()
     names = trace_context_names()
     if names is None:
         return None
@@ -623,7 +625,10 @@ def watch_trace_context_states(callback):
         fresh.append(state)
         hookable.append(hasattr(state, "_update_thread_local_hook"))
     if fresh:
-        keyed = _keyed_by_cpp_call(fresh)
+        try:
+            keyed = _keyed_by_cpp_call(fresh)
+        except Exception:  # noqa: BLE001 - the probe could not run here: ask again later
+            return -1
         for state, can_hook, is_keyed in zip(fresh, hookable, keyed):
             if not is_keyed and not can_hook:
                 return None  # a change nothing would tell: no express calls
@@ -632,6 +637,26 @@ def watch_trace_context_states(callback):
             if not is_keyed:
                 _chain_change_hooks(state)
     return len(names)
+
+
+_state_init = None
+
+
+def _watch_new_states():
+    """A config state made from now on calls the watchers once made (JAX's
+    ``State`` is the class every ``jax.config`` option is): it may be a
+    trace-context state JAX's C++ call does not key on, not yet hooked; the
+    next ``watch_trace_context_states`` classifies it."""
+    global _state_init
+    if _state_init is not None:
+        return
+    _state_init = _config.State.__init__
+
+    def init(self, *args, **kwargs):
+        _state_init(self, *args, **kwargs)
+        for watcher in _state_watchers:
+            watcher()
+    _config.State.__init__ = init
 
 
 class _Probed(Exception):

@@ -344,3 +344,47 @@ def test_calls_the_express_refuses_leave_nothing_in_its_cpp_cache():
         np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
     assert entry.express is not None
     assert entry.express._cache_size() == 1
+
+
+def test_a_state_made_later_stops_the_express_and_is_classified():
+    # A trace-context state made after an express was primed, outside JAX's
+    # jit key: the express is stale at once (the trace context has grown, so
+    # the call misses into a cache of its own), the state is hooked, and a
+    # change of it is seen.
+    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+    _warm(f)
+    state = jax_config.bool_state(
+        "pmapkit_test_express_late_state", False, "a state made late (test)",
+        include_in_trace_context=True)
+    before = _misses(f)
+    np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+    assert _misses(f) == before + 1
+    hook = state._update_thread_local_hook
+    assert getattr(hook, "__qualname__", "").startswith("_chain_change_hooks"), hook
+    _warm(f)
+    before = _misses(f)
+    with state(True):
+        np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+    assert _misses(f) == before + 1
+
+
+def test_a_probe_that_cannot_run_leaves_calls_on_the_hit_path(monkeypatch):
+    # Classifying a new state runs a probe program; where it cannot run, the
+    # call still runs (no express for it), and a later miss asks again.
+    from pmapkit import _jax_private as jp
+
+    def broken(states):
+        raise RuntimeError("no probe here")
+    monkeypatch.setattr(jp, "_keyed_by_cpp_call", broken)
+    state = jax_config.bool_state(
+        "pmapkit_test_express_unprobed_state", False, "a state made late (test)",
+        include_in_trace_context=True)
+    f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(X)), X + 1)
+    assert f._express is None
+    monkeypatch.undo()
+    z = np.ones((1, 3), np.float32)
+    _warm(f, z)
+    hook = state._update_thread_local_hook
+    assert getattr(hook, "__qualname__", "").startswith("_chain_change_hooks"), hook

@@ -115,7 +115,7 @@ def watch_trace_context():
         _watched_entries = jp.watch_trace_context_states(_dispatch_mod.new_express_epoch)
         # A change before the hooks went unheard: nothing made before counts.
         _dispatch_mod.new_express_epoch()
-    return _watched_entries is not None
+    return _watched_entries is not None and _watched_entries >= 0
 
 
 def _nbytes(aval):
