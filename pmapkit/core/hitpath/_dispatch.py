@@ -779,10 +779,12 @@ class DispatchFunction:
         if len(args) != 1 or kwargs:
             return _NOT_EXPRESS
         x = args[0]
+        # Read once: another thread may drop it (a clear, an eviction).
+        call = express.express
         if (type(x) is not self._ndarray_type or express.express_epoch != _express_epoch
-                or express.express is None or not self._is_express_host(x)):
+                or call is None or not self._is_express_host(x)):
             return _NOT_EXPRESS
-        outs = express.express(_copy_host_array(x) if _COMPILED else x.copy())
+        outs = call(_copy_host_array(x) if _COMPILED else x.copy())
         if outs is _EXPRESS_MISSED:
             self._express = None
             return _NOT_EXPRESS
