@@ -39,6 +39,10 @@ cdef class CacheEntry:
     cdef readonly object key
     cdef public list held_scalars
     cdef public tuple host_waits
+    cdef public object make_express
+    cdef public object express
+    cdef public Py_ssize_t express_epoch
+    cdef public Py_ssize_t express_builds
 
     @cython.locals(outs=object)
     cpdef object run(self, leaves)
@@ -132,10 +136,20 @@ cdef class DispatchFunction:
     cdef tuple _last_key1
     cdef tuple _last_host
     cdef readonly SharedCaches _shared
+    cdef readonly CacheEntry _express
+    cdef tuple _express_host
+    cdef dict _express_cache
 
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
-                   signed=tuple, top=bint)
+                   signed=tuple, top=bint, epoch=Py_ssize_t)
     cdef object _dispatch(self, tuple args, dict kwargs)
+    @cython.locals(express=CacheEntry)
+    cdef object _run_express(self, tuple args, dict kwargs)
+    @cython.locals(host=tuple)
+    cdef bint _is_express_host(self, object x) except -1
+    @cython.locals(slot=list, last=tuple)
+    cdef object _express_first(self, CacheEntry entry, object x, dict cache,
+                               Py_ssize_t epoch)
     cdef object _python_call(self, tuple args, dict kwargs)
     cdef tuple _select_context(self, object ctx, object extra)
     @cython.locals(drop=bint)
@@ -175,6 +189,9 @@ cdef class DispatchFunction:
 
 
 cdef bint _COMPILED
+cdef Py_ssize_t _express_epoch
+cdef object _NOT_EXPRESS
+cdef object _EXPRESS_MISSED
 cdef Py_ssize_t LIST_MARK
 cdef Py_ssize_t TUPLE_MARK
 

@@ -35,6 +35,56 @@ class ArgumentAliasError(ValueError):
 
     Raised by the miss path before anything runs. It depends on the values of
     one call, not on its signature, so it never marks a cache entry."""
+# Builds of an entry's express call (``CacheEntry.express``) before it stops
+# making them: each change of a watched config state makes the next one.
+MAX_EXPRESS_BUILDS = 8
+
+
+# What an express call (``CacheEntry.express``) returns for a call its C++
+# cache has no entry for: not the call it was made for (another trace
+# context, a trace, ``jax.disable_jit``); that call takes the hit path. Its
+# miss gives the C++ call no entry and has it drop the one it made (no
+# exception crosses C++, and nothing builds up there).
+_EXPRESS_MISSED = object()
+
+
+# Bumped (``new_express_epoch``) whenever a config state of JAX's trace
+# context that JAX's C++ call does not key on may have changed; an express
+# made before is not used again.
+_express_epoch = 0
+
+
+def new_express_epoch():
+    """Every express made so far is stale (a watched config state changed)."""
+    global _express_epoch
+    _express_epoch += 1
+
+
+def _express_guard(slot, jax_miss):
+    """The miss of an express call: only the call priming it (its snapshot,
+    ``slot[0]``, a fresh array no other call holds, after the hit path
+    checked its trace context and signature) runs JAX's miss, which gives
+    the C++ call its one entry (``slot[1]``: it did); any other gets
+    ``_EXPRESS_MISSED``."""
+    def miss(*args, **kwargs):
+        if len(args) == 1 and not kwargs and args[0] is slot[0]:
+            result = jax_miss(*args)
+            slot[1] = result[1] is not None
+            return result
+        # (outputs, no fast-path data, drop the entry made for the call)
+        return (_EXPRESS_MISSED, None, True)
+    return miss
+
+
+def _refuse_express(*args, **kwargs):
+    # What the express's C++ call runs under jax.disable_jit.
+    return _EXPRESS_MISSED
+
+
+# What ``DispatchFunction._run_express`` returns for a call it does not run.
+_NOT_EXPRESS = object()
+
+
 # Bumped whenever the pickled state of a DispatchFunction changes shape.
 PICKLE_VERSION = 1
 
@@ -130,6 +180,15 @@ class CacheEntry:
         # returns once the program has run (``_wait_for_host_reads``). None:
         # no such input.
         self.host_waits = None
+        # The express call (one numpy input on the host route): a C++ call
+        # of the program whose cache holds exactly the signature and jit
+        # configs of the call that primed it; ``make_express(miss_for,
+        # refuse)`` makes one (None: never for this entry). See
+        # ``DispatchFunction._express_first``.
+        self.make_express = None
+        self.express = None
+        self.express_epoch = -1
+        self.express_builds = 0
 
     def populate(self, fastpath, types):
         version = getattr(fastpath, "version", None)
@@ -179,6 +238,8 @@ class CacheEntry:
                        for j, spec in enumerate(self.host_specs)
                        if getattr(spec, "aliases", False)])
         self.host_waits = waits if waits else None
+        if self.host_call is not None and self.n_inputs == 1 and self.donated is None:
+            self.make_express = getattr(fastpath, "make_express", None)
 
     def aliases_donated(self, leaves):
         """Whether a donated leaf (an array) is also another leaf of the call
@@ -607,19 +668,31 @@ class DispatchFunction:
         self._last_key1 = None
         # (dtype, shape, id) of the last numpy leaf signed (see ``_leaf_id``).
         self._last_host = None
+        # The entry whose express call runs a call of one numpy argument of
+        # ``_express_host``'s dtype and shape, and its cache (None: none).
+        self._express = None
+        self._express_host = None
+        self._express_cache = None
 
     # -- the call -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         return self._dispatch(args, kwargs)
 
     def _dispatch(self, args, kwargs):
-        if self._trace_state.value is not self._eval_ref:
-            # Under a JAX trace the call must bind our primitive; never cache it.
-            return self._python_call(args, kwargs)
+        # Read before the trace context: a watched state changing after it
+        # makes an express primed by this call stale.
+        epoch = _express_epoch
         if _special_flags is not None and (_special_flags[0].value
                                            or _special_flags[1].value):
             # jax_debug_nans/infs on: Python checks the outputs (and keeps
             # donation off); nothing is cached for such calls.
+            return self._python_call(args, kwargs)
+        if self._express is not None:
+            out = self._run_express(args, kwargs)
+            if out is not _NOT_EXPRESS:
+                return out
+        if self._trace_state.value is not self._eval_ref:
+            # Under a JAX trace the call must bind our primitive; never cache it.
             return self._python_call(args, kwargs)
         key = None
         leaves = args
@@ -674,6 +747,12 @@ class DispatchFunction:
                     return self._python_call(args, kwargs)
                 outs = execute_donating(entry, leaves).consume_with_handlers(
                     entry.out_handlers)
+            elif (entry.make_express is not None and len(args) == 1
+                    and type(args[0]) is self._ndarray_type and not kwargs
+                    and self._max_static < 0 and self._context_state is None):
+                outs = self._express_first(entry, args[0], cache, epoch)
+                if outs is None:
+                    outs = entry.run(leaves)
             else:
                 outs = entry.run(leaves)
         except OverflowError:
@@ -684,6 +763,86 @@ class DispatchFunction:
         if entry.single_out:
             return outs[0]
         return entry.unflatten(outs)
+
+    def _run_express(self, args, kwargs):
+        """The result of a call of one numpy argument of the express's dtype
+        and shape, run by its C++ call on a snapshot of the array; or
+        ``_NOT_EXPRESS``: any other call, or one the express refuses
+        (then dropped: the next hit makes it the express again).
+
+        That C++ call checks the rest itself: its cache holds one signature
+        with JAX's jit configs (the trace state, so a call under a trace
+        misses; the axis env, x64, the mesh contexts, ...); the
+        trace-context states it does not key on are watched
+        (``_express_epoch``). Any other call gets ``_EXPRESS_MISSED``."""
+        express = self._express
+        if len(args) != 1 or kwargs:
+            return _NOT_EXPRESS
+        x = args[0]
+        # Read once: another thread may drop it (a clear, an eviction).
+        call = express.express
+        if (type(x) is not self._ndarray_type or express.express_epoch != _express_epoch
+                or call is None or not self._is_express_host(x)):
+            return _NOT_EXPRESS
+        outs = call(_copy_host_array(x) if _COMPILED else x.copy())
+        if outs is _EXPRESS_MISSED:
+            self._express = None
+            return _NOT_EXPRESS
+        if express is not self._shared.newest:
+            self._refresh(self._express_cache, express)
+        if express.single_out:
+            return outs[0]
+        return express.unflatten(outs)
+
+    def _is_express_host(self, x):
+        """Whether numpy array ``x`` has the express's dtype and shape."""
+        host = self._express_host
+        if _COMPILED:
+            return _same_host_signature(x, host[0], host[1]) == 1
+        return x.dtype is host[0] and x.shape == host[1]
+
+    def _express_first(self, entry, x, cache, epoch):
+        """The outputs of this call (one numpy argument ``x``, its trace
+        context and signature found to be ``entry``'s) run by ``entry``'s
+        express call, made and primed by it if need be (at most
+        ``MAX_EXPRESS_BUILDS`` times), which then takes the next such calls;
+        None: run it as usual. ``epoch``: ``_express_epoch`` as it was before
+        the call read its trace context."""
+        call = entry.express
+        if call is None or entry.express_epoch != epoch:
+            if entry.express_builds >= MAX_EXPRESS_BUILDS:
+                return None
+            entry.express_builds += 1
+            entry.express = None
+            slot = [None, False]
+            call = entry.make_express(_express_guard, slot, _refuse_express)
+            if call is None:
+                entry.make_express = None
+                return None
+            snapshot = _copy_host_array(x) if _COMPILED else x.copy()
+            slot[0] = snapshot
+            outs = call(snapshot)
+            slot[0] = None
+            if outs is _EXPRESS_MISSED:
+                return None
+            if not slot[1]:
+                entry.make_express = None  # JAX's call keeps no entry for it
+                return outs
+            entry.express = call
+            entry.express_epoch = epoch
+        else:
+            outs = call(_copy_host_array(x) if _COMPILED else x.copy())
+            if outs is _EXPRESS_MISSED:
+                # Its C++ call lost its entry (JAX's cache evicts too): the
+                # next call that gets here makes a fresh one.
+                entry.express = None
+                return None
+        last = self._last_host
+        if last is not None:
+            self._express_host = (last[0], last[1])
+            self._express_cache = cache
+            self._express = entry
+        return outs
 
     def _python_call(self, args, kwargs):
         self._misses += 1
@@ -829,7 +988,9 @@ class DispatchFunction:
                     break
         shared = self._shared
         for k in doomed:
-            if cache.pop(k) is shared.newest:
+            e = cache.pop(k)
+            e.express = None
+            if e is shared.newest:
                 shared.newest = None
             self._evictions += 1
 
@@ -1092,9 +1253,12 @@ class DispatchFunction:
         them (in place: each sharer's selected context stays one of them)."""
         with self._lock:
             for cache in list(self._caches.values()):
+                for entry in list(cache.values()):
+                    entry.express = None
                 cache.clear()
             self._shared.newest = None
         self._current = (None, None, {})
+        self._express = None
         self._forget_signatures()
         if self._on_clear is not None:
             self._on_clear()

@@ -10,10 +10,13 @@ KEY_VERSION: int
 MAX_EQUIVALENTS: int
 DEFAULT_CACHE_SIZE: int
 MAX_SIGNATURES: int
+MAX_EXPRESS_BUILDS: int
 DONATION_LOCK: Any
 
 class ArgumentAliasError(ValueError): ...
 class KeyFormatError(ValueError): ...
+
+def new_express_epoch() -> None: ...
 
 def static_entry(where: Any, value: Any) -> tuple[Any, type, Any]: ...
 def decode_key(key: tuple[Any, ...], has_static_argnums: bool) -> dict[str, Any]: ...
@@ -58,6 +61,10 @@ class CacheEntry:
     n_inputs: int
     held_scalars: list[Any] | None
     host_waits: tuple[int, ...] | None
+    make_express: Callable[..., Any] | None
+    express: Callable[..., Any] | None
+    express_epoch: int
+    express_builds: int
     key: Any
     def __init__(self) -> None: ...
     def populate(self, fastpath: Any, types: LeafTypes) -> None: ...

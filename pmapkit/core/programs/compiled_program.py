@@ -4,6 +4,7 @@ result handlers, host specs, the input mover, the host route decided once,
 donated-alias checks."""
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -33,7 +34,7 @@ class FastpathData:
     __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
                  "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
                  "mover", "program", "donated", "signs_global", "n_inputs",
-                 "host_call", "host_refusal")
+                 "host_call", "host_refusal", "make_express")
 
     def __init__(self, program, out_treedef):
         self.version = _dispatch_mod.FASTPATH_VERSION
@@ -59,6 +60,9 @@ class FastpathData:
         # ``host_refusal`` names (one of ``HOST_ROUTE_REFUSALS``).
         self.host_call = None
         self.host_refusal = "not decided"
+        # Makes the express call of a signature with one numpy input
+        # (``CompiledProgram.make_express``); None with no host route.
+        self.make_express = None
 
     def refuse_host_route(self, reason):
         """No calls through JAX's call, for ``reason`` (``HOST_ROUTE_REFUSALS``)."""
@@ -66,6 +70,7 @@ class FastpathData:
             raise ValueError(f"pmapkit internal error: unnamed host-route refusal {reason!r}")
         self.host_call = None
         self.host_refusal = reason
+        self.make_express = None
 
 
 # The largest input (bytes) of a program whose calls carrying host values go
@@ -90,6 +95,27 @@ HOST_ROUTE_REFUSALS = (
     "donation", "pruned inputs", "key or float0 values", "an input over 256 KiB",
     "JAX's program differs", "results placed otherwise", "uncommitted results",
     "jit disabled", "the Python path", "not decided")
+
+
+# Entries of JAX's trace context when its states were last classified (-1:
+# never; None: some change could not be heard, so no express calls).
+_watched_entries = -1
+
+
+def watch_trace_context():
+    """Hook every config state of JAX's trace context that JAX's C++ call
+    does not key on (``jp.watch_trace_context_states``), so that a change of
+    one makes every express call stale (``_dispatch.new_express_epoch``);
+    again when states were added. False: express calls are unsafe here."""
+    global _watched_entries
+    if _watched_entries is None:
+        return False
+    n = len(jp.trace_context())
+    if n != _watched_entries:
+        _watched_entries = jp.watch_trace_context_states(_dispatch_mod.new_express_epoch)
+        # A change before the hooks went unheard: nothing made before counts.
+        _dispatch_mod.new_express_epoch()
+    return _watched_entries is not None and _watched_entries >= 0
 
 
 def _nbytes(aval):
@@ -205,6 +231,15 @@ class CompiledProgram:
             self._host_call = (None if refusal is not None
                                else jp.compiled_cpp_call(self.jax_compiled))
         return self._host_call
+
+    def make_express(self, guard, slot, refuse):
+        """A fresh express call of this program for the dispatch core
+        (``DispatchFunction._express_first``): JAX's C++ call of it, its
+        misses ``guard(slot, jax_miss)`` (``jp.express_cpp_call``); None
+        where a change of JAX's trace context could go unheard."""
+        if not watch_trace_context():
+            return None
+        return jp.express_cpp_call(self.host_call(), functools.partial(guard, slot), refuse)
 
     def host_route_refusal(self):
         """Why calls of this program carrying host values never go to JAX's
@@ -332,6 +367,8 @@ class CompiledProgram:
         if refusal is None:
             data.host_call = self.host_call()
             data.host_refusal = None
+            if data.host_call is not None and watch_trace_context():
+                data.make_express = self.make_express
         else:
             data.refuse_host_route(refusal)
         data.executable = self.hit_executable()
