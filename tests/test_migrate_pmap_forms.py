@@ -65,6 +65,10 @@ FIXTURES = {
     'static_broadcasted_argnums covering the others': (
         'p = jax.pmap(f, "i", in_axes=(0, 0, 0, None), static_broadcasted_argnums=4)\n',
         'p = (lambda fn, mesh: jax.jit(\n    lambda *args: _first_devices(jax.shard_map,\n        _per_device(fn, in_axes=(0, 0, 0, None), static=((4, args[4]),)),\n        mesh=mesh, in_specs=(jax.P("i"), jax.P("i"), jax.P("i"), jax.P()), out_specs=jax.P("i"),\n        check_vma=False,\n    )(*[x for k, x in enumerate(args) if k not in (4,)]),\n    static_argnums=(4,)))(\n    f, jax.sharding.Mesh(jax.local_devices(), ("i",)))\n'),
+    'stacked pmap decorators': (
+        '@functools.partial(jax.pmap, axis_name="rows")\n'
+        '@functools.partial(jax.pmap, axis_name="cols")\ndef f(x):\n    return x\n',
+        '@jax.jit\n@functools.partial(_first_devices, jax.shard_map,\n                   mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), ("rows", "cols")),\n                   in_specs=jax.P("rows", "cols"), out_specs=jax.P("rows", "cols"), check_vma=False)\n@_per_device\n@_per_device\ndef f(x):\n    return x\n'),
 }
 
 # name: (source in, why): pmaps the source cannot say enough about stay as written,
@@ -92,9 +96,13 @@ NOT_TRANSLATED = {
     "in_axes short of the arguments": (
         "p = jax.pmap(f, in_axes=(0, 0), static_broadcasted_argnums=3)\n", "kept",
         "fewer than the positional arguments"),
-    "stacked pmap decorators": (
+    "stacked pmap decorators, one with in_axes 1": (
         '@functools.partial(jax.pmap, axis_name="rows")\n'
-        '@functools.partial(jax.pmap, axis_name="cols")\ndef f(x):\n    return x\n',
+        '@functools.partial(jax.pmap, axis_name="cols", in_axes=1)\ndef f(x):\n    return x\n',
+        "left", "stacked pmap decorators are translated with in_axes/out_axes 0 on both"),
+    "three stacked pmap decorators": (
+        '@functools.partial(jax.pmap, axis_name="a")\n@functools.partial(jax.pmap, axis_name="b")\n'
+        '@functools.partial(jax.pmap, axis_name="c")\ndef f(x):\n    return x\n',
         "left", "a pmap of a pmap"),
     "a pmap of a pmapped name": ('inner = jax.pmap(f, "j")\ny = jax.pmap(inner, "i")(x)\n',
                                  "left", "a pmap of a pmap"),

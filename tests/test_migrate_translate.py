@@ -153,6 +153,48 @@ def test_a_mapped_axis_shorter_than_the_devices_runs_on_the_first_n_traced_once_
         stacked(jnp.ones((2, 9)), 1.0)
 
 
+def test_first_devices_cuts_each_mesh_axis_to_its_mapped_size_when_jit_traces():
+    mesh = jax.sharding.Mesh(np.reshape(jax.local_devices(), (-1, 1)), ("rows", "cols"))
+    meshes = []
+
+    def body(v):
+        meshes.append(dict(jax.sharding.get_abstract_mesh().shape))
+        return v + 10 * jax.lax.axis_index("rows") + jax.lax.axis_index("cols")
+    f = jax.jit(written._first_devices(jax.shard_map, body, mesh=mesh,
+                                       in_specs=(jax.P("rows", "cols"),),
+                                       out_specs=jax.P("rows", "cols")))
+    out = f(jnp.zeros((2, 3), jnp.int32))
+    assert out.tolist() == [[0, 1, 2], [10, 11, 12]] and meshes == [{"rows": 2, "cols": 3}]
+    assert out.sharding.mesh.devices.tolist() == np.reshape(jax.local_devices()[:6], (2, 3)).tolist()
+    f(jnp.ones((2, 3), jnp.int32))
+    assert len(meshes) == 1 and f.__wrapped__.__wrapped__ is body   # one trace per size
+    with pytest.raises(ValueError, match=r"requires 9 logical devices, but only 8 XLA devices"):
+        f(jnp.ones((3, 3), jnp.int32))
+
+
+def test_stacked_pmap_decorators_are_one_shard_map_over_a_2d_mesh():
+    ns, new, report = _run('''\
+        from functools import partial
+        import jax
+        from jax import lax, pmap
+
+        @partial(pmap, axis_name="rows")
+        @partial(pmap, axis_name="cols")
+        def f(x):
+            return (x / lax.psum(x, "rows"), x / lax.psum(x, "cols"),
+                    x / lax.psum(x, ("rows", "cols")),
+                    lax.axis_index("rows") * 10 + lax.axis_index("cols"))
+        ''')
+    assert report.left == report.kept == [] and new.count("jax.shard_map") == 2  # def + site
+    for rows, cols in ((4, 2), (2, 3), (1, 8)):
+        x = np.arange(1.0, rows * cols + 1, dtype=np.float32).reshape(rows, cols)
+        by_row, by_col, total, index = ns["f"](jnp.asarray(x))
+        np.testing.assert_allclose(by_row, x / x.sum(0), rtol=1e-6)
+        np.testing.assert_allclose(by_col, x / x.sum(1, keepdims=True), rtol=1e-6)
+        np.testing.assert_allclose(total, x / x.sum(), rtol=1e-6)
+        assert index.tolist() == (np.arange(rows)[:, None] * 10 + np.arange(cols)).tolist()
+
+
 def test_a_pmap_made_anew_of_the_same_function_traces_it_anew():
     # Classic pmap reused the first trace of the same function object even when a
     # new jax.pmap of it was made; the migrated site is a new jax.jit, which traces

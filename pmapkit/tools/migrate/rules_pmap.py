@@ -326,5 +326,44 @@ def decorator(ctx, original, updated):
     return _site(ctx, original, bound).decorators(ctx.indent())
 
 
+def _decorator_bound(node):
+    if isinstance(node, cst.Call):
+        rest = node.with_changes(args=[cst.Arg(cst.Name("f"))] + list(node.args[1:]))
+        return _bind(rest, _PARAMS)
+    return {}
+
+
+STACKED = ("stacked pmap decorators are translated with in_axes/out_axes 0 on both, no statics, "
+           "donation or devices=, and two axis names: ")
+
+
+def stacked_decorators(ctx, outer, inner):
+    """The decorators (texts) standing for two stacked pmap decorators: one
+    shard_map over a 2-D mesh (the outer's axis, the inner's), the body given each
+    argument without both leading axes (``_per_device`` twice), as classic pmap
+    of a pmap gave it."""
+    bounds = [_decorator_bound(node) for node in (outer, inner)]
+    for bound in bounds:
+        _check(bound)
+        if any(sx.code(bound[key].value) not in (("0",) if key.endswith("axes") else ("None",))
+               for key in ("in_axes", "out_axes", "devices") if key in bound) or any(
+                _argnums(bound, key) for key in ("static_broadcasted_argnums", "donate_argnums")):
+            raise LeaveAsIs(STACKED + NESTED)
+    names = [Site(ctx, bound).name for bound in bounds]
+    if names[0] == names[1]:
+        raise LeaveAsIs(STACKED + NESTED)
+    ctx.need_import("numpy")
+    spec = f"jax.P({names[0]}, {names[1]})"
+    options = ["_first_devices", "jax.shard_map",
+               f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
+               f"({names[0]}, {names[1]}))", f"in_specs={spec}", f"out_specs={spec}",
+               "check_vma=False"]
+    indent = ctx.indent()
+    return ["jax.jit", "functools.partial(" + _fill(
+        options, indent + " " * len("@functools.partial("),
+        first=len(indent) + len("@functools.partial(")).lstrip() + ")",
+        "_per_device", "_per_device"]
+
+
 def family():
     return Family("pmap", calls={PMAP: pmap_call})

@@ -120,6 +120,8 @@ class Migrator(cst.CSTTransformer):
         self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
         self.pmap_decorators = set()  # ids of pmap decorator expressions (leave_Decorator's)
         self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
+        self.stacked_pmaps = {}       # id of the outer of two stacked pmap decorators -> inner
+        self.stacked_inner = {}       # id of the inner one -> True (the outer translated) or why not
         self.strings = set()          # the string literals of the module, evaluated
         self.functions = []           # every def of the module
         self.pmap_over_chosen_devices = False
@@ -339,7 +341,12 @@ class Migrator(cst.CSTTransformer):
             sites = [d.decorator for d in fn.decorators if self._pmap_site(d.decorator)]
             if sites:
                 made[fn.name.value] = sites[0]
-            if len(sites) > 1:      # stacked pmap decorators: a pmap of a pmap
+            pmaps = [k for k, d in enumerate(fn.decorators) if self._pmap_site(d.decorator)]
+            if len(sites) == 2 and pmaps[1] == pmaps[0] + 1:
+                # two stacked pmap decorators: one shard_map over a 2-D mesh (rules_pmap)
+                self.stacked_pmaps[id(sites[0])] = sites[1]
+                self.stacked_inner[id(sites[1])] = None
+            elif len(sites) > 1:      # more, or apart: a pmap of a pmap
                 self.nested_pmaps.update(map(id, sites))
         outer = {}      # def name -> the pmap site that maps it
         for call in _walk(module, cst.Call):
@@ -548,9 +555,22 @@ class Migrator(cst.CSTTransformer):
         return updated_node.with_changes(decorator=sx.expr(text))
 
     def _pmap_decorator(self, original_node, updated_node):
+        node = original_node.decorator
+        if id(node) in self.stacked_inner:
+            if self.stacked_inner[id(node)] is True:   # the outer's translation stands for both
+                return cst.RemoveFromParent()
+            self._leave(node, rules_pmap.PMAP, self.stacked_inner[id(node)] or rules_pmap.NESTED)
+            return updated_node
         try:
-            texts = rules_pmap.decorator(self, original_node.decorator, updated_node.decorator)
+            if id(node) in self.stacked_pmaps:
+                inner = self.stacked_pmaps[id(node)]
+                texts = rules_pmap.stacked_decorators(self, node, inner)
+                self.stacked_inner[id(inner)] = True
+            else:
+                texts = rules_pmap.decorator(self, node, updated_node.decorator)
         except LeaveAsIs as exc:
+            if id(node) in self.stacked_pmaps:
+                self.stacked_inner[id(self.stacked_pmaps[id(node)])] = exc.why
             self._leave(original_node.decorator, rules_pmap.PMAP, exc.why)
             return updated_node
         except KeepPmap as exc:
