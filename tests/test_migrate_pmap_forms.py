@@ -104,6 +104,13 @@ NOT_TRANSLATED = {
         '@functools.partial(jax.pmap, axis_name="a")\n@functools.partial(jax.pmap, axis_name="b")\n'
         '@functools.partial(jax.pmap, axis_name="c")\ndef f(x):\n    return x\n',
         "left", "a pmap of a pmap"),
+    "a pmapped name called in a pmapped body": (
+        'inner = jax.pmap(f, "j")\n\n\n@jax.pmap\ndef outer(a):\n    return inner(a) * 2\n',
+        "left", "a pmap of a pmap"),
+    "a pmapped name called in a function pmapped below it": (
+        'inner = jax.pmap(f, "j")\n\n\ndef outer(a):\n    return inner(a) * 2\n\n\n'
+        'y = jax.pmap(outer, "i")(x)\n',
+        "left", "a pmap of a pmap"),
     "a pmap of a pmapped name": ('inner = jax.pmap(f, "j")\ny = jax.pmap(inner, "i")(x)\n',
                                  "left", "a pmap of a pmap"),
 }
@@ -175,6 +182,17 @@ def test_a_pmap_the_source_does_not_say_enough_about_stays_with_its_reason(name)
     assert (report.left if how == "kept" else report.kept) == [] and report.rewrites == []
     marker = "jax.pmap kept:" if how == "kept" else "jax.pmap left as written:"
     assert f"# pmapkit migrate: {marker}" in new and source.splitlines()[-1] in new
+
+
+def test_a_statement_run_in_order_maps_the_name_as_bound_above_it():
+    # A notebook maps a plain f, then redefines f as a pmap whose body makes one: the
+    # first pmap is translated (its f is no pmap), the nested ones are left.
+    new, report = migrate_source(_imports_and(
+        'def f(v):\n    return v * 2\n\n\ny = jax.pmap(f)(x)\n\n\n'
+        '@jax.pmap\ndef f(v):\n    @jax.pmap\n    def g(z):\n        return z\n'
+        '    return g(v)\n\n\nz = jax.pmap(f)(x)\n'))
+    assert [r.line for r in report.rewrites] == [8]
+    assert sorted(k.line for k in report.left) == [11, 13, 19], report.format()
 
 
 def test_every_census_form_seen_in_a_few_files_has_a_fixture_and_a_program():

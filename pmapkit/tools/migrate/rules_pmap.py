@@ -318,12 +318,7 @@ def partial_pmap(ctx, original, updated):
 def decorator(ctx, original, updated):
     """The decorators (texts) standing for a pmap decorator (``@jax.pmap``,
     ``@functools.partial(jax.pmap, ...)``)."""
-    if isinstance(updated, cst.Call):
-        rest = updated.with_changes(args=[cst.Arg(cst.Name("f"))] + list(updated.args[1:]))
-        bound = _bind(rest, _PARAMS)
-    else:
-        bound = {}
-    return _site(ctx, original, bound).decorators(ctx.indent())
+    return _site(ctx, original, _decorator_bound(updated)).decorators(ctx.indent())
 
 
 def _decorator_bound(node):
@@ -342,6 +337,8 @@ def stacked_decorators(ctx, outer, inner):
     shard_map over a 2-D mesh (the outer's axis, the inner's), the body given each
     argument without both leading axes (``_per_device`` twice), as classic pmap
     of a pmap gave it."""
+    if ctx.is_nested_pmap(outer):       # its body makes or calls a pmap
+        raise LeaveAsIs(NESTED)
     bounds = [_decorator_bound(node) for node in (outer, inner)]
     for bound in bounds:
         _check(bound)

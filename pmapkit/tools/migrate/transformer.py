@@ -336,11 +336,11 @@ class Migrator(cst.CSTTransformer):
         for assign in _walk(module, cst.Assign):
             if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
                     and isinstance(assign.value, cst.Call) and self._pmap_site(assign.value)):
-                made[assign.targets[0].target.value] = assign.value
+                made.setdefault(assign.targets[0].target.value, []).append(assign.value)
         for fn in _walk(module, cst.FunctionDef):
             sites = [d.decorator for d in fn.decorators if self._pmap_site(d.decorator)]
             if sites:
-                made[fn.name.value] = sites[0]
+                made.setdefault(fn.name.value, []).append(sites[0])
             pmaps = [k for k, d in enumerate(fn.decorators) if self._pmap_site(d.decorator)]
             if len(sites) == 2 and pmaps[1] == pmaps[0] + 1:
                 # two stacked pmap decorators: one shard_map over a 2-D mesh (rules_pmap)
@@ -348,26 +348,38 @@ class Migrator(cst.CSTTransformer):
                 self.stacked_inner[id(sites[1])] = None
             elif len(sites) > 1:      # more, or apart: a pmap of a pmap
                 self.nested_pmaps.update(map(id, sites))
-        outer = {}      # def name -> the pmap site that maps it
+        # a statement of the module runs in order: a name it maps is bound to a pmap
+        # only by a binding above it (a notebook redefines f as a pmap further down)
+        in_order = {id(c) for s in module.body if not isinstance(s, (cst.FunctionDef,
+                    cst.ClassDef)) for c in _walk(s, cst.Call)}
+        outer = {}      # def name -> the pmap calls that map it
         for call in _walk(module, cst.Call):
             fun = self._pmap_site(call)
             if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
                 self.nested_pmaps.update((id(call), id(fun)))
-            elif isinstance(fun, cst.Name) and fun.value in made:
-                self.nested_pmaps.update((id(call), id(made[fun.value])))
             elif isinstance(fun, cst.Name):
-                outer[fun.value] = call
+                bound = [m for m in made.get(fun.value, ()) if not (
+                    id(call) in in_order and self._start(m) > self._start(call))]
+                if bound:
+                    self.nested_pmaps.update([id(call)] + list(map(id, bound)))
+                else:
+                    outer.setdefault(fun.value, []).append(call)
         for fn in _walk(module, cst.FunctionDef):
-            site = outer.get(fn.name.value) or next(
-                (d.decorator for d in fn.decorators if self._pmap_site(d.decorator)), None)
+            # its own pmap decorator, else a pmap of its name (one run in order: below it)
+            site = next((d.decorator for d in fn.decorators if self._pmap_site(d.decorator)),
+                        None) or next((c for c in outer.get(fn.name.value, ()) if not (
+                            id(c) in in_order and self._start(c) < self._start(fn))), None)
             if site is None:
                 continue
-            # a pmap made in the body of a pmapped function: a pmap of a pmap
-            inner = [n for n in _walk(fn.body, (cst.Call, cst.Decorator))
+            # a pmap made in the body of a pmapped function, or a name bound to a pmap
+            # called there: a pmap of a pmap
+            inner = [n.decorator if isinstance(n, cst.Decorator) else n
+                     for n in _walk(fn.body, (cst.Call, cst.Decorator))
                      if self._pmap_site(n.decorator if isinstance(n, cst.Decorator) else n)]
+            inner += [m for call in _walk(fn.body, cst.Call) if isinstance(call.func, cst.Name)
+                      for m in made.get(call.func.value, ())]
             for node in inner:
-                self.nested_pmaps.update((id(site), id(node.decorator if isinstance(
-                    node, cst.Decorator) else node)))
+                self.nested_pmaps.update((id(site), id(node)))
 
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
