@@ -100,6 +100,15 @@ NOT_TRANSLATED = {
         '@functools.partial(jax.pmap, axis_name="rows")\n'
         '@functools.partial(jax.pmap, axis_name="cols", in_axes=1)\ndef f(x):\n    return x\n',
         "left", "stacked pmap decorators are translated with in_axes/out_axes 0 on both"),
+    "stacked pmap decorators of one axis name": (
+        '@functools.partial(jax.pmap, axis_name="i")\n'
+        '@functools.partial(jax.pmap, axis_name="i")\ndef f(x):\n    return x\n',
+        "left", "stacked pmap decorators are translated with in_axes/out_axes 0 on both"),
+    "stacked pmap decorators over a body making a pmap": (
+        '@functools.partial(jax.pmap, axis_name="rows")\n'
+        '@functools.partial(jax.pmap, axis_name="cols")\ndef f(x):\n'
+        '    return jax.pmap(lambda v: v)(x)\n',
+        "left", "a pmap of a pmap"),
     "three stacked pmap decorators": (
         '@functools.partial(jax.pmap, axis_name="a")\n@functools.partial(jax.pmap, axis_name="b")\n'
         '@functools.partial(jax.pmap, axis_name="c")\ndef f(x):\n    return x\n',
