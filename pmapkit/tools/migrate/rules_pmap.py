@@ -354,7 +354,8 @@ def stacked_decorators(ctx, outer, inner):
     options = ["_first_devices", "jax.shard_map",
                f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
                f"({names[0]}, {names[1]}))", f"in_specs={spec}", f"out_specs={spec}",
-               "check_vma=False"]
+               "check_vma=False",
+               ]
     indent = ctx.indent()
     return ["jax.jit", "functools.partial(" + _fill(
         options, indent + " " * len("@functools.partial("),
