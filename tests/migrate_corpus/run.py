@@ -55,7 +55,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CACHE = "/work/cache/migrate-corpus"
+# MIGRATE_CORPUS_CACHE: another folder for the rebuilt programs (two runs at once).
+CACHE = os.environ.get("MIGRATE_CORPUS_CACHE", "/work/cache/migrate-corpus")
 MIRRORS = "/work/.mirror"
 TIMEOUT_S = 180
 

@@ -36,6 +36,7 @@ class Helper:
 
 CLASSIC_PRNG = Helper(written._classic_prng, call_after=True)
 PER_DEVICE = Helper(written._per_device, ("jax", "functools"))
+FIRST_DEVICES = Helper(written._first_devices, ("jax", "functools", "numpy"))
 DEVICE_INDEX = Helper(written._device_index, ("jax", "numpy"))
 ID_TAP = Helper(written._id_tap, ("jax", "jax.experimental", "threading"), (DEVICE_INDEX,))
 ID_PRINT = Helper(written._id_print, needs=(ID_TAP,))
@@ -47,9 +48,9 @@ DEVICE_PUT_SHARDED = Helper(written._device_put_sharded, ("jax", "numpy"))
 PJIT = Helper(written._pjit, ("jax", "functools"))
 WITH_SHARDING_CONSTRAINT = Helper(written._with_sharding_constraint)
 
-ALL = {h.name: h for h in (CLASSIC_PRNG, PER_DEVICE, DEVICE_INDEX, ID_TAP, ID_PRINT, HOST_CALL,
-                           DEVICE_BUFFERS, DEVICE_PUT_REPLICATED, DEVICE_PUT_SHARDED, PJIT,
-                           WITH_SHARDING_CONSTRAINT)}
+ALL = {h.name: h for h in (CLASSIC_PRNG, PER_DEVICE, FIRST_DEVICES, DEVICE_INDEX, ID_TAP,
+                           ID_PRINT, HOST_CALL, DEVICE_BUFFERS, DEVICE_PUT_REPLICATED,
+                           DEVICE_PUT_SHARDED, PJIT, WITH_SHARDING_CONSTRAINT)}
 
 #: Every function the helpers define at the top of a file (a migrated file's own
 #: copies are not migrated again).

@@ -172,12 +172,25 @@ class Site:
             in_axes = tuple(in_axes[k] for k in dynamic)
         self.in_axes, self.out_axes = in_axes, out_axes
         devices = bound.get("devices")
-        if devices is None or sx.code(devices.value) == "None":
+        # Without devices=, classic pmap ran on the first n local devices, n the mapped
+        # size: _first_devices cuts the mesh to them when jax.jit traces. With devices=,
+        # the size had to be len(devices): the mesh is theirs, as written.
+        self.first = devices is None or sx.code(devices.value) == "None"
+        if self.first:
             self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
+            ctx.need_helper(helpers.FIRST_DEVICES)
         else:
             self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"
         ctx.need_import("jax")
         ctx.need_helper(helpers.PER_DEVICE)
+
+    def shard_map(self, body, mesh=None):
+        """The text of the shard_map call of ``body`` (``_first_devices`` round it
+        where the mesh is cut to the mapped size)."""
+        if self.first:
+            return sx.call_text("_first_devices", ["jax.shard_map", body]
+                                + self.shard_map_options(mesh))
+        return sx.call_text("jax.shard_map", [body] + self.shard_map_options(mesh))
 
     def per_device_options(self, static=None):
         options = []
@@ -208,16 +221,16 @@ class Site:
         if self.static:
             return self._with_statics(fun, indent, column)
         body = sx.call_text("_per_device", [fun] + self.per_device_options())
-        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options())
-        line = sx.call_text("jax.jit", [mapped] + self.jit_options())
+        line = sx.call_text("jax.jit", [self.shard_map(body)] + self.jit_options())
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step = indent + "    "
+        head = "_first_devices(jax.shard_map," if self.first else "jax.shard_map("
         if not self.jit_options():
-            return (f"jax.jit(jax.shard_map(\n{step}{body},\n"
+            return (f"jax.jit({head}\n{step}{body},\n"
                     f"{_fill(self.shard_map_options(), step)}))")
         inner = step + "    "
-        return (f"jax.jit(\n{step}jax.shard_map(\n{inner}{body},\n"
+        return (f"jax.jit(\n{step}{head}\n{inner}{body},\n"
                 f"{_fill(self.shard_map_options(), inner)}),\n"
                 f"{_fill(self.jit_options(), step)})")
 
@@ -228,14 +241,15 @@ class Site:
         body = sx.call_text("_per_device", ["fn"] + self.per_device_options(
             f"({statics},)" if len(self.static) == 1 else f"({statics})"))
         dynamic = f"*[x for k, x in enumerate(args) if k not in {_tuple_text(self.static)}]"
-        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options("mesh"))
+        mapped = self.shard_map(body, "mesh")
         jitted = sx.call_text("jax.jit", [f"lambda *args: {mapped}({dynamic})"]
                               + self.jit_options())
         line = f"(lambda fn, mesh: {jitted})({fun}, {self.mesh})"
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step, inner = indent + "    ", indent + "        "
-        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: jax.shard_map(\n"
+        head = "_first_devices(jax.shard_map," if self.first else "jax.shard_map("
+        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: {head}\n"
                 f"{inner}{body},\n{_fill(self.shard_map_options('mesh'), inner)},\n"
                 f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
                 f"{_fill([fun, self.mesh], step)})")
@@ -247,9 +261,10 @@ class Site:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
         jit = self.jit_options()
         per_device = self.per_device_options()
-        head = "functools.partial(jax.shard_map, "
+        head, options = "functools.partial(", self.shard_map_options()
+        options = (["_first_devices", "jax.shard_map"] if self.first else ["jax.shard_map"]) + options
         return [("jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)),
-                head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
+                head + _fill(options, indent + " " * len("@functools.partial("),
                              first=len(indent) + len(head) + 1).lstrip() + ")",
                 ("_per_device" if not per_device
                  else sx.call_text("functools.partial", ["_per_device"] + per_device))]
@@ -303,12 +318,49 @@ def partial_pmap(ctx, original, updated):
 def decorator(ctx, original, updated):
     """The decorators (texts) standing for a pmap decorator (``@jax.pmap``,
     ``@functools.partial(jax.pmap, ...)``)."""
-    if isinstance(updated, cst.Call):
-        rest = updated.with_changes(args=[cst.Arg(cst.Name("f"))] + list(updated.args[1:]))
-        bound = _bind(rest, _PARAMS)
-    else:
-        bound = {}
-    return _site(ctx, original, bound).decorators(ctx.indent())
+    return _site(ctx, original, _decorator_bound(updated)).decorators(ctx.indent())
+
+
+def _decorator_bound(node):
+    if isinstance(node, cst.Call):
+        rest = node.with_changes(args=[cst.Arg(cst.Name("f"))] + list(node.args[1:]))
+        return _bind(rest, _PARAMS)
+    return {}
+
+
+STACKED = ("stacked pmap decorators are translated with in_axes/out_axes 0 on both, no statics, "
+           "donation or devices=, and two axis names: ")
+
+
+def stacked_decorators(ctx, outer, inner):
+    """The decorators (texts) standing for two stacked pmap decorators: one
+    shard_map over a 2-D mesh (the outer's axis, the inner's), the body given each
+    argument without both leading axes (``_per_device`` twice), as classic pmap
+    of a pmap gave it."""
+    if ctx.is_nested_pmap(outer):       # its body makes or calls a pmap
+        raise LeaveAsIs(NESTED)
+    bounds = [_decorator_bound(node) for node in (outer, inner)]
+    for bound in bounds:
+        _check(bound)
+        if any(sx.code(bound[key].value) not in (("0",) if key.endswith("axes") else ("None",))
+               for key in ("in_axes", "out_axes", "devices") if key in bound) or any(
+                _argnums(bound, key) for key in ("static_broadcasted_argnums", "donate_argnums")):
+            raise LeaveAsIs(STACKED + NESTED)
+    names = [Site(ctx, bound).name for bound in bounds]
+    if names[0] == names[1]:
+        raise LeaveAsIs(STACKED + NESTED)
+    ctx.need_import("numpy")
+    spec = f"jax.P({names[0]}, {names[1]})"
+    options = ["_first_devices", "jax.shard_map",
+               f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
+               f"({names[0]}, {names[1]}))", f"in_specs={spec}", f"out_specs={spec}",
+               "check_vma=False",
+               ]
+    indent = ctx.indent()
+    return ["jax.jit", "functools.partial(" + _fill(
+        options, indent + " " * len("@functools.partial("),
+        first=len(indent) + len("@functools.partial(")).lstrip() + ")",
+        "_per_device", "_per_device"]
 
 
 def family():

@@ -120,6 +120,8 @@ class Migrator(cst.CSTTransformer):
         self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
         self.pmap_decorators = set()  # ids of pmap decorator expressions (leave_Decorator's)
         self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
+        self.stacked_pmaps = {}       # id of the outer of two stacked pmap decorators -> inner
+        self.stacked_inner = {}       # id of the inner one -> True (the outer translated) or why not
         self.strings = set()          # the string literals of the module, evaluated
         self.functions = []           # every def of the module
         self.pmap_over_chosen_devices = False
@@ -334,33 +336,50 @@ class Migrator(cst.CSTTransformer):
         for assign in _walk(module, cst.Assign):
             if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
                     and isinstance(assign.value, cst.Call) and self._pmap_site(assign.value)):
-                made[assign.targets[0].target.value] = assign.value
+                made.setdefault(assign.targets[0].target.value, []).append(assign.value)
         for fn in _walk(module, cst.FunctionDef):
             sites = [d.decorator for d in fn.decorators if self._pmap_site(d.decorator)]
             if sites:
-                made[fn.name.value] = sites[0]
-            if len(sites) > 1:      # stacked pmap decorators: a pmap of a pmap
+                made.setdefault(fn.name.value, []).append(sites[0])
+            pmaps = [k for k, d in enumerate(fn.decorators) if self._pmap_site(d.decorator)]
+            if len(sites) == 2 and pmaps[1] == pmaps[0] + 1:
+                # two stacked pmap decorators: one shard_map over a 2-D mesh (rules_pmap)
+                self.stacked_pmaps[id(sites[0])] = sites[1]
+                self.stacked_inner[id(sites[1])] = None
+            elif len(sites) > 1:      # more, or apart: a pmap of a pmap
                 self.nested_pmaps.update(map(id, sites))
-        outer = {}      # def name -> the pmap site that maps it
+        # a statement of the module runs in order: a name it maps is bound to a pmap
+        # only by a binding above it (a notebook redefines f as a pmap further down)
+        in_order = {id(c) for s in module.body if not isinstance(s, (cst.FunctionDef,
+                    cst.ClassDef)) for c in _walk(s, cst.Call)}
+        outer = {}      # def name -> the pmap calls that map it
         for call in _walk(module, cst.Call):
             fun = self._pmap_site(call)
             if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
                 self.nested_pmaps.update((id(call), id(fun)))
-            elif isinstance(fun, cst.Name) and fun.value in made:
-                self.nested_pmaps.update((id(call), id(made[fun.value])))
             elif isinstance(fun, cst.Name):
-                outer[fun.value] = call
+                bound = [m for m in made.get(fun.value, ()) if not (
+                    id(call) in in_order and self._start(m) > self._start(call))]
+                if bound:
+                    self.nested_pmaps.update([id(call)] + list(map(id, bound)))
+                else:
+                    outer.setdefault(fun.value, []).append(call)
         for fn in _walk(module, cst.FunctionDef):
-            site = outer.get(fn.name.value) or next(
-                (d.decorator for d in fn.decorators if self._pmap_site(d.decorator)), None)
+            # its own pmap decorator, else a pmap of its name (one run in order: below it)
+            site = next((d.decorator for d in fn.decorators if self._pmap_site(d.decorator)),
+                        None) or next((c for c in outer.get(fn.name.value, ()) if not (
+                            id(c) in in_order and self._start(c) < self._start(fn))), None)
             if site is None:
                 continue
-            # a pmap made in the body of a pmapped function: a pmap of a pmap
-            inner = [n for n in _walk(fn.body, (cst.Call, cst.Decorator))
+            # a pmap made in the body of a pmapped function, or a name bound to a pmap
+            # called there: a pmap of a pmap
+            inner = [n.decorator if isinstance(n, cst.Decorator) else n
+                     for n in _walk(fn.body, (cst.Call, cst.Decorator))
                      if self._pmap_site(n.decorator if isinstance(n, cst.Decorator) else n)]
+            inner += [m for call in _walk(fn.body, cst.Call) if isinstance(call.func, cst.Name)
+                      for m in made.get(call.func.value, ())]
             for node in inner:
-                self.nested_pmaps.update((id(site), id(node.decorator if isinstance(
-                    node, cst.Decorator) else node)))
+                self.nested_pmaps.update((id(site), id(node)))
 
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
@@ -548,9 +567,22 @@ class Migrator(cst.CSTTransformer):
         return updated_node.with_changes(decorator=sx.expr(text))
 
     def _pmap_decorator(self, original_node, updated_node):
+        node = original_node.decorator
+        if id(node) in self.stacked_inner:
+            if self.stacked_inner[id(node)] is True:   # the outer's translation stands for both
+                return cst.RemoveFromParent()
+            self._leave(node, rules_pmap.PMAP, self.stacked_inner[id(node)] or rules_pmap.NESTED)
+            return updated_node
         try:
-            texts = rules_pmap.decorator(self, original_node.decorator, updated_node.decorator)
+            if id(node) in self.stacked_pmaps:
+                inner = self.stacked_pmaps[id(node)]
+                texts = rules_pmap.stacked_decorators(self, node, inner)
+                self.stacked_inner[id(inner)] = True
+            else:
+                texts = rules_pmap.decorator(self, node, updated_node.decorator)
         except LeaveAsIs as exc:
+            if id(node) in self.stacked_pmaps:
+                self.stacked_inner[id(self.stacked_pmaps[id(node)])] = exc.why
             self._leave(original_node.decorator, rules_pmap.PMAP, exc.why)
             return updated_node
         except KeepPmap as exc:

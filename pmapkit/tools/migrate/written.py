@@ -38,6 +38,31 @@ def _per_device(fun, in_axes=0, out_axes=0, static=()):
     return body
 
 
+def _first_devices(shard_map, fun, *, mesh, in_specs, **options):
+    # Classic pmap ran on the first n devices (written by pmapkit migrate): shard_map over
+    # the first devices of mesh, as many along each axis as the arguments' dims in_specs
+    # names are long, chosen when jax.jit traces (one trace per size, as pmap compiled).
+    def spec(s):
+        return isinstance(s, jax.P)
+
+    def call(*args):
+        specs = jax.tree.leaves(jax.tree.broadcast(in_specs, args, is_leaf=spec), is_leaf=spec)
+        sizes = {}
+        for dims, leaf in zip(specs, jax.tree.leaves(args)):
+            for dim, name in enumerate(dims):
+                sizes.setdefault(name, numpy.shape(leaf)[dim])
+        shape = [sizes.get(name, size) for name, size in mesh.shape.items()]
+        count = int(numpy.prod(shape))
+        if count > mesh.devices.size:
+            raise ValueError(f"compiling computation that requires {count} logical devices, "
+                             f"but only {mesh.devices.size} XLA devices are available "
+                             f"(num_replicas={count})")
+        devices = numpy.reshape(mesh.devices.flat[:count], shape)
+        return shard_map(fun, mesh=jax.sharding.Mesh(devices, mesh.axis_names),
+                         in_specs=in_specs, **options)(*args)
+    return functools.wraps(fun)(call)
+
+
 def _device_index():
     # The index of the device running this code in its shard_map (a migrated pmap: in
     # jax.local_devices() order), 0 outside one (written by pmapkit migrate).
