@@ -43,7 +43,7 @@ CORE_SUITES = [
 HOST_SUITES = [
     # Host values on the hit path: JAX's call of the program, HostSpec puts,
     # and the value read at the call on every route.
-    "tests/test_host_route.py", "tests/test_host_inputs.py",
+    "tests/test_host_route.py", "tests/test_host_inputs.py", "tests/test_host_express.py",
     "tests/test_inputs_at_call.py", "tests/test_held_scalars.py",
 ]
 
