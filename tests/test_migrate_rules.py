@@ -392,12 +392,10 @@ def test_pmap_to_shard_map_and_the_pmaps_kept():
     assert new == textwrap.dedent('''\
         import functools
         import jax
-        import numpy
 
 
         @jax.jit
-        @functools.partial(_first_devices, jax.shard_map,
-                           mesh=jax.sharding.Mesh(jax.local_devices(), ("devices",)),
+        @functools.partial(jax.shard_map, mesh=jax.sharding.Mesh(jax.local_devices(), ("devices",)),
                            in_specs=jax.P("devices"), out_specs=jax.P("devices"), check_vma=False)
         @_per_device
         def double(x):
@@ -410,12 +408,12 @@ def test_pmap_to_shard_map_and_the_pmaps_kept():
             out_specs=jax.P("i"), check_vma=False))
         # pmapkit migrate: jax.pmap kept: functools.partial(jax.pmap, ...) as a value: the pmap is made where it is called, which migrate does not follow
         h = functools.partial(jax.pmap, axis_name="i")
-        k = jax.jit(_first_devices(jax.shard_map,
+        k = jax.jit(jax.shard_map(
             _per_device(f, in_axes=1, out_axes=None),
             mesh=jax.sharding.Mesh(jax.local_devices(), ("devices",)), in_specs=jax.P(None, "devices"),
             out_specs=jax.P(), check_vma=False))
         m = (lambda fn, mesh: jax.jit(
-            lambda *args: _first_devices(jax.shard_map,
+            lambda *args: jax.shard_map(
                 _per_device(fn, static=((1, args[1]),)),
                 mesh=mesh, in_specs=jax.P("devices"), out_specs=jax.P("devices"), check_vma=False,
             )(*[x for k, x in enumerate(args) if k not in (1,)]),
@@ -434,7 +432,7 @@ def test_pmap_to_shard_map_and_the_pmaps_kept():
         (15, "backend= (the devices of a platform) is kept for jax.pmap"),
         (16, "axis_size= (a mapped size across processes) is kept for jax.pmap")]
     assert [(k.line, k.name) for k in report.left] == [(17, "jax.pmap")]
-    assert report.helpers == ["_first_devices", "_per_device"]
+    assert report.helpers == ["_per_device"]
 
 
 def test_names_without_a_modern_spelling_are_left_with_a_comment():

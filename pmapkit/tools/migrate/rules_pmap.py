@@ -16,18 +16,27 @@ start from constants). ``static_broadcasted_argnums`` become ``jax.jit``'s
 A decorator becomes the stack of the three (``@jax.jit``,
 ``@functools.partial(jax.shard_map, ...)``, ``@_per_device``).
 
+Two stacked pmap decorators (in/out_axes 0, no statics, donation or
+``devices=``, two axis names) become one shard_map over a 2-D mesh (outer
+axis, inner axis) with ``_per_device`` twice; the mesh's shape is the
+argument's two leading sizes, so ``_first_devices`` (``written``) cuts the
+local devices to it when ``jax.jit`` traces. Only stacked sites use it.
+
 What the source cannot say stays ``jax.pmap`` (JAX 0.10 runs it) and the
 report says why: ``in_axes`` computed at run time, ``backend=``/``axis_size=``, ``jax.pmap`` or
-``partial(jax.pmap, ...)`` passed as a value. A pmap of a pmap is left with a
-comment (JAX 0.10's own pmap refuses one too), and so is a negative axis (its
-spec needs the argument's rank; JAX 0.10's pmap refuses a negative in_axes);
-``global_arg_shapes=`` is gone.
+``partial(jax.pmap, ...)`` passed as a value. A pmap of a pmap made or called
+in a pmapped body is left with a comment (JAX 0.10's own pmap refuses one
+too), and so is a negative axis (its spec needs the argument's rank; JAX
+0.10's pmap refuses a negative in_axes); ``global_arg_shapes=`` is gone.
 
 Not translated, and failing loudly rather than computing something else: a
 call with keyword arguments (``jax.shard_map`` takes positional ones), inputs
-committed to devices outside the mesh (``jax.jit`` refuses them), a mapped
-axis whose size is not the number of devices of the mesh (shard_map's "not
-evenly divisible", or the squeeze of a block larger than one).
+committed to devices outside the mesh (``jax.jit`` refuses them), and a
+mapped axis whose size is not the number of devices of the mesh (classic pmap
+ran n < device count on the first n devices; the translated site's mesh is
+every local device, so shard_map says "not evenly divisible", or the squeeze
+of a block larger than one fails): pass ``devices=jax.local_devices()[:n]``
+to the classic pmap first, or cut the mesh by hand.
 """
 from __future__ import annotations
 
@@ -172,25 +181,12 @@ class Site:
             in_axes = tuple(in_axes[k] for k in dynamic)
         self.in_axes, self.out_axes = in_axes, out_axes
         devices = bound.get("devices")
-        # Without devices=, classic pmap ran on the first n local devices, n the mapped
-        # size: _first_devices cuts the mesh to them when jax.jit traces. With devices=,
-        # the size had to be len(devices): the mesh is theirs, as written.
-        self.first = devices is None or sx.code(devices.value) == "None"
-        if self.first:
+        if devices is None or sx.code(devices.value) == "None":
             self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
-            ctx.need_helper(helpers.FIRST_DEVICES)
         else:
             self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"
         ctx.need_import("jax")
         ctx.need_helper(helpers.PER_DEVICE)
-
-    def shard_map(self, body, mesh=None):
-        """The text of the shard_map call of ``body`` (``_first_devices`` round it
-        where the mesh is cut to the mapped size)."""
-        if self.first:
-            return sx.call_text("_first_devices", ["jax.shard_map", body]
-                                + self.shard_map_options(mesh))
-        return sx.call_text("jax.shard_map", [body] + self.shard_map_options(mesh))
 
     def per_device_options(self, static=None):
         options = []
@@ -221,16 +217,16 @@ class Site:
         if self.static:
             return self._with_statics(fun, indent, column)
         body = sx.call_text("_per_device", [fun] + self.per_device_options())
-        line = sx.call_text("jax.jit", [self.shard_map(body)] + self.jit_options())
+        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options())
+        line = sx.call_text("jax.jit", [mapped] + self.jit_options())
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step = indent + "    "
-        head = "_first_devices(jax.shard_map," if self.first else "jax.shard_map("
         if not self.jit_options():
-            return (f"jax.jit({head}\n{step}{body},\n"
+            return (f"jax.jit(jax.shard_map(\n{step}{body},\n"
                     f"{_fill(self.shard_map_options(), step)}))")
         inner = step + "    "
-        return (f"jax.jit(\n{step}{head}\n{inner}{body},\n"
+        return (f"jax.jit(\n{step}jax.shard_map(\n{inner}{body},\n"
                 f"{_fill(self.shard_map_options(), inner)}),\n"
                 f"{_fill(self.jit_options(), step)})")
 
@@ -241,15 +237,14 @@ class Site:
         body = sx.call_text("_per_device", ["fn"] + self.per_device_options(
             f"({statics},)" if len(self.static) == 1 else f"({statics})"))
         dynamic = f"*[x for k, x in enumerate(args) if k not in {_tuple_text(self.static)}]"
-        mapped = self.shard_map(body, "mesh")
+        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options("mesh"))
         jitted = sx.call_text("jax.jit", [f"lambda *args: {mapped}({dynamic})"]
                               + self.jit_options())
         line = f"(lambda fn, mesh: {jitted})({fun}, {self.mesh})"
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step, inner = indent + "    ", indent + "        "
-        head = "_first_devices(jax.shard_map," if self.first else "jax.shard_map("
-        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: {head}\n"
+        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: jax.shard_map(\n"
                 f"{inner}{body},\n{_fill(self.shard_map_options('mesh'), inner)},\n"
                 f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
                 f"{_fill([fun, self.mesh], step)})")
@@ -261,10 +256,9 @@ class Site:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
         jit = self.jit_options()
         per_device = self.per_device_options()
-        head, options = "functools.partial(", self.shard_map_options()
-        options = (["_first_devices", "jax.shard_map"] if self.first else ["jax.shard_map"]) + options
+        head = "functools.partial(jax.shard_map, "
         return [("jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)),
-                head + _fill(options, indent + " " * len("@functools.partial("),
+                head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
                              first=len(indent) + len(head) + 1).lstrip() + ")",
                 ("_per_device" if not per_device
                  else sx.call_text("functools.partial", ["_per_device"] + per_device))]
@@ -349,7 +343,10 @@ def stacked_decorators(ctx, outer, inner):
     names = [Site(ctx, bound).name for bound in bounds]
     if names[0] == names[1]:
         raise LeaveAsIs(STACKED + NESTED)
+    # The 2-D mesh's shape is the argument's two leading sizes, known only when
+    # jax.jit traces: _first_devices cuts the local devices to it then.
     ctx.need_import("numpy")
+    ctx.need_helper(helpers.FIRST_DEVICES)
     spec = f"jax.P({names[0]}, {names[1]})"
     options = ["_first_devices", "jax.shard_map",
                f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
