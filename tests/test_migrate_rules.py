@@ -237,6 +237,11 @@ def test_the_classic_global_mesh_setting_is_kept_for_the_pjit_calls_only():
 
         f = pjit(g, in_axis_resources=PartitionSpec("data"), out_axis_resources=None)
         h = pjit(g)
+
+
+        @pjit
+        def k(a):
+            return a
         ''')
     assert new == textwrap.dedent('''\
         import jax
@@ -254,6 +259,11 @@ def test_the_classic_global_mesh_setting_is_kept_for_the_pjit_calls_only():
 
         f = _pjit_resource_mesh(_pjit(g, in_shardings=PartitionSpec("data"), out_shardings=None))
         h = jax.jit(g)
+
+
+        @jax.jit
+        def k(a):
+            return a
         ''')
     assert report.left == []
     assert sorted(report.helpers) == ["_pjit", "_pjit_resource_mesh", "_resource_mesh"]
