@@ -319,6 +319,9 @@ TRANSLATION_MUTANTS = [
      "a pjit named, not called, taken as a call beside a global mesh setting"),
     ("transformer.py", "            self.frames[-1].clear()", "            pass",
      "the global mesh setting's parts still said left"),
+    ("transformer.py", "            self._keep_comments(updated_node, text)\n            return updated_node."
+     "with_changes(body=[cst.Expr(", "            return updated_node.with_changes(body=[cst.Expr(",
+     "a comment in the global mesh setting dropped"),
 ]
 
 

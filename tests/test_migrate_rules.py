@@ -228,7 +228,7 @@ def test_the_classic_global_mesh_setting_is_kept_for_the_pjit_calls_only():
 
 
         def setup(mesh):
-            jax.experimental.maps.thread_resources.env = (
+            jax.experimental.maps.thread_resources.env = (  # for pjit
                 jax.experimental.maps.ResourceEnv(physical_mesh=mesh, loops=()))
 
 
@@ -251,6 +251,7 @@ def test_the_classic_global_mesh_setting_is_kept_for_the_pjit_calls_only():
 
 
         def setup(mesh):
+            # for pjit
             _resource_mesh(mesh)
 
 

@@ -624,6 +624,7 @@ class Migrator(cst.CSTTransformer):
             self.frames[-1].clear()
             self._rewrote(original_node.body[0], "pjit", text,
                           self.qualname(original_node.body[0].targets[0].target))
+            self._keep_comments(updated_node, text)
             return updated_node.with_changes(body=[cst.Expr(sx.expr(text))])
         if rules_pjit.global_mesh_setting(self, original_node):
             # the env's LEFT line says why jax.set_mesh(mesh) is not written
