@@ -8,6 +8,7 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from pmapkit.legacy import names as census
 from pmapkit.tools.migrate import migrate_source
@@ -211,33 +212,112 @@ def test_pjit_mesh_and_sharding_constraint():
     assert report.helpers == ["_pjit"] and report.left == []
 
 
-def test_the_classic_global_mesh_setting_is_left_saying_why_not_jax_set_mesh():
+def test_the_classic_global_mesh_setting_is_kept_for_the_pjit_calls_only():
     # maps.thread_resources.env = maps.ResourceEnv(mesh, ()) set the mesh for
     # pjit for the rest of the program (t5x; jaxopt's pjit notebook). The
     # global jax.set_mesh(mesh) is not that program: it also lays jax.jit
     # outputs and new arrays over the whole mesh (jaxopt's single-device
-    # comparison ran 10 times longer), so the statement is left, the env's
-    # LEFT line saying so; the leftover ResourceEnv keeps its own line.
-    source = textwrap.dedent('''\
+    # comparison ran 10 times longer). So the setting keeps the mesh
+    # (_resource_mesh) and each pjit with specs is called inside it
+    # (_pjit_resource_mesh); a pjit without specs is plain jax.jit.
+    new, report = _migrated('''\
         import jax
         from jax.experimental import maps
+        from jax.experimental.pjit import pjit
+        from jax.sharding import PartitionSpec
 
 
         def setup(mesh):
-            jax.experimental.maps.thread_resources.env = (
+            jax.experimental.maps.thread_resources.env = (  # for pjit
                 jax.experimental.maps.ResourceEnv(physical_mesh=mesh, loops=()))
+
+
+        def later(mesh):
+            maps.thread_resources.env = maps.ResourceEnv(mesh)
+
+        f = pjit(g, in_axis_resources=PartitionSpec("data"), out_axis_resources=None)
+        h = pjit(g)
+
+
+        @pjit
+        def k(a):
+            return a
         ''')
+    assert new == textwrap.dedent('''\
+        import jax
+        from jax.sharding import PartitionSpec
+        import functools
+        import threading
+
+
+        def setup(mesh):
+            # for pjit
+            _resource_mesh(mesh)
+
+
+        def later(mesh):
+            _resource_mesh(mesh)
+
+        f = _pjit_resource_mesh(_pjit(g, in_shardings=PartitionSpec("data"), out_shardings=None))
+        h = jax.jit(g)
+
+
+        @jax.jit
+        def k(a):
+            return a
+        ''')
+    assert report.left == []
+    assert sorted(report.helpers) == ["_pjit", "_pjit_resource_mesh", "_resource_mesh"]
+    assert [(r.line, r.new) for r in report.rewrites[:2]] == [
+        (8, "_resource_mesh(mesh)"), (13, "_resource_mesh(mesh)")]
+
+
+_SETTING = '''\
+    import jax
+    from jax.experimental import maps
+    from jax.experimental.pjit import pjit
+    from jax.sharding import PartitionSpec
+
+
+    def setup(mesh):
+        maps.thread_resources.env = maps.ResourceEnv(physical_mesh=mesh, loops=())
+    '''
+
+
+@pytest.mark.parametrize("rest, why", [
+    # outside pjit, get_abstract_mesh() (what a read becomes) would answer no mesh
+    ("print(maps.thread_resources.env.physical_mesh)\n",
+     "the program reads thread_resources.env"),
+    ("saved = maps.thread_resources.env\n", "the program reads thread_resources.env"),
+    # a pjit that is not called where it is named could not be wrapped
+    ("import functools\nf = functools.partial(pjit, in_axis_resources=None)\n",
+     "a pjit not called where it is named"),
+    ("f = pjit(g, in_axis_resources=None, device=d)\n", "pjit's device= has no"),
+    ("f = pjit(*args)\n", "*args can't be read statically"),
+])
+def test_the_global_mesh_setting_is_left_where_a_pjit_or_a_read_could_not_follow(rest, why):
+    source = textwrap.dedent(_SETTING) + rest
     new, report = _migrated(source)
-    why = rules_pjit.GLOBAL_MESH_WHY
-    assert "jax.set_mesh(mesh) sets the mesh for the rest of the program" in why
-    assert new.splitlines()[5] == (
-        f"    # pmapkit migrate: jax.experimental.maps.thread_resources.env left as "
-        f"written: {why}")
-    assert [line for line in new.splitlines() if "pmapkit migrate" not in line] == \
-        source.splitlines()
-    assert [(left.line, left.name, left.why == why) for left in report.left] == [
-        (6, "jax.experimental.maps.thread_resources.env", True),
-        (7, "jax.experimental.maps.ResourceEnv", False)]
+    assert "_resource_mesh" not in new
+    left = f"{rules_pjit.GLOBAL_MESH_WHY} ("
+    assert ("    # pmapkit migrate: jax.experimental.maps.thread_resources.env left as written: "
+            + left) in "\n".join(line[:len(left) + 84] for line in new.splitlines())
+    env = [k for k in report.left if k.name == "jax.experimental.maps.thread_resources.env"]
+    assert env[0].line == 8
+    assert env[0].why.startswith(left) and why in env[0].why
+
+
+@pytest.mark.parametrize("env", ["maps.ResourceEnv(mesh, loops)",
+                                 "maps.ResourceEnv(mesh, (Loop('l', 2),))",
+                                 "maps.ResourceEnv(loops=())", "maps.ResourceEnv(*a)"])
+def test_a_resource_env_with_loops_or_no_mesh_is_left(env):
+    new, report = _migrated(f"""\
+        from jax.experimental import maps
+        maps.thread_resources.env = {env}
+        """)
+    assert "_resource_mesh" not in new
+    env = [k for k in report.left if k.name == "jax.experimental.maps.thread_resources.env"]
+    assert env[0].why.startswith(rules_pjit.GLOBAL_MESH_WHY) and "ResourceEnv" in env[0].why
 
 
 def test_a_sharding_constraint_whose_valueerror_is_caught_keeps_the_classic_error():

@@ -430,6 +430,72 @@ def test_pjit_under_a_mesh_from_a_function_or_an_attribute_finds_it():
     assert ns["trained"].sharding.spec == jax.P("x", None) and float(ns["trained"].sum()) == 64.0
 
 
+def test_the_classic_global_mesh_setting_meshes_the_pjit_calls_and_nothing_else():
+    # jaxopt's pjit notebook: the mesh set in a function by the classic global
+    # setting, pjit made and called in another; jax.jit work stays on one
+    # device as it did classically (a global jax.set_mesh would spread it).
+    ns, new, report = _run('''\
+        import numpy as np
+        import jax
+        from jax.experimental import maps
+        from jax.experimental.pjit import pjit
+        from jax.sharding import Mesh, PartitionSpec
+
+        def double(a, b):
+            return a * 2, b + 1
+
+        def make_step():
+            return pjit(double, in_axis_resources=(PartitionSpec("data"), None),
+                        out_axis_resources=None)
+
+        early = make_step()
+        try:
+            early(np.ones((8, 2)), 1.0)
+        except Exception as exc:   # classic too: no mesh set yet
+            unset = type(exc).__name__
+
+        def setup():
+            global_mesh = Mesh(np.asarray(jax.devices(), dtype=object), ["data"])
+            jax.experimental.maps.thread_resources.env = (
+                jax.experimental.maps.ResourceEnv(physical_mesh=global_mesh, loops=()))
+
+        setup()
+        out, plus = early(np.ones((8, 2)), 1.0)
+        shard = pjit(lambda x: x, in_axis_resources=PartitionSpec("data"),
+                     out_axis_resources=PartitionSpec("data"))(np.arange(16.0))
+        lowered = make_step().lower(np.ones((8, 2)), 1.0).as_text()
+        alone = jax.jit(lambda x: x + 1)(np.ones(3))
+        with Mesh(np.asarray(jax.devices()[:2]), ["data"]):
+            inner = pjit(lambda x: x, in_axis_resources=PartitionSpec("data"),
+                         out_axis_resources=PartitionSpec("data"))(np.arange(4.0))
+        ''')
+    assert report.left == [] and "_resource_mesh(global_mesh)" in new
+    assert "set_mesh" not in new.split("def setup")[1].split("setup()")[0]
+    assert ns["unset"] in ("RuntimeError", "ValueError")
+    assert ns["out"].sharding.mesh.shape == {"data": 8} and float(ns["out"].sum()) == 32.0
+    assert float(ns["plus"]) == 2.0
+    assert ns["shard"].sharding.spec == jax.P("data") and len(ns["shard"].devices()) == 8
+    assert "mhlo.num_partitions = 8" in ns["lowered"]
+    assert ns["alone"].devices() == {jax.devices()[0]}
+    assert len(ns["inner"].devices()) == 2      # a with's own mesh wins
+    assert written._resource_mesh() is None     # the file's own, not the module's
+
+
+def test_resource_mesh_is_kept_per_thread():
+    import threading
+    keep = written._resource_mesh
+    mesh = jax.make_mesh((8,), ("d",))
+    seen = []
+    keep(mesh)
+    try:
+        thread = threading.Thread(target=lambda: seen.append(keep()))
+        thread.start()
+        thread.join()
+        assert keep() is mesh and seen == [None]
+    finally:
+        keep.__defaults__[1].mesh = None
+
+
 # -- the leftover scan -----------------------------------------------------------------------
 
 def test_the_scan_flags_config_options_and_array_methods_not_a_programs_own_attributes():

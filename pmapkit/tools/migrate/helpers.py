@@ -47,10 +47,14 @@ DEVICE_PUT_REPLICATED = Helper(written._device_put_replicated, ("jax", "numpy"))
 DEVICE_PUT_SHARDED = Helper(written._device_put_sharded, ("jax", "numpy"))
 PJIT = Helper(written._pjit, ("jax", "functools"))
 WITH_SHARDING_CONSTRAINT = Helper(written._with_sharding_constraint)
+RESOURCE_MESH = Helper(written._resource_mesh, ("threading",))
+PJIT_RESOURCE_MESH = Helper(written._pjit_resource_mesh, ("jax", "functools"),
+                            (RESOURCE_MESH,))
 
 ALL = {h.name: h for h in (CLASSIC_PRNG, PER_DEVICE, FIRST_DEVICES, DEVICE_INDEX, ID_TAP,
                            ID_PRINT, HOST_CALL, DEVICE_BUFFERS, DEVICE_PUT_REPLICATED,
-                           DEVICE_PUT_SHARDED, PJIT, WITH_SHARDING_CONSTRAINT)}
+                           DEVICE_PUT_SHARDED, PJIT, WITH_SHARDING_CONSTRAINT,
+                           RESOURCE_MESH, PJIT_RESOURCE_MESH)}
 
 #: Every function the helpers define at the top of a file (a migrated file's own
 #: copies are not migrated again).

@@ -5,8 +5,12 @@ where specs are given: a ``None`` spec is replicated and arguments are put
 where the specs say first, as classic pjit moved committed inputs),
 ``with_sharding_constraint`` → ``jax.lax.with_sharding_constraint``.
 ``maps.thread_resources.env = maps.ResourceEnv(mesh, ())`` (the classic
-global setting of the mesh, no ``with``) is left with one line saying why
-(``GLOBAL_MESH_WHY``)."""
+global setting of the mesh, no ``with``) becomes ``_resource_mesh(mesh)``,
+which keeps the mesh for the thread, and each pjit with specs of that file
+``_pjit_resource_mesh(_pjit(...))``, which calls it inside
+``jax.set_mesh(kept mesh)``: the mesh is set for the pjit calls only, as
+classic pjit read it when called (``global_mesh_blocker`` says where this
+cannot be done; there the setting is left with ``GLOBAL_MESH_WHY``)."""
 from __future__ import annotations
 
 import libcst as cst
@@ -44,7 +48,8 @@ RESOURCE_ENV_MAKERS = ("jax.experimental.maps.ResourceEnv",
 GLOBAL_MESH_WHY = ("jax.set_mesh(mesh) sets the mesh for the rest of the program, but also "
                    "lays every jax.jit output and new array out over the whole mesh (classic "
                    "JAX kept work outside pjit on one device); set it with "
-                   "`with jax.set_mesh(mesh):` around the pjit calls")
+                   "`with jax.set_mesh(mesh):` around the pjit calls; it is not kept for "
+                   "the pjit calls alone here")
 
 
 def global_mesh_setting(ctx, original):
@@ -57,6 +62,67 @@ def global_mesh_setting(ctx, original):
             and ctx.qualname(assign.targets[0].target) in RESOURCE_ENVS
             and isinstance(assign.value, cst.Call)
             and ctx.qualname(assign.value.func) in RESOURCE_ENV_MAKERS)
+
+
+def _resource_env(ctx, statement):
+    """{"physical_mesh": Arg, "loops": Arg} of a global setting's ResourceEnv."""
+    return sx.bind(statement.body[0].value, ("physical_mesh", "loops"))
+
+
+def global_mesh_blocker(ctx, module):
+    """None where every global setting of ``module`` can become ``_resource_mesh``
+    and every pjit ``_pjit_resource_mesh``; else why not (the settings are left)."""
+    settings = [s for s in ctx.walk(module, cst.SimpleStatementLine)
+                if global_mesh_setting(ctx, s)]
+    if not settings:
+        return "no global mesh setting"
+    for statement in settings:
+        try:
+            env = _resource_env(ctx, statement)
+        except sx.Unbindable as exc:
+            return f"ResourceEnv({exc})"
+        if "physical_mesh" not in env or sx.value(env, "loops", "()") not in ("()", "[]"):
+            return "a ResourceEnv with xmap loops has no jax.sharding equivalent"
+    targets = {id(s.body[0].targets[0].target) for s in settings}
+    imported = {id(n) for i in ctx.walk(module, (cst.Import, cst.ImportFrom))
+                for n in ctx.walk(i, (cst.Name, cst.Attribute))}
+    calls = {id(c.func): c for c in ctx.walk(module, cst.Call)}
+    decorators = {id(d.decorator) for d in ctx.walk(module, cst.Decorator)}
+    for node in ctx.walk(module, (cst.Name, cst.Attribute)):
+        q = ctx.qualname(node)
+        if id(node) in imported or id(node) in targets:
+            continue
+        if q in RESOURCE_ENVS:
+            return ("the program reads thread_resources.env, which outside pjit "
+                    "jax.sharding.get_abstract_mesh() would answer with no mesh")
+        if q in PJIT_NAMES and id(node) not in decorators:
+            if id(node) not in calls:
+                return "a pjit not called where it is named (functools.partial, a value)"
+            why = _pjit_problem(calls[id(node)])[1]
+            if why is not None:
+                return why
+    return None
+
+
+def resource_mesh(ctx, updated):
+    """The text ``_resource_mesh(mesh)`` for the global setting ``updated``."""
+    ctx.need_helper(helpers.RESOURCE_MESH)
+    return f"_resource_mesh({sx.code(_resource_env(ctx, updated)['physical_mesh'].value)})"
+
+
+def _pjit_problem(call):
+    """(bound arguments, None) for a pjit ``call`` jax.jit can take; else (None, why)."""
+    try:
+        bound = sx.bind(call, _PJIT_PARAMS)
+    except sx.Unbindable as exc:
+        return None, f"{exc}; use jax.jit(f, in_shardings=..., out_shardings=...)"
+    for name in ("device", "backend", "abstracted_axes", "resource_env", "name"):
+        if name in bound:
+            return None, (f"pjit's {name}= has no jax.jit equivalent here; use "
+                          "jax.jit(f, in_shardings=..., out_shardings=...)")
+    if "fun" not in bound:
+        return None, "pjit without a function: use jax.jit"
+    return bound, None
 
 
 def _either(bound, classic, modern):
@@ -87,23 +153,22 @@ def partial_pjit(ctx, original, updated):
 def _pjit_text(ctx, updated, call):
     """The text for the pjit call ``updated`` (``call`` None: only the callee's
     text, "jax.jit" or "_pjit", after the checks)."""
-    try:
-        bound = sx.bind(updated, _PJIT_PARAMS)
-    except sx.Unbindable as exc:
-        raise LeaveAsIs(f"{exc}; use jax.jit(f, in_shardings=..., out_shardings=...)") from None
-    for name in ("device", "backend", "abstracted_axes", "resource_env", "name"):
-        if name in bound:
-            raise LeaveAsIs(f"pjit's {name}= has no jax.jit equivalent here; use "
-                            "jax.jit(f, in_shardings=..., out_shardings=...)")
-    if "fun" not in bound:
-        raise LeaveAsIs("pjit without a function: use jax.jit")
+    bound, why = _pjit_problem(updated)
+    if why is not None:
+        raise LeaveAsIs(why)
     specs_in = _either(bound, "in_axis_resources", "in_shardings")
     specs_out = _either(bound, "out_axis_resources", "out_shardings")
     ctx.need_import("jax")
     if specs_in is None and specs_out is None:
         return "jax.jit" if call is None else sx.rewrite_call(call, "jax.jit")
     ctx.need_helper(helpers.PJIT)
-    return "_pjit" if call is None else sx.rewrite_call(call, "_pjit", _RENAMES)
+    if call is None:
+        return "_pjit"
+    text = sx.rewrite_call(call, "_pjit", _RENAMES)
+    if ctx.resource_mesh:     # the mesh set by the file's global setting, at each call
+        ctx.need_helper(helpers.PJIT_RESOURCE_MESH)
+        return f"_pjit_resource_mesh({text})"
+    return text
 
 
 def _with_sharding_constraint(ctx, original, updated):

@@ -125,6 +125,8 @@ class Migrator(cst.CSTTransformer):
         self.strings = set()          # the string literals of the module, evaluated
         self.functions = []           # every def of the module
         self.pmap_over_chosen_devices = False
+        self.resource_mesh = False    # the global mesh setting becomes _resource_mesh
+        self.resource_mesh_blocker = None   # else why not
         self.depth = 0                # indented blocks around the statement visited
         self.default_indent = "    "
         self.new_helpers = []         # helpers this file needs and does not define
@@ -271,6 +273,8 @@ class Migrator(cst.CSTTransformer):
         self.default_indent = node.default_indent
         self.functions = _walk(node, cst.FunctionDef)
         self._find_meshes(node)
+        self.resource_mesh_blocker = rules_pjit.global_mesh_blocker(self, node)
+        self.resource_mesh = self.resource_mesh_blocker is None
         for string in _walk(node, cst.SimpleString):
             try:
                 self.strings.add(string.evaluated_value)
@@ -614,11 +618,19 @@ class Migrator(cst.CSTTransformer):
 
     # -- imports ----------------------------------------------------------------
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        if rules_pjit.global_mesh_setting(self, original_node) and self.resource_mesh:
+            # the whole statement is replaced: the LEFT lines of its parts go
+            text = rules_pjit.resource_mesh(self, updated_node)
+            self.frames[-1].clear()
+            self._rewrote(original_node.body[0], "pjit", text,
+                          self.qualname(original_node.body[0].targets[0].target))
+            self._keep_comments(updated_node, text)
+            return updated_node.with_changes(body=[cst.Expr(sx.expr(text))])
         if rules_pjit.global_mesh_setting(self, original_node):
             # the env's LEFT line says why jax.set_mesh(mesh) is not written
             assign = original_node.body[0]
             self._leave(assign.targets[0].target, self.qualname(assign.targets[0].target),
-                        rules_pjit.GLOBAL_MESH_WHY)
+                        f"{rules_pjit.GLOBAL_MESH_WHY} ({self.resource_mesh_blocker})")
             return updated_node
         if len(original_node.body) == 1 and self._dropped(original_node.body[0]):
             self._rewrote(original_node.body[0], "classic", "(dropped: JAX always does it)",

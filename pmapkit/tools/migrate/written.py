@@ -180,6 +180,34 @@ def _pjit(fun, in_shardings=None, out_shardings=None, **options):
     return jitted if in_shardings is None else call
 
 
+def _resource_mesh(mesh=None, _thread=threading.local()):
+    # Classic `maps.thread_resources.env = maps.ResourceEnv(mesh, ())` (written by pmapkit
+    # migrate): keeps mesh as this thread's mesh for the pjit calls after it, and no more
+    # (jax.set_mesh(mesh) would lay every other array over it too); called without a
+    # mesh, it is the mesh kept (None: none yet).
+    if mesh is None:
+        return getattr(_thread, "mesh", None)
+    _thread.mesh = mesh
+
+
+def _pjit_resource_mesh(jitted):
+    # A classic pjit under the mesh _resource_mesh keeps (written by pmapkit migrate):
+    # each call, and its lower, runs inside jax.set_mesh(that mesh), as classic pjit read
+    # the thread's mesh when called; a mesh already in context (a with) is kept.
+    def under(method):
+        def call(*args, **kwargs):
+            mesh = _resource_mesh()
+            if mesh is None or not jax.sharding.get_abstract_mesh().empty:
+                return method(*args, **kwargs)
+            with jax.set_mesh(mesh):
+                return method(*args, **kwargs)
+        return functools.wraps(method)(call)
+    wrapped = under(jitted)
+    if hasattr(jitted, "lower"):
+        wrapped.lower = under(jitted.lower)
+    return wrapped
+
+
 def _with_sharding_constraint(x, shardings):
     # jax.lax.with_sharding_constraint that, as classic pjit's did, raises an error naming
     # the axis when a PartitionSpec has no mesh to refer to: the 0.2/0.3 ValueError and
