@@ -45,7 +45,7 @@ HOST_CALL = Helper(written._host_call, ("jax", "jax.experimental", "threading"),
 DEVICE_BUFFERS = Helper(written._device_buffers)
 DEVICE_PUT_REPLICATED = Helper(written._device_put_replicated, ("jax", "numpy"))
 DEVICE_PUT_SHARDED = Helper(written._device_put_sharded, ("jax", "numpy"))
-PJIT = Helper(written._pjit, ("jax", "functools"))
+PJIT = Helper(written._pjit, ("jax", "functools", "inspect"))
 WITH_SHARDING_CONSTRAINT = Helper(written._with_sharding_constraint)
 
 ALL = {h.name: h for h in (CLASSIC_PRNG, PER_DEVICE, FIRST_DEVICES, DEVICE_INDEX, ID_TAP,
