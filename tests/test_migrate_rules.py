@@ -191,6 +191,7 @@ def test_pjit_mesh_and_sharding_constraint():
         from jax.sharding import Mesh
         from jax.sharding import PartitionSpec
         import functools
+        import inspect
         import jax
 
 
@@ -590,6 +591,7 @@ def test_pjit_as_a_decorator_and_through_partial():
         import functools
         from functools import partial
         from jax.sharding import PartitionSpec as P
+        import inspect
         import jax
 
 

@@ -496,6 +496,36 @@ def test_resource_mesh_is_kept_per_thread():
         keep.__defaults__[1].mesh = None
 
 
+def test_pjit_with_a_static_argname_given_positionally_leaves_it_out_of_in_shardings():
+    # Classic pjit's in_axis_resources covers the arguments that are not static, a static
+    # one named in static_argnames and passed by position included (JAXPruner's quick
+    # start notebook, 2023: pjit(update_fn, in_axis_resources=(params, opt),
+    # static_argnames='optimizer') called as update_fn(params, opt_state, optimizer)).
+    ns, new, report = _run('''\
+        import functools
+        import numpy as np
+        import jax
+        from jax.experimental.pjit import pjit
+        from jax.sharding import Mesh, PartitionSpec as P
+
+        @functools.partial(pjit, in_axis_resources=(P("x"), None),
+                           out_axis_resources=P("x"), static_argnames="scale")
+        def step(a, b, scale):
+            return a * scale + b
+
+        with Mesh(np.array(jax.devices()), ("x",)):
+            out = step(np.ones(8), np.ones(8), 3.0)
+            again = step(np.ones(8), np.ones(8), 2.0)
+        ''')
+    assert report.left == [] and "_pjit" in report.helpers
+    assert out_values(ns["out"]) == [4.0] * 8 and out_values(ns["again"]) == [3.0] * 8
+    assert ns["out"].sharding.spec == jax.P("x")
+
+
+def out_values(x):
+    return np.asarray(x).tolist()
+
+
 # -- the leftover scan -----------------------------------------------------------------------
 
 def test_the_scan_flags_config_options_and_array_methods_not_a_programs_own_attributes():

@@ -8,6 +8,7 @@ uses it. A migrated file runs on plain JAX, so these use nothing but ``jax``,
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 import jax
@@ -158,7 +159,7 @@ def _device_put_sharded(shards, devices):
 def _pjit(fun, in_shardings=None, out_shardings=None, **options):
     # Classic pjit as jax.jit (written by pmapkit migrate): a None spec is replicated, and
     # positional arguments are first put where in_shardings says, as classic pjit moved a
-    # committed input laid out otherwise (jax.jit refuses one).
+    # committed input laid out otherwise (jax.jit refuses one); static arguments stay put.
     def spec(s):
         return s is None or isinstance(s, (jax.P, jax.sharding.Sharding))
 
@@ -166,8 +167,10 @@ def _pjit(fun, in_shardings=None, out_shardings=None, **options):
         return specs and jax.tree.map(lambda s: jax.P() if s is None else s, specs, is_leaf=spec)
     in_shardings, out_shardings = filled(in_shardings), filled(out_shardings)
     jitted = jax.jit(fun, in_shardings=in_shardings, out_shardings=out_shardings, **options)
-    static = options.get("static_argnums", ())
-    static = {static} if isinstance(static, int) else set(static)
+    nums, names = (options.get(k, ()) for k in ("static_argnums", "static_argnames"))
+    static = {nums} if isinstance(nums, int) else set(nums)
+    static |= {k for k, p in enumerate(inspect.signature(fun).parameters if names else ())
+               if p in ({names} if isinstance(names, str) else set(names))}
 
     def place(args):   # keyword arguments go through unmoved
         dynamic = [a for k, a in enumerate(args) if k not in static]
