@@ -248,6 +248,7 @@ def test_the_classic_global_mesh_setting_is_kept_for_the_pjit_calls_only():
         import jax
         from jax.sharding import PartitionSpec
         import functools
+        import inspect
         import threading
 
 
