@@ -64,7 +64,7 @@ def global_mesh_setting(ctx, original):
             and ctx.qualname(assign.value.func) in RESOURCE_ENV_MAKERS)
 
 
-def _resource_env(ctx, statement):
+def _resource_env(statement):
     """{"physical_mesh": Arg, "loops": Arg} of a global setting's ResourceEnv."""
     return sx.bind(statement.body[0].value, ("physical_mesh", "loops"))
 
@@ -78,7 +78,7 @@ def global_mesh_blocker(ctx, module):
         return "no global mesh setting"
     for statement in settings:
         try:
-            env = _resource_env(ctx, statement)
+            env = _resource_env(statement)
         except sx.Unbindable as exc:
             return f"ResourceEnv({exc})"
         if "physical_mesh" not in env or sx.value(env, "loops", "()") not in ("()", "[]"):
@@ -107,7 +107,7 @@ def global_mesh_blocker(ctx, module):
 def resource_mesh(ctx, updated):
     """The text ``_resource_mesh(mesh)`` for the global setting ``updated``."""
     ctx.need_helper(helpers.RESOURCE_MESH)
-    return f"_resource_mesh({sx.code(_resource_env(ctx, updated)['physical_mesh'].value)})"
+    return f"_resource_mesh({sx.code(_resource_env(updated)['physical_mesh'].value)})"
 
 
 def _pjit_problem(call):
