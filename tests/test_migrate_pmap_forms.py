@@ -202,6 +202,7 @@ def test_a_statement_run_in_order_maps_the_name_as_bound_above_it():
         '    return g(v)\n\n\nz = jax.pmap(f)(x)\n'))
     assert [r.line for r in report.rewrites] == [8]
     assert sorted(k.line for k in report.left) == [11, 13, 19], report.format()
+    assert all("three levels" in k.why for k in report.left if k.line in (11, 13))
 
 
 def test_every_census_form_seen_in_a_few_files_has_a_fixture_and_a_program():

@@ -178,6 +178,202 @@ def test_stacked_pmap_decorators_are_one_shard_map_over_a_2d_mesh():
         assert index.tolist() == (np.arange(rows)[:, None] * 10 + np.arange(cols)).tolist()
 
 
+def test_first_devices_gives_an_axis_in_specs_do_not_name_the_devices_left():
+    # a nest of pmaps: the outer pmap's specs name only its own axis; the inner
+    # axis takes the local devices // the outer size (classic nests over every device)
+    mesh = jax.sharding.Mesh(np.reshape(jax.local_devices(), (-1, 1)), ("outer", "inner"))
+    seen = []
+
+    def body(v):
+        seen.append(dict(jax.sharding.get_abstract_mesh().shape))
+        return v
+    f = jax.jit(written._first_devices(jax.shard_map, body, mesh=mesh,
+                                       in_specs=(jax.P("outer"),), out_specs=jax.P("outer"),
+                                       axis_names={"outer"}))
+    for outer, inner in ((4, 2), (2, 4), (8, 1), (1, 8)):
+        out = f(jnp.zeros((outer, 3)))
+        assert seen[-1] == {"outer": outer, "inner": inner}
+        assert out.sharding.mesh.devices.tolist() == np.reshape(
+            jax.local_devices(), (outer, inner)).tolist()
+    with pytest.raises(ValueError, match=r"requires 16 logical devices, but only 8"):
+        f(jnp.zeros((16, 3)))
+
+
+_NEST = """\
+import jax
+import jax.numpy as jnp
+from jax import grad, pmap
+
+
+@pmap
+def f(x):
+    y = jnp.sin(x)
+
+    @pmap
+    def g(z):
+        return jnp.cos(z) * jnp.tan(y.sum()) * jnp.tanh(x).sum()
+    return grad(lambda w: jnp.sum(g(w)))(x)
+"""
+
+
+def test_a_pmap_decorated_def_in_a_pmapped_body_is_a_shard_map_in_a_shard_map():
+    """The Cloud TPU colabs' nest: what the inner def reads from the outer body
+    (y, x) becomes its parameters, mapped as None; values equal classic pmap's
+    (pmapkit.pmap) to the bit, the second-order gradient included."""
+    ns, new, report = _run(_NEST)
+    assert report.left == report.kept == [] and "pmap(" not in new.replace("_per_device", "")
+    assert "def g(z, y, x):" in new and "g(w, y, x)" in new
+    assert 'axis_names={"devices"}' in new and 'axis_names={"pmap_devices"}' in new
+    assert "in_specs=(jax.P(\"pmap_devices\"), jax.P(), jax.P())" in new
+    assert "in_axes=(0, None, None)" in new
+    import pmapkit
+    classic = {"pmap": pmapkit.pmap, "__name__": "classic"}
+    exec(_NEST.replace("from jax import grad, pmap", "from jax import grad"), classic)
+    for shape in ((4, 2), (2, 4)):
+        x = jnp.arange(8.0, dtype=jnp.float32).reshape(shape) / 3
+        for fn in (lambda f: f(x), lambda f: jax.grad(lambda v: jnp.sum(f(v)))(x)):
+            want, got = np.asarray(fn(classic["f"])), np.asarray(fn(ns["f"]))
+            assert want.tobytes() == got.tobytes(), (shape, want, got)
+    with pytest.raises(ValueError):     # 2 × 2 on 8 devices: the inner axis has 4, loudly
+        ns["f"](jnp.ones((2, 2)))
+
+
+def test_a_pmapped_def_called_by_name_in_another_pmapped_body_is_translated_with_both_axes():
+    ns, new, report = _run("""\
+        from functools import partial
+        import jax
+        import numpy as np
+
+        @partial(jax.pmap, in_axes=(None, 0), out_axes=0, axis_name="model")
+        def inner(w, x):
+            return jax.lax.psum(x @ w, "model"), jax.lax.axis_index("model")
+
+        @partial(jax.pmap, in_axes=(0, None), out_axes=(0, None), axis_name="data")
+        def outer(x, w):
+            y, model = inner(w, x)
+            return jax.lax.pmean(y, "data"), jax.lax.axis_index("data") * 10 + model
+
+        x = np.arange(4 * 2 * 3 * 5, dtype=np.float32).reshape(4, 2, 3, 5)
+        w = np.ones((5, 2), np.float32)
+        y, index = outer(x, w)
+        """)
+    assert report.left == report.kept == [] and "def inner(w, x):" in new
+    assert ("mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
+            '("data", "model"))') in new
+    x, w = ns["x"], ns["w"]
+    want = np.broadcast_to((x @ w).sum(1, keepdims=True).mean(0), (2, 3, 2))
+    np.testing.assert_allclose(ns["y"], np.broadcast_to(want, (4, 2, 3, 2)), rtol=1e-6)
+    assert np.asarray(ns["index"]).tolist() == [0, 1]   # out_axes None: the first device's
+
+
+@pytest.mark.parametrize("source, why", [
+    ("""\
+        @pmap
+        def f(x):
+            @pmap
+            def g(z):
+                return z * x.sum()
+            return jax.grad(lambda w: g(w).sum())(x), g
+        """, "g is used other than called in the pmapped body"),
+    ("""\
+        @pmap
+        def f(x):
+            y = x * 2
+            @pmap
+            def g(z):
+                return z * y.sum()
+            return (lambda y: g(y))(x)
+        """, "a call of g sees another y"),
+    ("""\
+        @pmap
+        def f(x):
+            @pmap
+            def g(z, k=1):
+                return z * x.sum() * k
+            return g(x)
+        """, "its def has defaults"),
+    ("""\
+        def body(x):
+            @pmap
+            def g(z):
+                return z * x.sum()
+            return g(x)
+        f = pmap(body)
+        """, "the outer pmap is not a decorator"),
+    ("""\
+        @pmap
+        def f(x):
+            return pmap(lambda z: z * 2)(x)
+        """, "an inner pmap is not a decorator on a def"),
+    ("""\
+        @pmap
+        def g(z):
+            return z * 2
+
+        @pmap
+        def f(x):
+            return g(x)
+
+        @pmap
+        def h(x):
+            return g(x) + 1
+        """, "an inner pmap is called in two pmapped bodies"),
+    ("""\
+        @pmap
+        def g(z):
+            return z * 2
+
+        @pmap
+        def f(x):
+            return g(x)
+
+        top = g(jax.numpy.ones((8, 2)))
+        """, "g is used other than called in the pmapped body"),
+    ("""\
+        @partial(pmap, axis_name="i")
+        def f(x):
+            @partial(pmap, axis_name="i")
+            def g(z):
+                return z
+            return g(x)
+        """, "the inner and outer pmaps name one axis"),
+    ("""\
+        @pmap
+        def f(x):
+            @partial(pmap, static_broadcasted_argnums=(1,))
+            def g(z, n):
+                return z * n
+            return g(x, 2)
+        """, "an inner pmap has statics or devices="),
+    ("""\
+        @pmap
+        def f(x):
+            @pmap
+            def g(z):
+                return z * 2
+            return g(x)
+        h = pmap(f)
+        """, "a pmap maps the outer pmap again (three levels)"),
+    ("""\
+        @pmap
+        def f(x):
+            @pmap
+            def g(z):
+                @pmap
+                def k(u):
+                    return u
+                return k(z)
+            return g(x)
+        """, "three levels"),
+])
+def test_a_pmap_of_a_pmap_the_source_does_not_say_all_of_is_left_with_why(source, why):
+    new, report = migrate_source("from functools import partial\nimport jax\nfrom jax import pmap\n"
+                                 "\n" + textwrap.dedent(source))
+    assert report.left and all(why in left.why for left in report.left), report.left
+    code = [line for line in new.splitlines() if not line.lstrip().startswith("#")]
+    assert not any("shard_map" in line for line in code), new
+
+
 def test_a_pmap_made_anew_of_the_same_function_traces_it_anew():
     # Classic pmap reused the first trace of the same function object even when a
     # new jax.pmap of it was made; the migrated site is a new jax.jit, which traces

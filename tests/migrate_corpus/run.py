@@ -35,8 +35,11 @@ at all (checked by hand, and said there: a program printing unseeded random
 draws never prints the same twice), marks it out without running it.
 
 Before comparing, an object's address in a default repr (``<function f at
-0x7f...>``), which differs in every process, is masked in both outputs; the
-outcome's detail says how many.
+0x7f...>``), which differs in every process, is masked in both outputs, and so
+is a location in the program's own file that the program prints (JAX's
+"while tracing the function f at .../original.py:117"), whose name and line
+differ by design (the migrated file is another file, helpers written at its
+top); the outcome's detail says how many of each.
 
 Outcomes: ``equal`` (both exit 0, the same stdout), ``DIFFERENT`` (both exit 0,
 stdout differs: a wrong value), ``migrated fails`` (with "0 left" said or not),
@@ -96,6 +99,11 @@ def _run(command, folder, env):
 # its address, which differs from one process to the next: masked in both
 # outputs, the rest of the line still compared.
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+>")
+
+
+def _program_location(folder):
+    """A place in the program's own file (``FOLDER/original.py:117``)."""
+    return re.compile(re.escape(folder) + r"/(?:original|migrated)\.py:\d+")
 
 
 def _last_error(stderr):
@@ -234,6 +242,9 @@ def measure(row):
         return "migrated fails" + zero, counts, _last_error(nerr)
     masked = len(_ADDRESS.findall(out))
     out, nout = (_ADDRESS.sub(" at 0x...>", text) for text in (out, nout))
+    located = len(_program_location(folder).findall(out))
+    out, nout = (_program_location(folder).sub("<the program>:<line>", text)
+                 for text in (out, nout))
     ignored = 0
     if row.get("ignore"):
         kept = [[line for line in text.splitlines(keepends=True)
@@ -246,6 +257,7 @@ def measure(row):
         return "DIFFERENT", counts, f"stdout line {first}"
     note = f" ({ignored} ignored: {row['ignore']})" if row.get("ignore") else ""
     note += f" ({masked} object addresses masked)" if masked else ""
+    note += f" ({located} program locations masked)" if located else ""
     note += f" ({edited} source lines edited)" if edited else ""
     note += f" (original run with {' '.join(options)})" if options else ""
     return "equal", counts, f"{len(out.splitlines())} stdout lines{note}"

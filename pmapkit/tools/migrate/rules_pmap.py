@@ -45,6 +45,7 @@ import libcst as cst
 from pmapkit.tools.migrate import helpers
 from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import Family, KeepPmap, LeaveAsIs
+from pmapkit.tools.migrate.nested_pmaps import Unplanned
 
 PMAP = "jax.pmap"
 PARTIAL = ("functools.partial",)
@@ -156,9 +157,11 @@ def _tuple_text(numbers):
 class Site:
     """One pmap call site, read: the texts its translation is written from."""
 
-    def __init__(self, ctx, bound):
+    def __init__(self, ctx, bound, name_given=None):
         name = bound.get("axis_name")
-        if name is None or sx.code(name.value) == "None":
+        if name_given is not None:
+            self.name = name_given
+        elif name is None or sx.code(name.value) == "None":
             self.name = f'"{ctx.free_axis_name(DEFAULT_AXIS)}"'
         elif isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
             self.name = sx.code(name.value)
@@ -285,7 +288,7 @@ def _fill(parts, indent, first=None):
 
 def _site(ctx, original, bound):
     if ctx.is_nested_pmap(original):
-        raise LeaveAsIs(NESTED)
+        raise LeaveAsIs(ctx.nested_why(original))
     _check(bound)
     return Site(ctx, bound)
 
@@ -332,7 +335,7 @@ def stacked_decorators(ctx, outer, inner):
     argument without both leading axes (``_per_device`` twice), as classic pmap
     of a pmap gave it."""
     if ctx.is_nested_pmap(outer):       # its body makes or calls a pmap
-        raise LeaveAsIs(NESTED)
+        raise LeaveAsIs(ctx.nested_why(outer))
     bounds = [_decorator_bound(node) for node in (outer, inner)]
     for bound in bounds:
         _check(bound)
@@ -358,6 +361,91 @@ def stacked_decorators(ctx, outer, inner):
         options, indent + " " * len("@functools.partial("),
         first=len(indent) + len("@functools.partial(")).lstrip() + ")",
         "_per_device", "_per_device"]
+
+
+# -- a pmap-decorated def called in a pmap-decorated def's body (nested_pmaps) -----------
+
+def _axis_name(bound):
+    """The axis name's source text, or None when the pmap names none."""
+    name = bound.get("axis_name")
+    if name is None or sx.code(name.value) == "None":
+        return None
+    if not isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
+        raise KeepPmap(f"axis_name={sx.code(name.value)} is computed at run time: "
+                       "kept for jax.pmap")
+    return sx.code(name.value)
+
+
+def nest_axis_names(ctx, nest):
+    """(outer axis, inner axis), source texts, for a planned nest; raises
+    ``Unplanned`` (before anything of it is rewritten) for what its translation
+    does not take: statics, ``devices=``, an inner's donation, inner pmaps naming
+    different axes (and ``LeaveAsIs``/``KeepPmap`` as any pmap site)."""
+    outer = _decorator_bound(nest.decorator)
+    inners = [_decorator_bound(each.decorator) for each in nest.inners]
+    for bound, what in [(outer, "the outer pmap")] + [(b, "an inner pmap") for b in inners]:
+        _check(bound)
+        for key in ("in_axes", "out_axes"):
+            if key in bound:
+                _Axes(bound[key].value, key)
+        if _argnums(bound, "static_broadcasted_argnums") or (
+                "devices" in bound and sx.code(bound["devices"].value) != "None"):
+            raise Unplanned(f"{what} has statics or devices=")
+    if any(_argnums(b, "donate_argnums") for b in inners):
+        raise Unplanned("an inner pmap donates (its buffers are the outer's)")
+    names = {_axis_name(b) for b in inners}
+    if len(names) != 1:
+        raise Unplanned("the inner pmaps name different axes")
+    outer_name = _axis_name(outer) or f'"{ctx.free_axis_name(DEFAULT_AXIS)}"'
+    inner_name = names.pop() or '"{}"'.format(ctx.free_axis_name(
+        tuple(n for n in DEFAULT_AXIS if f'"{n}"' != outer_name)))
+    if inner_name == outer_name:
+        raise Unplanned("the inner and outer pmaps name one axis")
+    return outer_name, inner_name
+
+
+def nest_outer_decorators(ctx, nest):
+    """The decorators (texts) standing for the outer pmap decorator of a planned
+    nest: a shard_map manual over the outer axis of a 2-D mesh whose inner axis
+    takes the devices left (``_first_devices``)."""
+    outer, inner = nest.axis_names
+    site = Site(ctx, _decorator_bound(nest.decorator), outer)
+    ctx.need_import("numpy")
+    ctx.need_helper(helpers.FIRST_DEVICES)
+    options = ["_first_devices", "jax.shard_map",
+               f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
+               f"({outer}, {inner}))", *site.shard_map_options()[1:-1],
+               f"axis_names={{{outer}}}", "check_vma=False"]
+    indent = ctx.indent()
+    jit = site.jit_options()
+    per_device = site.per_device_options()
+    return [("jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)),
+            "functools.partial(" + _fill(options, indent + " " * len("@functools.partial("),
+                                         first=len(indent) + len("@functools.partial(")).lstrip()
+            + ")",
+            ("_per_device" if not per_device
+             else sx.call_text("functools.partial", ["_per_device"] + per_device))]
+
+
+def nest_inner_decorators(ctx, nest, inner):
+    """The decorators (texts) standing for an inner pmap decorator of a planned nest:
+    a shard_map manual over the inner axis, on the mesh of the shard_map it is traced
+    in; the values the def reads from the outer body are its last parameters, mapped
+    as None."""
+    name = nest.axis_names[1]
+    site = Site(ctx, _decorator_bound(inner.decorator), name)
+    if inner.closure:
+        count = len(inner.function.params.params)
+        given = site.in_axes if isinstance(site.in_axes, tuple) else (site.in_axes,) * count
+        site.in_axes = tuple(given) + (None,) * len(inner.closure)
+    head = "functools.partial(jax.shard_map, "
+    options = [*site.shard_map_options()[1:-1], f"axis_names={{{name}}}", "check_vma=False"]
+    indent = ctx.indent()
+    per_device = site.per_device_options()
+    return [head + _fill(options, indent + " " * len("@functools.partial("),
+                         first=len(indent) + len(head) + 1).lstrip() + ")",
+            ("_per_device" if not per_device
+             else sx.call_text("functools.partial", ["_per_device"] + per_device))]
 
 
 def family():

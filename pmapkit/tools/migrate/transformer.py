@@ -13,10 +13,10 @@ import importlib.util
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import PositionProvider, QualifiedNameProvider
+from libcst.metadata import PositionProvider, QualifiedNameProvider, ScopeProvider
 
-from pmapkit.tools.migrate import (deprecations, helpers, leftovers, rules_classic_names,
-                                    rules_export,
+from pmapkit.tools.migrate import (deprecations, helpers, leftovers, nested_pmaps,
+                                    rules_classic_names, rules_export,
                                     rules_host_callback, rules_modern, rules_pjit,
                                     rules_placement, rules_pmap, rules_trees_ops)
 from pmapkit.tools.migrate import syntax as sx
@@ -98,7 +98,7 @@ def _longest_prefix(table, q):
 
 
 class Migrator(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ScopeProvider)
 
     def __init__(self, report):
         super().__init__()
@@ -120,6 +120,10 @@ class Migrator(cst.CSTTransformer):
         self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
         self.pmap_decorators = set()  # ids of pmap decorator expressions (leave_Decorator's)
         self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
+        self.nests = {}               # id of a planned nest's outer decorator -> its Nest
+        self.nest_inners = {}         # id of a planned inner decorator -> (Nest, Inner)
+        self.nest_closures = {}       # id of an inner def or of its call -> names passed
+        self.nest_unplanned = {}      # id of an inner pmap of a nest left -> why
         self.stacked_pmaps = {}       # id of the outer of two stacked pmap decorators -> inner
         self.stacked_inner = {}       # id of the inner one -> True (the outer translated) or why not
         self.strings = set()          # the string literals of the module, evaluated
@@ -163,6 +167,12 @@ class Migrator(cst.CSTTransformer):
 
     def is_nested_pmap(self, node):
         return id(node) in self.nested_pmaps
+
+    def nested_why(self, node):
+        """Why the pmap of a pmap ``node`` is part of stays as written."""
+        why = self.nest_unplanned.get(id(node))
+        return rules_pmap.NESTED + (f" (migrate translates a pmap-decorated def called in "
+                                    f"a pmap-decorated def's body; here {why})" if why else "")
 
     def function_named(self, name):
         """The module's one ``def name`` (at any depth), or None."""
@@ -357,6 +367,7 @@ class Migrator(cst.CSTTransformer):
         in_order = {id(c) for s in module.body if not isinstance(s, (cst.FunctionDef,
                     cst.ClassDef)) for c in _walk(s, cst.Call)}
         outer = {}      # def name -> the pmap calls that map it
+        mapped_again = set()   # ids of pmap sites whose function a pmap maps again
         for call in _walk(module, cst.Call):
             fun = self._pmap_site(call)
             if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
@@ -366,13 +377,17 @@ class Migrator(cst.CSTTransformer):
                     id(call) in in_order and self._start(m) > self._start(call))]
                 if bound:
                     self.nested_pmaps.update([id(call)] + list(map(id, bound)))
+                    mapped_again.update(map(id, bound))
                 else:
                     outer.setdefault(fun.value, []).append(call)
+        decorated = {id(site): fn for fn in _walk(module, cst.FunctionDef)
+                     for site in [d.decorator for d in fn.decorators] if self._pmap_site(site)}
+        candidates = []   # (pmapped def, whether by its decorator, the pmaps in its body)
         for fn in _walk(module, cst.FunctionDef):
             # its own pmap decorator, else a pmap of its name (one run in order: below it)
-            site = next((d.decorator for d in fn.decorators if self._pmap_site(d.decorator)),
-                        None) or next((c for c in outer.get(fn.name.value, ()) if not (
-                            id(c) in in_order and self._start(c) < self._start(fn))), None)
+            own = next((d.decorator for d in fn.decorators if self._pmap_site(d.decorator)), None)
+            site = own or next((c for c in outer.get(fn.name.value, ()) if not (
+                id(c) in in_order and self._start(c) < self._start(fn))), None)
             if site is None:
                 continue
             # a pmap made in the body of a pmapped function, or a name bound to a pmap
@@ -384,6 +399,43 @@ class Migrator(cst.CSTTransformer):
                       for m in made.get(call.func.value, ())]
             for node in inner:
                 self.nested_pmaps.update((id(site), id(node)))
+            if inner:
+                candidates.append((fn, site, site is own, list({id(n): n for n in inner}.values())))
+        self._plan_nests(candidates, decorated, mapped_again)
+
+    def _plan_nests(self, candidates, decorated, mapped_again):
+        # Each pmap of a pmap the source says all of becomes shard_maps (nested_pmaps):
+        # an outer def in no other nest, inner defs in no other nest nor outers themselves.
+        outers = {id(fn) for fn, _, _, _ in candidates}
+        claimed = {}
+        for fn, _, _, inner in candidates:
+            for node in inner:
+                claimed[id(node)] = claimed.get(id(node), 0) + 1
+        for fn, site, by_decorator, inner in candidates:
+            functions = list({id(decorated[id(n)]): decorated[id(n)] for n in inner
+                              if id(n) in decorated}.values())
+            why = ("the outer pmap is not a decorator" if not by_decorator else
+                   "a pmap maps the outer pmap again (three levels)" if id(site) in mapped_again else
+                   "an inner pmap is not a decorator on a def" if any(
+                       id(n) not in decorated for n in inner) else
+                   "an inner pmap is called in two pmapped bodies" if any(
+                       claimed[id(n)] > 1 for n in inner) else
+                   "three levels of pmaps" if any(id(f) in outers for f in functions) else None)
+            try:
+                if why:
+                    raise nested_pmaps.Unplanned(why)
+                nest = nested_pmaps.plan(self, fn, functions)
+                nest.axis_names = rules_pmap.nest_axis_names(self, nest)
+            except (nested_pmaps.Unplanned, LeaveAsIs, KeepPmap) as exc:
+                for node in [site, *inner]:
+                    self.nest_unplanned[id(node)] = getattr(exc, "why", str(exc))
+                continue
+            self.nests[id(nest.decorator)] = nest
+            for each in nest.inners:
+                self.nest_inners[id(each.decorator)] = (nest, each)
+                if each.closure:
+                    self.nest_closures[id(each.function)] = each.closure
+                    self.nest_closures.update((id(c), each.closure) for c in each.calls)
 
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
@@ -514,6 +566,13 @@ class Migrator(cst.CSTTransformer):
 
     # -- calls ----------------------------------------------------------------
     def leave_Call(self, original_node, updated_node):
+        passed = self.nest_closures.get(id(original_node))
+        if passed:      # a call of a planned inner def: what it read, passed to it
+            args = list(updated_node.args)
+            if args:
+                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            updated_node = updated_node.with_changes(
+                args=args + [cst.Arg(cst.Name(n)) for n in passed])
         q = self.qualname(original_node.func)
         if (isinstance(original_node.func, cst.Attribute) and not updated_node.args
                 and original_node.func.attr.value == rules_classic_names.TO_PY):
@@ -557,6 +616,18 @@ class Migrator(cst.CSTTransformer):
             new = new.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
         return new
 
+    def leave_FunctionDef(self, original_node, updated_node):
+        """An inner def of a planned pmap of a pmap: what it read from the outer body
+        becomes its last parameters."""
+        names = self.nest_closures.get(id(original_node))
+        if not names:
+            return updated_node
+        params = list(updated_node.params.params)
+        if params:
+            params[-1] = params[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        params += [cst.Param(cst.Name(n)) for n in names]
+        return updated_node.with_changes(params=updated_node.params.with_changes(params=params))
+
     def leave_Decorator(self, original_node, updated_node):
         """A pmap decorator (``@jax.pmap``, ``@partial(jax.pmap, ...)``), a bare ``@pjit``."""
         q = self.qualname(original_node.decorator)
@@ -578,7 +649,11 @@ class Migrator(cst.CSTTransformer):
             self._leave(node, rules_pmap.PMAP, self.stacked_inner[id(node)] or rules_pmap.NESTED)
             return updated_node
         try:
-            if id(node) in self.stacked_pmaps:
+            if id(node) in self.nests:
+                texts = rules_pmap.nest_outer_decorators(self, self.nests[id(node)])
+            elif id(node) in self.nest_inners:
+                texts = rules_pmap.nest_inner_decorators(self, *self.nest_inners[id(node)])
+            elif id(node) in self.stacked_pmaps:
                 inner = self.stacked_pmaps[id(node)]
                 texts = rules_pmap.stacked_decorators(self, node, inner)
                 self.stacked_inner[id(inner)] = True

@@ -42,7 +42,8 @@ def _per_device(fun, in_axes=0, out_axes=0, static=()):
 def _first_devices(shard_map, fun, *, mesh, in_specs, **options):
     # Classic pmap ran on the first n devices (written by pmapkit migrate): shard_map over
     # the first devices of mesh, as many along each axis as the arguments' dims in_specs
-    # names are long, chosen when jax.jit traces (one trace per size, as pmap compiled).
+    # names are long (an axis they do not name, a nested pmap's: the devices left), chosen
+    # when jax.jit traces (one trace per size, as pmap compiled).
     def spec(s):
         return isinstance(s, jax.P)
 
@@ -52,7 +53,8 @@ def _first_devices(shard_map, fun, *, mesh, in_specs, **options):
         for dims, leaf in zip(specs, jax.tree.leaves(args)):
             for dim, name in enumerate(dims):
                 sizes.setdefault(name, numpy.shape(leaf)[dim])
-        shape = [sizes.get(name, size) for name, size in mesh.shape.items()]
+        named = int(numpy.prod([sizes.get(name, 1) for name in mesh.axis_names]))
+        shape = [sizes.get(name, max(mesh.devices.size // named, 1)) for name in mesh.axis_names]
         count = int(numpy.prod(shape))
         if count > mesh.devices.size:
             raise ValueError(f"compiling computation that requires {count} logical devices, "
