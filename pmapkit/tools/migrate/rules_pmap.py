@@ -184,12 +184,24 @@ class Site:
             in_axes = tuple(in_axes[k] for k in dynamic)
         self.in_axes, self.out_axes = in_axes, out_axes
         devices = bound.get("devices")
+        # the mesh is cut to the mapped size when jax.jit traces (mapped_sizes), but
+        # for devices= given: classic pmap required the mapped size to be their number
+        self.mapper = "jax.shard_map"
         if devices is None or sx.code(devices.value) == "None":
             self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
+            if ctx.meshes_follow_arguments:
+                self.mapper = "_first_devices(jax.shard_map, "
+                ctx.need_helper(helpers.FIRST_DEVICES)
         else:
             self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"
         ctx.need_import("jax")
         ctx.need_helper(helpers.PER_DEVICE)
+
+    def _mapped(self, body, options):
+        """``jax.shard_map(body, options...)`` (or through ``_first_devices``)."""
+        if self.mapper == "jax.shard_map":
+            return sx.call_text("jax.shard_map", [body] + options)
+        return sx.call_text("_first_devices", ["jax.shard_map", body] + options)
 
     def per_device_options(self, static=None):
         options = []
@@ -220,16 +232,18 @@ class Site:
         if self.static:
             return self._with_statics(fun, indent, column)
         body = sx.call_text("_per_device", [fun] + self.per_device_options())
-        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options())
+        mapped = self._mapped(body, self.shard_map_options())
         line = sx.call_text("jax.jit", [mapped] + self.jit_options())
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step = indent + "    "
+        head = "jax.shard_map(" if self.mapper == "jax.shard_map" else "_first_devices("
+        first = "" if self.mapper == "jax.shard_map" else "jax.shard_map, "
         if not self.jit_options():
-            return (f"jax.jit(jax.shard_map(\n{step}{body},\n"
+            return (f"jax.jit({head}\n{step}{first}{body},\n"
                     f"{_fill(self.shard_map_options(), step)}))")
         inner = step + "    "
-        return (f"jax.jit(\n{step}jax.shard_map(\n{inner}{body},\n"
+        return (f"jax.jit(\n{step}{head}\n{inner}{first}{body},\n"
                 f"{_fill(self.shard_map_options(), inner)}),\n"
                 f"{_fill(self.jit_options(), step)})")
 
@@ -240,15 +254,17 @@ class Site:
         body = sx.call_text("_per_device", ["fn"] + self.per_device_options(
             f"({statics},)" if len(self.static) == 1 else f"({statics})"))
         dynamic = f"*[x for k, x in enumerate(args) if k not in {_tuple_text(self.static)}]"
-        mapped = sx.call_text("jax.shard_map", [body] + self.shard_map_options("mesh"))
+        mapped = self._mapped(body, self.shard_map_options("mesh"))
         jitted = sx.call_text("jax.jit", [f"lambda *args: {mapped}({dynamic})"]
                               + self.jit_options())
         line = f"(lambda fn, mesh: {jitted})({fun}, {self.mesh})"
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step, inner = indent + "    ", indent + "        "
-        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: jax.shard_map(\n"
-                f"{inner}{body},\n{_fill(self.shard_map_options('mesh'), inner)},\n"
+        head = "jax.shard_map(" if self.mapper == "jax.shard_map" else "_first_devices("
+        first = "" if self.mapper == "jax.shard_map" else "jax.shard_map, "
+        return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: {head}\n"
+                f"{inner}{first}{body},\n{_fill(self.shard_map_options('mesh'), inner)},\n"
                 f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
                 f"{_fill([fun, self.mesh], step)})")
 
@@ -259,7 +275,8 @@ class Site:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
         jit = self.jit_options()
         per_device = self.per_device_options()
-        head = "functools.partial(jax.shard_map, "
+        head = ("functools.partial(jax.shard_map, " if self.mapper == "jax.shard_map"
+                else "functools.partial(_first_devices, jax.shard_map, ")
         return [("jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)),
                 head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
                              first=len(indent) + len(head) + 1).lstrip() + ")",

@@ -15,7 +15,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider, ScopeProvider
 
-from pmapkit.tools.migrate import (deprecations, helpers, leftovers, nested_pmaps,
+from pmapkit.tools.migrate import (deprecations, helpers, leftovers, mapped_sizes, nested_pmaps,
                                     rules_classic_names, rules_export,
                                     rules_host_callback, rules_modern, rules_pjit,
                                     rules_placement, rules_pmap, rules_trees_ops)
@@ -129,6 +129,8 @@ class Migrator(cst.CSTTransformer):
         self.strings = set()          # the string literals of the module, evaluated
         self.functions = []           # every def of the module
         self.pmap_over_chosen_devices = False
+        self.meshes_follow_arguments = False   # single pmap sites get _first_devices
+        self.pmapped_names = set()    # names bound to a pmap (a decorated def, an assignment)
         self.resource_mesh = False    # the global mesh setting becomes _resource_mesh
         self.resource_mesh_blocker = None   # else why not
         self.depth = 0                # indented blocks around the statement visited
@@ -291,6 +293,8 @@ class Migrator(cst.CSTTransformer):
             except Exception:     # a bytes literal, an odd prefix: not an axis name
                 pass
         self._find_nested_pmaps(node)
+        self.meshes_follow_arguments = mapped_sizes.meshes_follow_arguments(
+            self, node, self.pmapped_names)
         # a pmap over devices= (not jax.local_devices()): a device index is not a local device
         self.pmap_over_chosen_devices = any(
             self._pmap_site(call) is not False and any(
@@ -362,6 +366,7 @@ class Migrator(cst.CSTTransformer):
                 self.stacked_inner[id(sites[1])] = None
             elif len(sites) > 1:      # more, or apart: a pmap of a pmap
                 self.nested_pmaps.update(map(id, sites))
+        self.pmapped_names = set(made)
         # a statement of the module runs in order: a name it maps is bound to a pmap
         # only by a binding above it (a notebook redefines f as a pmap further down)
         in_order = {id(c) for s in module.body if not isinstance(s, (cst.FunctionDef,
@@ -414,13 +419,16 @@ class Migrator(cst.CSTTransformer):
         for fn, site, by_decorator, inner in candidates:
             functions = list({id(decorated[id(n)]): decorated[id(n)] for n in inner
                               if id(n) in decorated}.values())
-            why = ("the outer pmap is not a decorator" if not by_decorator else
-                   "a pmap maps the outer pmap again (three levels)" if id(site) in mapped_again else
-                   "an inner pmap is not a decorator on a def" if any(
-                       id(n) not in decorated for n in inner) else
-                   "an inner pmap is called in two pmapped bodies" if any(
-                       claimed[id(n)] > 1 for n in inner) else
-                   "three levels of pmaps" if any(id(f) in outers for f in functions) else None)
+            blockers = [
+                (not by_decorator, "the outer pmap is not a decorator"),
+                (id(site) in mapped_again, "a pmap maps the outer pmap again (three levels)"),
+                (id(site) in claimed, "the outer pmap is itself in a pmapped body (three levels)"),
+                (any(id(n) not in decorated for n in inner),
+                 "an inner pmap is not a decorator on a def"),
+                (any(claimed[id(n)] > 1 for n in inner),
+                 "an inner pmap is called in two pmapped bodies"),
+                (any(id(f) in outers for f in functions), "three levels of pmaps")]
+            why = next((text for blocked, text in blockers if blocked), None)
             try:
                 if why:
                     raise nested_pmaps.Unplanned(why)
