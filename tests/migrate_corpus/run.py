@@ -157,7 +157,8 @@ def _displayed(code):
     last = tree.body[-1]
     lines = code.splitlines()
     expr = ast.get_source_segment(code, last.value)
-    return "\n".join(lines[:last.lineno - 1] + [f"_nb_display({expr})"])
+    # parenthesised: a bare tuple (``a.shape, b.shape``) is one value, as IPython shows it
+    return "\n".join(lines[:last.lineno - 1] + [f"_nb_display(({expr}))"])
 
 
 def edit_lines(code, edits):
