@@ -505,6 +505,16 @@ def test_wraps_attributes_and_signature():
     assert callable(f._cache_miss)
 
 
+def test_printed_as_classic_pmap_and_pjit_printed_theirs():
+    # Both returned a functools.wraps of the user's function (2019-2022 programs print
+    # it: jax-pjit-examples); the address is the wrapper's own.
+    from pmapkit.pjit import pjit
+    for wrapped in (pmapkit.pmap(_documented), pjit(_documented)):
+        assert repr(wrapped) == f"<function _documented at {id(wrapped):#x}>"
+    assert repr(pmapkit.pmap(functools.partial(_documented))).startswith(
+        "<pmapkit DispatchFunction of functools.partial(<function _documented at 0x")
+
+
 def test_wraps_a_custom_jvp_function():
     # Its __dict__ holds a ``fun`` attribute: not copied over our own.
     @jax.custom_jvp

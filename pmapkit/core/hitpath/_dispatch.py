@@ -1276,8 +1276,12 @@ class DispatchFunction:
         return self._reduce_fn()
 
     def __repr__(self):
-        name = getattr(self.fun, "__qualname__", None) or repr(self.fun)
-        return f"<pmapkit DispatchFunction of {name}>"
+        # Classic pmap and pjit returned a functools.wraps of the user's function:
+        # printed, it read as that function (the address is this object's).
+        name = getattr(self.fun, "__qualname__", None)
+        if not isinstance(name, str):
+            return f"<pmapkit DispatchFunction of {self.fun!r}>"
+        return f"<function {name} at {id(self):#x}>"
 
 
 def _first(item):
