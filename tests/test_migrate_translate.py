@@ -375,6 +375,79 @@ def test_a_pmap_of_a_pmap_the_source_does_not_say_all_of_is_left_with_why(source
     assert not any("shard_map" in line for line in code), new
 
 
+_README_PMAPS = """\
+from functools import partial
+import jax
+import jax.numpy as jnp
+from jax import lax, pmap
+
+mats = pmap(lambda v: jnp.sin(v) @ jnp.ones((6, 5)))(jnp.arange(48.).reshape((8, 6)))
+
+
+@partial(pmap, axis_name="i")
+def normalize(x):
+    return x / lax.psum(x, "i")
+
+
+@partial(pmap, axis_name="j", static_broadcasted_argnums=(1,))
+def scaled(x, k):
+    return x * k + lax.axis_index("j").astype(x.dtype)
+
+
+means = pmap(jnp.mean)(mats)
+four = normalize(jnp.arange(4.))
+seven = pmap(lambda v: v ** 2)(jnp.arange(7))
+three = scaled(jnp.ones((3, 2)), 5)
+"""
+
+
+def test_a_file_mapping_a_size_written_as_a_number_gets_meshes_that_follow_it():
+    """The README's pmaps (8 keys, then normalize of 4 values): classic pmap ran
+    n < 8 on the first n devices; so do the translated sites, statics included."""
+    ns, new, report = _run(_README_PMAPS)
+    assert report.left == report.kept == [] and "_first_devices" in report.helpers
+    assert new.count("_first_devices(\n") + new.count(
+        "partial(_first_devices, jax.shard_map") == 5, new
+    import pmapkit
+    classic = {"__name__": "classic"}
+    exec(_README_PMAPS.replace("from jax import lax, pmap",
+                               "from jax import lax\nfrom pmapkit import pmap"), classic)
+    for name, rows in (("means", 8), ("four", 4), ("seven", 7), ("three", 3)):
+        got, want = ns[name], classic[name]
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), name
+        assert len(got.sharding.device_set) == rows
+        assert got.sharding.mesh.devices.tolist() == jax.local_devices()[:rows]
+
+
+@pytest.mark.parametrize("call", [
+    "p(jnp.arange(4))", "p(jnp.ones((7, 3)))", "p(jnp.arange(8.).reshape((4, 2)))",
+    "p(jax.random.split(key, 4))", "p(jax.random.normal(key, (2, 3)))",
+    "x = jnp.zeros((5, 2))\np(x)", "jax.pmap(f)(jnp.arange(3))"])
+def test_a_literal_leading_size_at_a_pmap_call_is_the_evidence(call):
+    head = "import jax\nimport jax.numpy as jnp\n\nkey = jax.random.PRNGKey(0)\np = jax.pmap(f)\n"
+    new, report = migrate_source(head + call + "\n")
+    assert "_first_devices" in report.helpers, new
+
+
+@pytest.mark.parametrize("call", [
+    "p(xs)", "p(jnp.arange(n))", "p(jnp.ones((n, 3)))", "f(jnp.arange(4))",
+    "y = jnp.arange(4)\np(xs)"])
+def test_without_a_literal_size_at_a_pmap_call_the_mesh_is_every_local_device(call):
+    head = ("import jax\nimport jax.numpy as jnp\n\nn = jax.local_device_count()\n"
+            "xs = jnp.ones((n, 2))\np = jax.pmap(f)\n")
+    new, report = migrate_source(head + call + "\n")
+    assert "_first_devices" not in report.helpers and "_first_devices" not in new, new
+    assert "jax.shard_map(" in new
+
+
+def test_in_a_file_with_a_literal_size_a_site_over_given_devices_keeps_them():
+    new, report = migrate_source("import jax\nimport jax.numpy as jnp\n\n"
+                                 "q = jax.pmap(f, devices=jax.devices()[:4])\n"
+                                 "jax.pmap(f)(jnp.arange(4))\n")
+    assert "_first_devices" in report.helpers
+    assert "q = jax.jit(jax.shard_map(\n    _per_device(f),\n    mesh=jax.sharding.Mesh(jax.devices()[:4]" in new
+
+
 def test_a_pmap_made_anew_of_the_same_function_traces_it_anew():
     # Classic pmap reused the first trace of the same function object even when a
     # new jax.pmap of it was made; the migrated site is a new jax.jit, which traces
@@ -561,6 +634,20 @@ def test_each_same_behaviour_rewrite_is_made(classic, modern):
     assert new.rstrip("\n").splitlines()[-1] == modern, new
     assert report.left == [] and report.rewrites, report.format()
     assert "omnistaging" not in new and "xla_bridge" not in new and "experimental" not in new
+
+
+def test_an_import_of_a_gone_name_nothing_reads_is_dropped_a_read_one_is_not():
+    # The Pmap cookbook imports jax._src.lib.xla_bridge and never uses it: the
+    # import only bound the name (an ImportError on JAX 0.10).
+    new, report = migrate_source("import jax\nfrom jax._src.lib import xla_bridge\n"
+                                 "import jax.experimental.maps as maps\n"
+                                 "x = jax.device_count()\n")
+    assert new == "import jax\nx = jax.device_count()\n" and report.left == []
+    dropped = [r for r in report.rewrites if r.new.startswith("(dropped: never read")]
+    assert [(r.line, r.old) for r in dropped] == [(2, "import jax._src.lib.xla_bridge"),
+                                                   (3, "import jax.experimental.maps")]
+    kept, report = migrate_source("from jax._src.lib import xla_bridge as xb\nb = xb\n")
+    assert "from jax._src.lib import xla_bridge as xb" in kept and report.left != []
 
 
 def test_precision_updates_of_other_options_and_values_are_not_touched():

@@ -913,13 +913,67 @@ def migrate_module(source, path="<string>"):
     Raises ``libcst.ParserSyntaxError`` when it does not parse."""
     report = FileReport(path)
     tree = cst.parse_module(source)
+    unread = _unread_classic_imports(tree)
     migrator = Migrator(report)
     new = cst.MetadataWrapper(tree).visit(migrator)
+    if unread:
+        new = _drop_imports(new, unread, report)
     if report.rewrites or report.helpers:
         new = _tidy_imports(new, migrator, report)
     # "0 left" must mean it: whatever the rules missed is found in the output.
     report.left.extend(leftovers.unreported(new.code, report.left, new.code != source))
     return new.code, report
+
+
+class _ImportLines(cst.CSTVisitor):
+    """The line of each imported qualified name (``from a import b``: ``a.b``)."""
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self):
+        super().__init__()
+        self.lines = {}
+
+    def visit_ImportFrom(self, node):
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        line = self.get_metadata(PositionProvider, node).start.line
+        for alias in node.names:
+            self.lines.setdefault(f"{sx.code(node.module)}.{sx.code(alias.name)}", line)
+
+    def visit_Import(self, node):
+        line = self.get_metadata(PositionProvider, node).start.line
+        for alias in node.names:
+            self.lines.setdefault(sx.code(alias.name), line)
+
+
+def _unread_classic_imports(tree):
+    """``{qualified name: line}`` of the imports of ``tree`` that bind a name this JAX
+    lacks which nothing in the file reads (the cookbook's ``from jax._src.lib import
+    xla_bridge``): each did nothing but bind the name."""
+    found = [(module, obj, asname, q) for module, obj, asname, q in _import_aliases(tree)
+             if (obj is not None or asname is not None) and leftovers.classic(q)]
+    if not found:
+        return {}
+    visitor = _ImportLines()
+    cst.MetadataWrapper(tree).visit(visitor)
+    context = CodemodContext()
+    for module, obj, asname, _q in found:
+        RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
+    kept = {q for _m, _o, _a, q in _import_aliases(
+        RemoveImportsVisitor(context).transform_module(tree))}
+    return {q: visitor.lines.get(q, 0) for _m, _o, _a, q in found if q not in kept}
+
+
+def _drop_imports(new, unread, report):
+    """The imports ``_unread_classic_imports`` found, dropped as rewrites."""
+    context = CodemodContext()
+    for module, obj, asname, q in _import_aliases(new):
+        if q in unread and (obj is not None or asname is not None):
+            RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
+    for q, line in sorted(unread.items(), key=lambda item: item[1]):
+        report.rewrites.append(Rewrite(line, "classic", f"import {q}",
+                                       f"(dropped: never read; {leftovers.classic(q)[1]})"))
+    return RemoveImportsVisitor(context).transform_module(new)
 
 
 def _tidy_imports(new, migrator, report):
