@@ -1,4 +1,4 @@
-"""The migrate corpus: public classic programs (``programs.tsv``) rebuilt from
+r"""The migrate corpus: public classic programs (``programs.tsv``) rebuilt from
 their repositories' git mirrors into /work/cache/migrate-corpus (never into
 the checkout), each run as users would: the original under ``pmapkit run``,
 ``pmapkit migrate`` on it, the migrated file on plain JAX (pmapkit not
