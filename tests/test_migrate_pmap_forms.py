@@ -65,6 +65,9 @@ FIXTURES = {
     'static_broadcasted_argnums covering the others': (
         'p = jax.pmap(f, "i", in_axes=(0, 0, 0, None), static_broadcasted_argnums=4)\n',
         'p = (lambda fn, mesh: jax.jit(\n    lambda *args: jax.shard_map(\n        _per_device(fn, in_axes=(0, 0, 0, None), static=((4, args[4]),)),\n        mesh=mesh, in_specs=(jax.P("i"), jax.P("i"), jax.P("i"), jax.P()), out_specs=jax.P("i"),\n        check_vma=False,\n    )(*[x for k, x in enumerate(args) if k not in (4,)]),\n    static_argnums=(4,)))(\n    f, jax.sharding.Mesh(jax.local_devices(), ("i",)))\n'),
+    'a pmap of a pmap': (
+        'y = jax.pmap(jax.pmap(f, axis_name="inner"), axis_name="outer")(x)\n',
+        'y = jax.jit(_first_devices(\n    jax.shard_map, _per_device(_per_device(f)),\n    mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), ("outer", "inner")),\n    in_specs=jax.P("outer", "inner"), out_specs=jax.P("outer", "inner"), check_vma=False))(x)\n'),
     'stacked pmap decorators': (
         '@functools.partial(jax.pmap, axis_name="rows")\n'
         '@functools.partial(jax.pmap, axis_name="cols")\ndef f(x):\n    return x\n',
@@ -80,8 +83,12 @@ NOT_TRANSLATED = {
     "a negative in_axes": ("q = jax.pmap(f, in_axes=-1)\n", "left", "needs the argument's rank"),
     "a negative out_axes": ("q = jax.pmap(f, out_axes=-1)\n", "left",
                             "needs the argument's rank"),
-    "a pmap of a pmap": ('y = jax.pmap(jax.pmap(f, axis_name="inner"), axis_name="outer")(x)\n',
-                         "left", "a pmap of a pmap"),
+    "a pmap of a pmap with in_axes 1": (
+        'y = jax.pmap(jax.pmap(f, axis_name="inner", in_axes=1), axis_name="outer")(x)\n',
+        "left", "stacked pmap decorators are translated with in_axes/out_axes 0 on both"),
+    "a pmap of a pmap of a pmap": (
+        'y = jax.pmap(jax.pmap(jax.pmap(f, axis_name="a"), axis_name="b"), axis_name="c")(x)\n',
+        "left", "a pmap of a pmap"),
     "a pmap made in a pmapped body": (
         '@jax.pmap\ndef outer(a):\n    inner = jax.pmap(lambda v: v, "j")\n    return inner(a)\n',
         "left", "a pmap of a pmap"),
@@ -177,8 +184,9 @@ def test_each_pmap_form_migrates_as_its_fixture_says(name):
     new = without_helpers(new)
     assert expected.strip() in new, (name, new)
     assert "jax.pmap" not in new and "import pmap" not in new, (name, new)
-    # only stacked decorators cut their 2-D mesh to the argument's leading sizes
-    cut = ["_first_devices"] if name.startswith("stacked") else []
+    # only stacked pmaps cut their 2-D mesh to the argument's leading sizes (no
+    # fixture maps a size written as a number: mapped_sizes)
+    cut = ["_first_devices"] if name.startswith(("stacked", "a pmap of a pmap")) else []
     assert report.left == [] and report.kept == [] and report.helpers == ["_per_device"] + cut
 
 

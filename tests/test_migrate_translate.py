@@ -178,6 +178,28 @@ def test_stacked_pmap_decorators_are_one_shard_map_over_a_2d_mesh():
         assert index.tolist() == (np.arange(rows)[:, None] * 10 + np.arange(cols)).tolist()
 
 
+def test_a_pmap_of_a_pmap_written_inline_is_the_stacked_translation():
+    source = """\
+import jax
+import jax.numpy as jnp
+from jax import pmap
+
+arr = jnp.arange(1.0, 9.0).reshape(4, 2)
+norm = pmap(pmap(lambda x: x / jax.lax.psum(x, axis_name=("rows", "cols")), axis_name="cols"),
+            axis_name="rows")(arr)
+plus = pmap(pmap(lambda x: x + 2.0 * jax.lax.axis_index("rows").astype(x.dtype)),
+            axis_name="rows")(arr[:2])
+"""
+    ns, new, report = _run(source)
+    assert report.left == report.kept == [] and "_per_device(_per_device(" in new
+    import pmapkit
+    classic = {"__name__": "classic"}
+    exec(source.replace("from jax import pmap", "from pmapkit import pmap"), classic)
+    for name in ("norm", "plus"):
+        assert np.asarray(ns[name]).tobytes() == np.asarray(classic[name]).tobytes(), name
+    assert np.asarray(ns["plus"]).tolist() == [[1.0, 2.0], [5.0, 6.0]]
+
+
 def test_first_devices_gives_an_axis_in_specs_do_not_name_the_devices_left():
     # a nest of pmaps: the outer pmap's specs name only its own axis; the inner
     # axis takes the local devices // the outer size (classic nests over every device)

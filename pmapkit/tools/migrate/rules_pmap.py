@@ -315,6 +315,13 @@ def pmap_call(ctx, original, updated):
     bound = _bind(updated, _PARAMS)
     if "fun" not in bound:
         raise KeepPmap("a pmap without its function (pmap(axis_name=...)) is kept")
+    outer = ctx.stacked_calls_inner.get(id(original))
+    if outer is not None:
+        # the inner of jax.pmap(jax.pmap(f)): the outer's translation stands for both
+        _stacked_names(ctx, [_bind(outer, _PARAMS), bound])
+        return None
+    if id(original) in ctx.stacked_calls:
+        return stacked_call(ctx, original, bound)
     site = _site(ctx, original, bound)
     return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original))
 
@@ -346,6 +353,40 @@ STACKED = ("stacked pmap decorators are translated with in_axes/out_axes 0 on bo
            "donation or devices=, and two axis names: ")
 
 
+def _stacked_names(ctx, bounds):
+    """The two axis names (source texts) of stacked pmaps, outer first (a name of
+    its own for a pmap given none), or ``LeaveAsIs`` unless the stack is what the
+    2-D translation takes."""
+    names = []
+    for bound in bounds:
+        _check(bound)
+        if any(sx.code(bound[key].value) not in (("0",) if key.endswith("axes") else ("None",))
+               for key in ("in_axes", "out_axes", "devices") if key in bound) or any(
+                _argnums(bound, key) for key in ("static_broadcasted_argnums", "donate_argnums")):
+            raise LeaveAsIs(STACKED + NESTED)
+        names.append(_axis_name(bound))
+    for k, name in enumerate(names):
+        if name is None:
+            names[k] = '"{}"'.format(ctx.free_axis_name(
+                tuple(n for n in DEFAULT_AXIS if f'"{n}"' not in names)))
+    if names[0] == names[1]:
+        raise LeaveAsIs(STACKED + NESTED)
+    return names
+
+
+def _stacked_options(ctx, names):
+    # The 2-D mesh's shape is the argument's two leading sizes, known only when
+    # jax.jit traces: _first_devices cuts the local devices to it then.
+    ctx.need_import("jax")
+    ctx.need_import("numpy")
+    ctx.need_helper(helpers.PER_DEVICE)
+    ctx.need_helper(helpers.FIRST_DEVICES)
+    spec = f"jax.P({names[0]}, {names[1]})"
+    return [f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
+            f"({names[0]}, {names[1]}))", f"in_specs={spec}", f"out_specs={spec}",
+            "check_vma=False"]
+
+
 def stacked_decorators(ctx, outer, inner):
     """The decorators (texts) standing for two stacked pmap decorators: one
     shard_map over a 2-D mesh (the outer's axis, the inner's), the body given each
@@ -353,31 +394,27 @@ def stacked_decorators(ctx, outer, inner):
     of a pmap gave it."""
     if ctx.is_nested_pmap(outer):       # its body makes or calls a pmap
         raise LeaveAsIs(ctx.nested_why(outer))
-    bounds = [_decorator_bound(node) for node in (outer, inner)]
-    for bound in bounds:
-        _check(bound)
-        if any(sx.code(bound[key].value) not in (("0",) if key.endswith("axes") else ("None",))
-               for key in ("in_axes", "out_axes", "devices") if key in bound) or any(
-                _argnums(bound, key) for key in ("static_broadcasted_argnums", "donate_argnums")):
-            raise LeaveAsIs(STACKED + NESTED)
-    names = [Site(ctx, bound).name for bound in bounds]
-    if names[0] == names[1]:
-        raise LeaveAsIs(STACKED + NESTED)
-    # The 2-D mesh's shape is the argument's two leading sizes, known only when
-    # jax.jit traces: _first_devices cuts the local devices to it then.
-    ctx.need_import("numpy")
-    ctx.need_helper(helpers.FIRST_DEVICES)
-    spec = f"jax.P({names[0]}, {names[1]})"
-    options = ["_first_devices", "jax.shard_map",
-               f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
-               f"({names[0]}, {names[1]}))", f"in_specs={spec}", f"out_specs={spec}",
-               "check_vma=False",
-               ]
+    names = _stacked_names(ctx, [_decorator_bound(node) for node in (outer, inner)])
+    options = ["_first_devices", "jax.shard_map", *_stacked_options(ctx, names)]
     indent = ctx.indent()
     return ["jax.jit", "functools.partial(" + _fill(
         options, indent + " " * len("@functools.partial("),
         first=len(indent) + len("@functools.partial(")).lstrip() + ")",
         "_per_device", "_per_device"]
+
+
+def stacked_call(ctx, original, bound):
+    """``jax.pmap(jax.pmap(f, axis_name=b), axis_name=a)``: the stacked decorators'
+    translation as one expression."""
+    inner = _bind(bound["fun"].value, _PARAMS)
+    names = _stacked_names(ctx, [bound, inner])
+    options = _stacked_options(ctx, names)
+    body = f"_per_device(_per_device({sx.code(inner['fun'].value)}))"
+    line = f"jax.jit(_first_devices(jax.shard_map, {body}, {', '.join(options)}))"
+    if ctx.column(original) + len(line) <= WIDTH or "\n" in body:
+        return line
+    step = ctx.indent() + "    "
+    return f"jax.jit(_first_devices(\n{step}jax.shard_map, {body},\n{_fill(options, step)}))"
 
 
 # -- a pmap-decorated def called in a pmap-decorated def's body (nested_pmaps) -----------

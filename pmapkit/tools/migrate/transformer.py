@@ -126,6 +126,8 @@ class Migrator(cst.CSTTransformer):
         self.nest_unplanned = {}      # id of an inner pmap of a nest left -> why
         self.stacked_pmaps = {}       # id of the outer of two stacked pmap decorators -> inner
         self.stacked_inner = {}       # id of the inner one -> True (the outer translated) or why not
+        self.stacked_calls = {}       # id of jax.pmap(jax.pmap(f)) -> the inner call
+        self.stacked_calls_inner = {}  # id of that inner call -> the outer call
         self.strings = set()          # the string literals of the module, evaluated
         self.functions = []           # every def of the module
         self.pmap_over_chosen_devices = False
@@ -373,10 +375,15 @@ class Migrator(cst.CSTTransformer):
                     cst.ClassDef)) for c in _walk(s, cst.Call)}
         outer = {}      # def name -> the pmap calls that map it
         mapped_again = set()   # ids of pmap sites whose function a pmap maps again
+        stacked_calls = {}
         for call in _walk(module, cst.Call):
             fun = self._pmap_site(call)
             if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
-                self.nested_pmaps.update((id(call), id(fun)))
+                if (isinstance(call.func, cst.BaseExpression) and self.qualname(call.func)
+                        == rules_pmap.PMAP and self.qualname(fun.func) == rules_pmap.PMAP):
+                    stacked_calls[id(call)] = (call, fun)   # jax.pmap(jax.pmap(f)): one 2-D site
+                else:
+                    self.nested_pmaps.update((id(call), id(fun)))
             elif isinstance(fun, cst.Name):
                 bound = [m for m in made.get(fun.value, ()) if not (
                     id(call) in in_order and self._start(m) > self._start(call))]
@@ -385,6 +392,15 @@ class Migrator(cst.CSTTransformer):
                     mapped_again.update(map(id, bound))
                 else:
                     outer.setdefault(fun.value, []).append(call)
+        inners = {id(inner) for _call, inner in stacked_calls.values()}
+        for call, inner in stacked_calls.values():
+            # two levels exactly: neither is inside another stack, nor maps a pmap itself
+            if (id(call) in self.nested_pmaps or id(inner) in self.nested_pmaps
+                    or id(call) in inners or id(inner) in stacked_calls):
+                self.nested_pmaps.update((id(call), id(inner)))
+            else:
+                self.stacked_calls[id(call)] = inner
+                self.stacked_calls_inner[id(inner)] = call
         decorated = {id(site): fn for fn in _walk(module, cst.FunctionDef)
                      for site in [d.decorator for d in fn.decorators] if self._pmap_site(site)}
         candidates = []   # (pmapped def, whether by its decorator, the pmaps in its body)
