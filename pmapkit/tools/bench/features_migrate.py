@@ -18,7 +18,15 @@ lowered is the same).
 ``migrate_pmap_per_call_8_devices``: caller-thread CPU µs per cached call of
 one pmapped function (8 devices, blocking each call) for ``jax.pmap``,
 ``pmapkit.pmap`` and what ``pmapkit migrate`` writes for ``jax.pmap(f)`` (run as
-written: ``jax.jit(jax.shard_map(_per_device(f), ...))``), interleaved in one process.
+written: ``jax.jit(jax.shard_map(_per_device(f), ...))``), and, as
+``migrated, mesh follows the argument``, what it writes in a file that maps a
+size written as a number (``jax.jit(_first_devices(jax.shard_map, ...))``),
+interleaved in one process.
+
+``migrate_nested_pmap_per_call_8_devices``: the same for a pmap-decorated def
+called in a pmapped body (4 × 2 devices; JAX 0.10's ``jax.pmap`` cannot nest,
+so ``pmapkit.pmap`` is the baseline) and its migrated shard_map in a
+shard_map.
 """
 from __future__ import annotations
 
@@ -59,19 +67,31 @@ def inline_pmaps_script_migrated(settings):
 def _versus_pmapkit(rows):
     """``rows`` with ``migrated/pmapkit`` on the migrated row."""
     by_impl = {row["impl"]: row for row in rows}
-    by_impl["migrated"]["migrated/pmapkit"] = (by_impl["migrated"]["value"]
-                                               / by_impl["pmapkit"]["value"])
+    for name, row in by_impl.items():
+        if name.startswith("migrated"):
+            row["migrated/pmapkit"] = row["value"] / by_impl["pmapkit"]["value"]
     return rows
+
+
+def _migrated(classic, names):
+    """The names ``classic`` (source) binds, after ``pmapkit migrate``, its output run."""
+    source, report = migrate_source(classic)
+    if report.left or report.kept:
+        raise RuntimeError(f"the bench source did not migrate:\n{report.format()}")
+    namespace = dict(names)
+    exec(compile(source, "<pmapkit migrate>", "exec"), namespace)
+    return namespace
 
 
 def _migrated_pmap(fun):
     """``jax.pmap(fun)`` as ``pmapkit migrate`` translates it, the migrated source run."""
-    source, report = migrate_source("import jax\n\nmapped = jax.pmap(fun)\n")
-    if report.left or report.kept:
-        raise RuntimeError(f"jax.pmap(fun) did not migrate:\n{report.format()}")
-    namespace = {"fun": fun}
-    exec(compile(source, "<pmapkit migrate>", "exec"), namespace)
-    return namespace["mapped"]
+    return _migrated("import jax\n\nmapped = jax.pmap(fun)\n", {"fun": fun})["mapped"]
+
+
+def _migrated_pmap_following_sizes(fun):
+    """The same in a file that maps a size written as a number (``_first_devices``)."""
+    return _migrated("import jax\nimport jax.numpy as jnp\n\nmapped = jax.pmap(fun)\n"
+                     "first = mapped(jnp.zeros((8, 128)))\n", {"fun": fun})["mapped"]
 
 
 def _add_one(x):
@@ -82,7 +102,8 @@ def _add_one(x):
 def pmap_per_call_migrated(settings):
     x = np.zeros((8, 128), np.float32)
     impls = {"jax.pmap": jax.pmap(_add_one), "pmapkit": pmapkit.pmap(_add_one),
-             "migrated": _migrated_pmap(_add_one)}
+             "migrated": _migrated_pmap(_add_one),
+             "migrated, mesh follows the argument": _migrated_pmap_following_sizes(_add_one)}
     args = {name: fn(x) for name, fn in impls.items()}   # inputs placed as each wants
 
     def cpu_us(fn, calls):
@@ -93,4 +114,42 @@ def pmap_per_call_migrated(settings):
         return (time.thread_time() - start) / calls * 1e6
 
     return _versus_pmapkit(interleaved_cpu_us(impls, cpu_us, settings, "jax.pmap", warmup=20,
+                                              max_calls=2000))
+
+
+_NESTED = """\
+import jax
+import jax.numpy as jnp
+from jax import pmap
+
+
+@pmap
+def outer(x):
+    y = jnp.sin(x)
+
+    @pmap
+    def inner(z):
+        return jnp.cos(z) * y.sum()
+    return inner(x)
+"""
+
+
+@feature_case("migrate_nested_pmap_per_call_8_devices", baseline="pmapkit",
+              higher_is_better=False)
+def nested_pmap_per_call_migrated(settings):
+    x = np.ones((4, 2), np.float32)
+    classic = {}
+    exec(compile(_NESTED.replace("from jax import pmap", "from pmapkit import pmap"),
+                 "<classic>", "exec"), classic)
+    impls = {"pmapkit": classic["outer"], "migrated": _migrated(_NESTED, {})["outer"]}
+    args = {name: fn(x) for name, fn in impls.items()}   # inputs placed as each wants
+
+    def cpu_us(fn, calls):
+        arg = next(args[name] for name, f in impls.items() if f is fn)
+        start = time.thread_time()
+        for _ in range(calls):
+            jax.block_until_ready(fn(arg))
+        return (time.thread_time() - start) / calls * 1e6
+
+    return _versus_pmapkit(interleaved_cpu_us(impls, cpu_us, settings, "pmapkit", warmup=20,
                                               max_calls=2000))
