@@ -198,6 +198,11 @@ plus = pmap(pmap(lambda x: x + 2.0 * jax.lax.axis_index("rows").astype(x.dtype))
     for name in ("norm", "plus"):
         assert np.asarray(ns[name]).tobytes() == np.asarray(classic[name]).tobytes(), name
     assert np.asarray(ns["plus"]).tolist() == [[1.0, 2.0], [5.0, 6.0]]
+    # an inline stack the 2-D translation does not take: both pmaps left, each saying why
+    new, report = migrate_source("import jax\n\ny = jax.pmap(jax.pmap(f, 'j', in_axes=1), 'i')(x)\n")
+    assert [(k.line, k.name) for k in report.left] == [(3, "jax.pmap"), (3, "jax.pmap")]
+    assert all(k.why.startswith(rules_pmap.STACKED) for k in report.left)
+    assert report.rewrites == [] and "jax.pmap(jax.pmap(f, 'j', in_axes=1), 'i')(x)" in new
 
 
 def test_first_devices_gives_an_axis_in_specs_do_not_name_the_devices_left():
@@ -387,6 +392,15 @@ def test_a_pmapped_def_called_by_name_in_another_pmapped_body_is_translated_with
                 return k(z)
             return g(x)
         """, "three levels"),
+    ("""\
+        @partial(pmap, axis_name="a")
+        @partial(pmap, axis_name="b")
+        def f(x):
+            @partial(pmap, axis_name="c")
+            def g(z):
+                return z
+            return g(x)
+        """, "more than one pmap decorator"),
 ])
 def test_a_pmap_of_a_pmap_the_source_does_not_say_all_of_is_left_with_why(source, why):
     new, report = migrate_source("from functools import partial\nimport jax\nfrom jax import pmap\n"
