@@ -100,11 +100,16 @@ def _add_one(x):
 
 @feature_case("migrate_pmap_per_call_8_devices", baseline="jax.pmap", higher_is_better=False)
 def pmap_per_call_migrated(settings):
-    x = np.zeros((8, 128), np.float32)
     impls = {"jax.pmap": jax.pmap(_add_one), "pmapkit": pmapkit.pmap(_add_one),
              "migrated": _migrated_pmap(_add_one),
              "migrated, mesh follows the argument": _migrated_pmap_following_sizes(_add_one)}
-    args = {name: fn(x) for name, fn in impls.items()}   # inputs placed as each wants
+    return _per_call_rows(impls, np.zeros((8, 128), np.float32), settings, "jax.pmap")
+
+
+def _per_call_rows(impls, x, settings, baseline):
+    """Caller-CPU µs per blocking call of each impl, each fed its own output for
+    ``x`` (inputs placed as each wants), interleaved in one process."""
+    args = {name: fn(x) for name, fn in impls.items()}
 
     def cpu_us(fn, calls):
         arg = next(args[name] for name, f in impls.items() if f is fn)
@@ -113,7 +118,7 @@ def pmap_per_call_migrated(settings):
             jax.block_until_ready(fn(arg))
         return (time.thread_time() - start) / calls * 1e6
 
-    return _versus_pmapkit(interleaved_cpu_us(impls, cpu_us, settings, "jax.pmap", warmup=20,
+    return _versus_pmapkit(interleaved_cpu_us(impls, cpu_us, settings, baseline, warmup=20,
                                               max_calls=2000))
 
 
@@ -137,19 +142,8 @@ def outer(x):
 @feature_case("migrate_nested_pmap_per_call_8_devices", baseline="pmapkit",
               higher_is_better=False)
 def nested_pmap_per_call_migrated(settings):
-    x = np.ones((4, 2), np.float32)
     classic = {}
     exec(compile(_NESTED.replace("from jax import pmap", "from pmapkit import pmap"),
                  "<classic>", "exec"), classic)
     impls = {"pmapkit": classic["outer"], "migrated": _migrated(_NESTED, {})["outer"]}
-    args = {name: fn(x) for name, fn in impls.items()}   # inputs placed as each wants
-
-    def cpu_us(fn, calls):
-        arg = next(args[name] for name, f in impls.items() if f is fn)
-        start = time.thread_time()
-        for _ in range(calls):
-            jax.block_until_ready(fn(arg))
-        return (time.thread_time() - start) / calls * 1e6
-
-    return _versus_pmapkit(interleaved_cpu_us(impls, cpu_us, settings, "pmapkit", warmup=20,
-                                              max_calls=2000))
+    return _per_call_rows(impls, np.ones((4, 2), np.float32), settings, "pmapkit")
