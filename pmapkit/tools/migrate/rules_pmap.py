@@ -154,20 +154,23 @@ def _tuple_text(numbers):
     return f"({numbers[0]},)" if len(numbers) == 1 else f"({', '.join(map(str, numbers))})"
 
 
+def _axis_name(bound):
+    """The axis name's source text, or None when the pmap names none."""
+    name = bound.get("axis_name")
+    if name is None or sx.code(name.value) == "None":
+        return None
+    if not isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
+        raise KeepPmap(f"axis_name={sx.code(name.value)} is computed at run time: "
+                       "kept for jax.pmap")
+    return sx.code(name.value)
+
+
 class Site:
     """One pmap call site, read: the texts its translation is written from."""
 
     def __init__(self, ctx, bound, name_given=None):
-        name = bound.get("axis_name")
-        if name_given is not None:
-            self.name = name_given
-        elif name is None or sx.code(name.value) == "None":
-            self.name = f'"{ctx.free_axis_name(DEFAULT_AXIS)}"'
-        elif isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
-            self.name = sx.code(name.value)
-        else:
-            raise KeepPmap(f"axis_name={sx.code(name.value)} is computed at run time: "
-                           "kept for jax.pmap")
+        self.name = (name_given or _axis_name(bound)
+                     or f'"{ctx.free_axis_name(DEFAULT_AXIS)}"')
         in_axes = _Axes(bound["in_axes"].value, "in_axes").tree if "in_axes" in bound else 0
         out_axes = _Axes(bound["out_axes"].value, "out_axes").tree if "out_axes" in bound else 0
         self.static = _argnums(bound, "static_broadcasted_argnums")
@@ -418,17 +421,6 @@ def stacked_call(ctx, original, bound):
 
 
 # -- a pmap-decorated def called in a pmap-decorated def's body (nested_pmaps) -----------
-
-def _axis_name(bound):
-    """The axis name's source text, or None when the pmap names none."""
-    name = bound.get("axis_name")
-    if name is None or sx.code(name.value) == "None":
-        return None
-    if not isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
-        raise KeepPmap(f"axis_name={sx.code(name.value)} is computed at run time: "
-                       "kept for jax.pmap")
-    return sx.code(name.value)
-
 
 def nest_axis_names(ctx, nest):
     """(outer axis, inner axis), source texts, for a planned nest; raises
