@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from pmapkit.tools.migrate import syntax as sx
+
 # Array makers whose first argument is the shape (or the length).
 _SHAPED = ("arange", "ones", "zeros", "empty", "full", "eye", "reshape")
 # jax.random functions whose second argument is the number or the shape.
 _KEYED = ("split", "normal", "uniform", "randint")
-
-
-def _nodes(node):
-    yield node
-    for child in node.children:
-        yield from _nodes(child)
 
 
 def _leading_literal(node):
@@ -47,8 +43,8 @@ def _leading_literal(node):
 def meshes_follow_arguments(ctx, module, pmapped_names):
     """Whether a pmap site of ``module`` (``jax.pmap(f)(...)``, or a name bound to one)
     is called with an argument of literal leading size (or a name assigned one)."""
-    calls = [n for n in _nodes(module) if isinstance(n, cst.Call)]
-    literal_names = {t.target.value for n in _nodes(module) if isinstance(n, cst.Assign)
+    calls = [n for n in sx.nodes(module) if isinstance(n, cst.Call)]
+    literal_names = {t.target.value for n in sx.nodes(module) if isinstance(n, cst.Assign)
                      and _leading_literal(n.value) for t in n.targets
                      if isinstance(t.target, cst.Name)}
     for call in calls:

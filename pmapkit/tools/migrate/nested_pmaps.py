@@ -29,6 +29,8 @@ import dataclasses
 import libcst as cst
 from libcst.metadata import PositionProvider, ScopeProvider
 
+from pmapkit.tools.migrate import syntax as sx
+
 
 @dataclasses.dataclass
 class Inner:
@@ -53,12 +55,6 @@ class Unplanned(Exception):
     """Why a pmap of a pmap stays as written."""
 
 
-def _nodes(node):
-    yield node
-    for child in node.children:
-        yield from _nodes(child)
-
-
 def _body_scope(ctx, function):
     return ctx.get_metadata(ScopeProvider, function.body.body[0])
 
@@ -74,7 +70,7 @@ def _closure(ctx, function, outer_scope):
     """The names ``function`` (and scopes in it) reads from ``outer_scope``, in the
     order they first appear."""
     found = {}
-    scopes = {id(s): s for n in _nodes(function.body)
+    scopes = {id(s): s for n in sx.nodes(function.body)
               for s in [ctx.get_metadata(ScopeProvider, n, None)] if s is not None}
     for scope in scopes.values():
         for access in scope.accesses:
@@ -101,11 +97,11 @@ def plan(ctx, outer_function, inner_functions):
     defs called in its body, or ``Unplanned`` saying why not."""
     outer_decorator = _one_pmap_decorator(ctx, outer_function)
     outer_scope = _body_scope(ctx, outer_function)
-    calls = {id(n.func): n for n in _nodes(outer_function.body) if isinstance(n, cst.Call)}
+    calls = {id(n.func): n for n in sx.nodes(outer_function.body) if isinstance(n, cst.Call)}
     inners = []
     for function in inner_functions:
         decorator = _one_pmap_decorator(ctx, function)
-        if any(ctx._pmap_site(n) for n in _nodes(function.body)
+        if any(ctx._pmap_site(n) for n in sx.nodes(function.body)
                if isinstance(n, (cst.Call, cst.Name, cst.Attribute))):
             raise Unplanned("a pmap inside the inner pmap (three levels)")
         scope = ctx.get_metadata(ScopeProvider, function)

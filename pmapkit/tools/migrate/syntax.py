@@ -94,3 +94,10 @@ def rewrite_call(call, func=None, rename=None, first=None):
     if func is not None:
         changes["func"] = expr(func)
     return code(call.with_changes(**changes))
+
+
+def nodes(node):
+    """``node`` and every node below it, depth first."""
+    yield node
+    for child in node.children:
+        yield from nodes(child)
