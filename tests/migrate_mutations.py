@@ -384,6 +384,9 @@ TRANSLATION_MUTANTS = [
     ("transformer.py", "    return {q: visitor.lines.get(q, 0) for _m, _o, _a, q in found if q not in kept}",
      "    return {q: visitor.lines.get(q, 0) for _m, _o, _a, q in found}",
      "a read import of a gone name dropped"),
+    ("transformer.py", "    for q in sorted(dropped, key=unread.get):",
+     "    for q in sorted(unread, key=unread.get):",
+     "an unread import a rule moved said dropped too"),
     ("transformer.py", "            self._keep_comments(updated_node, text)\n            return updated_node."
      "with_changes(body=[cst.Expr(", "            return updated_node.with_changes(body=[cst.Expr(",
      "a comment in the global mesh setting dropped"),

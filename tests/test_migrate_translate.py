@@ -684,6 +684,10 @@ def test_an_import_of_a_gone_name_nothing_reads_is_dropped_a_read_one_is_not():
                                                    (3, "import jax.experimental.maps")]
     kept, report = migrate_source("from jax._src.lib import xla_bridge as xb\nb = xb\n")
     assert "from jax._src.lib import xla_bridge as xb" in kept and report.left != []
+    # an unread import a rule moves is the rule's rewrite, not said dropped too
+    moved, report = migrate_source("from jax.experimental import optix\nx = 1\n")
+    assert moved == "import optax as optix\nx = 1\n"
+    assert [r.new for r in report.rewrites] == ["import optax as optix"]
 
 
 def test_precision_updates_of_other_options_and_values_are_not_touched():

@@ -379,8 +379,8 @@ class Migrator(cst.CSTTransformer):
         for call in _walk(module, cst.Call):
             fun = self._pmap_site(call)
             if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
-                if (isinstance(call.func, cst.BaseExpression) and self.qualname(call.func)
-                        == rules_pmap.PMAP and self.qualname(fun.func) == rules_pmap.PMAP):
+                if (self.qualname(call.func) == rules_pmap.PMAP
+                        and self.qualname(fun.func) == rules_pmap.PMAP):
                     stacked_calls[id(call)] = (call, fun)   # jax.pmap(jax.pmap(f)): one 2-D site
                 else:
                     self.nested_pmaps.update((id(call), id(fun)))
@@ -403,7 +403,8 @@ class Migrator(cst.CSTTransformer):
                 self.stacked_calls_inner[id(inner)] = call
         decorated = {id(site): fn for fn in _walk(module, cst.FunctionDef)
                      for site in [d.decorator for d in fn.decorators] if self._pmap_site(site)}
-        candidates = []   # (pmapped def, whether by its decorator, the pmaps in its body)
+        candidates = []   # (pmapped def, its pmap site, whether that is its decorator,
+        #                    the pmaps in its body)
         for fn in _walk(module, cst.FunctionDef):
             # its own pmap decorator, else a pmap of its name (one run in order: below it)
             own = next((d.decorator for d in fn.decorators if self._pmap_site(d.decorator)), None)
@@ -981,13 +982,16 @@ def _unread_classic_imports(tree):
 
 
 def _drop_imports(new, unread, report):
-    """The imports ``_unread_classic_imports`` found, dropped as rewrites."""
+    """The imports ``_unread_classic_imports`` found and no rule rewrote (a moved
+    name's import is the rule's), dropped as rewrites."""
     context = CodemodContext()
+    dropped = set()
     for module, obj, asname, q in _import_aliases(new):
         if q in unread and (obj is not None or asname is not None):
             RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
-    for q, line in sorted(unread.items(), key=lambda item: item[1]):
-        report.rewrites.append(Rewrite(line, "classic", f"import {q}",
+            dropped.add(q)
+    for q in sorted(dropped, key=unread.get):
+        report.rewrites.append(Rewrite(unread[q], "classic", f"import {q}",
                                        f"(dropped: never read; {leftovers.classic(q)[1]})"))
     return RemoveImportsVisitor(context).transform_module(new)
 
