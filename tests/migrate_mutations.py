@@ -205,8 +205,9 @@ TRANSLATION_MUTANTS = [
      "a spec ignores its axis (in_axes=1 read as 0)"),
     ("rules_pmap.py", "            in_axes = tuple(in_axes[k] for k in dynamic)\n", "",
      "in_axes not narrowed to the non-static arguments"),
-    ("rules_pmap.py", 'f"out_specs={_text(self.out_axes, _spec(self.name))}", "check_vma=False"]',
-     'f"out_specs={_text(self.out_axes, _spec(self.name))}"]', "shard_map's varying-axes check left on"),
+    ("rules_pmap.py", 'return [f"mesh={mesh or self.mesh}", *self.spec_options(), "check_vma=False"]',
+     'return [f"mesh={mesh or self.mesh}", *self.spec_options()]',
+     "shard_map's varying-axes check left on"),
     ("rules_pmap.py", '            options.append(f"donate_argnums={_tuple_text(self.donate)}")',
      "            pass", "donate_argnums dropped"),
     ("rules_pmap.py", '            options.append(f"static_argnums={_tuple_text(self.static)}")',
@@ -333,8 +334,8 @@ TRANSLATION_MUTANTS = [
      "nested: what the inner def reads mapped over the inner axis"),
     ("rules_pmap.py", '               f"axis_names={{{outer}}}", "check_vma=False"]',
      '               "check_vma=False"]', "nested: the outer shard_map manual over both axes"),
-    ("rules_pmap.py", '    options = [*site.shard_map_options()[1:-1], f"axis_names={{{name}}}", '
-     '"check_vma=False"]', '    options = [*site.shard_map_options()[1:-1], "check_vma=False"]',
+    ("rules_pmap.py", '    options = [*site.spec_options(), f"axis_names={{{name}}}", "check_vma=False"]',
+     '    options = [*site.spec_options(), "check_vma=False"]',
      "nested: the inner shard_map without its axis"),
     ("written.py", "        shape = [sizes.get(name, max(mesh.devices.size // named, 1)) for name in "
      "mesh.axis_names]", "        shape = [sizes.get(name, 1) for name in mesh.axis_names]",
@@ -376,7 +377,7 @@ TRANSLATION_MUTANTS = [
      "        shape = None", "mapped sizes: random.split(key, 4) not evidence"),
     ("rules_pmap.py", '            self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"\n',
      '            self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"\n'
-     '            self.mapper = "_first_devices(jax.shard_map, "\n',
+     '            self.cut = True\n',
      "mapped sizes: a site over given devices cut too"),
     # an import of a gone name nothing reads (transformer)
     ("transformer.py", "    if unread:\n        new = _drop_imports(new, unread, report)", "    pass",

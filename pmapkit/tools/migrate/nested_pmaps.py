@@ -131,6 +131,4 @@ def plan(ctx, outer_function, inner_functions):
                     raise Unplanned(f"a call of {function.name.value} sees another "
                                     f"{'/'.join(inner.closure)} or passes keywords or *args")
         inners.append(inner)
-    if not inners:
-        raise Unplanned("no inner pmap-decorated def")
     return Nest(outer_function, outer_decorator, inners)

@@ -16,27 +16,31 @@ start from constants). ``static_broadcasted_argnums`` become ``jax.jit``'s
 A decorator becomes the stack of the three (``@jax.jit``,
 ``@functools.partial(jax.shard_map, ...)``, ``@_per_device``).
 
-Two stacked pmap decorators (in/out_axes 0, no statics, donation or
-``devices=``, two axis names) become one shard_map over a 2-D mesh (outer
-axis, inner axis) with ``_per_device`` twice; the mesh's shape is the
-argument's two leading sizes, so ``_first_devices`` (``written``) cuts the
-local devices to it when ``jax.jit`` traces. Only stacked sites use it.
+Two stacked pmap decorators, or ``jax.pmap(jax.pmap(f))`` inline (in/out_axes
+0, no statics, donation or ``devices=``, two axis names), become one shard_map
+over a 2-D mesh (outer axis, inner axis) with ``_per_device`` twice; the
+mesh's shape is the argument's two leading sizes, so ``_first_devices``
+(``written``) cuts the local devices to it when ``jax.jit`` traces. A
+pmap-decorated def called in a pmapped body, as ``nested_pmaps`` plans it,
+becomes a shard_map over the inner axis in one over the outer axis of such a
+mesh. A single site goes through ``_first_devices`` too where the file maps a
+size written as a number (``mapped_sizes``).
 
 What the source cannot say stays ``jax.pmap`` (JAX 0.10 runs it) and the
 report says why: ``in_axes`` computed at run time, ``backend=``/``axis_size=``, ``jax.pmap`` or
-``partial(jax.pmap, ...)`` passed as a value. A pmap of a pmap made or called
-in a pmapped body is left with a comment (JAX 0.10's own pmap refuses one
+``partial(jax.pmap, ...)`` passed as a value. Any other pmap of a pmap is
+left with a comment saying what stopped it (JAX 0.10's own pmap refuses one
 too), and so is a negative axis (its spec needs the argument's rank; JAX
 0.10's pmap refuses a negative in_axes); ``global_arg_shapes=`` is gone.
 
 Not translated, and failing loudly rather than computing something else: a
 call with keyword arguments (``jax.shard_map`` takes positional ones), inputs
-committed to devices outside the mesh (``jax.jit`` refuses them), and a
-mapped axis whose size is not the number of devices of the mesh (classic pmap
-ran n < device count on the first n devices; the translated site's mesh is
-every local device, so shard_map says "not evenly divisible", or the squeeze
-of a block larger than one fails): pass ``devices=jax.local_devices()[:n]``
-to the classic pmap first, or cut the mesh by hand.
+committed to devices outside the mesh (``jax.jit`` refuses them), and, in a
+file that shows no mapped size of its own, a mapped axis whose size is not the
+number of devices of the mesh (classic pmap ran n < device count on the first
+n devices; shard_map says "not evenly divisible", or the squeeze of a block
+larger than one fails): pass ``devices=jax.local_devices()[:n]`` to the
+classic pmap first, or cut the mesh by hand.
 """
 from __future__ import annotations
 
@@ -189,11 +193,11 @@ class Site:
         devices = bound.get("devices")
         # the mesh is cut to the mapped size when jax.jit traces (mapped_sizes), but
         # for devices= given: classic pmap required the mapped size to be their number
-        self.mapper = "jax.shard_map"
+        self.cut = False
         if devices is None or sx.code(devices.value) == "None":
             self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
             if ctx.meshes_follow_arguments:
-                self.mapper = "_first_devices(jax.shard_map, "
+                self.cut = True
                 ctx.need_helper(helpers.FIRST_DEVICES)
         else:
             self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"
@@ -202,9 +206,14 @@ class Site:
 
     def _mapped(self, body, options):
         """``jax.shard_map(body, options...)`` (or through ``_first_devices``)."""
-        if self.mapper == "jax.shard_map":
+        if not self.cut:
             return sx.call_text("jax.shard_map", [body] + options)
         return sx.call_text("_first_devices", ["jax.shard_map", body] + options)
+
+    def _opening(self):
+        """(the call opened, what comes before the body) of a shard_map written over
+        several lines."""
+        return ("_first_devices(", "jax.shard_map, ") if self.cut else ("jax.shard_map(", "")
 
     def per_device_options(self, static=None):
         options = []
@@ -216,9 +225,12 @@ class Site:
             options.append(f"static={static}")
         return options
 
+    def spec_options(self):
+        return [f"in_specs={_text(self.in_axes, _spec(self.name))}",
+                f"out_specs={_text(self.out_axes, _spec(self.name))}"]
+
     def shard_map_options(self, mesh=None):
-        return [f"mesh={mesh or self.mesh}", f"in_specs={_text(self.in_axes, _spec(self.name))}",
-                f"out_specs={_text(self.out_axes, _spec(self.name))}", "check_vma=False"]
+        return [f"mesh={mesh or self.mesh}", *self.spec_options(), "check_vma=False"]
 
     def jit_options(self):
         options = []
@@ -240,8 +252,7 @@ class Site:
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step = indent + "    "
-        head = "jax.shard_map(" if self.mapper == "jax.shard_map" else "_first_devices("
-        first = "" if self.mapper == "jax.shard_map" else "jax.shard_map, "
+        head, first = self._opening()
         if not self.jit_options():
             return (f"jax.jit({head}\n{step}{first}{body},\n"
                     f"{_fill(self.shard_map_options(), step)}))")
@@ -264,8 +275,7 @@ class Site:
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step, inner = indent + "    ", indent + "        "
-        head = "jax.shard_map(" if self.mapper == "jax.shard_map" else "_first_devices("
-        first = "" if self.mapper == "jax.shard_map" else "jax.shard_map, "
+        head, first = self._opening()
         return (f"(lambda fn, mesh: jax.jit(\n{step}lambda *args: {head}\n"
                 f"{inner}{first}{body},\n{_fill(self.shard_map_options('mesh'), inner)},\n"
                 f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
@@ -276,15 +286,21 @@ class Site:
         first; ``indent``: the function's)."""
         if self.static:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
-        jit = self.jit_options()
-        per_device = self.per_device_options()
-        head = ("functools.partial(jax.shard_map, " if self.mapper == "jax.shard_map"
-                else "functools.partial(_first_devices, jax.shard_map, ")
-        return [("jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)),
+        head = ("functools.partial(_first_devices, jax.shard_map, " if self.cut
+                else "functools.partial(jax.shard_map, ")
+        return [self.jit_decorator(),
                 head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
                              first=len(indent) + len(head) + 1).lstrip() + ")",
-                ("_per_device" if not per_device
-                 else sx.call_text("functools.partial", ["_per_device"] + per_device))]
+                self.per_device_decorator()]
+
+    def jit_decorator(self):
+        jit = self.jit_options()
+        return "jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)
+
+    def per_device_decorator(self):
+        options = self.per_device_options()
+        return ("_per_device" if not options
+                else sx.call_text("functools.partial", ["_per_device"] + options))
 
 
 WIDTH = 99
@@ -385,9 +401,13 @@ def _stacked_options(ctx, names):
     ctx.need_helper(helpers.PER_DEVICE)
     ctx.need_helper(helpers.FIRST_DEVICES)
     spec = f"jax.P({names[0]}, {names[1]})"
-    return [f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
-            f"({names[0]}, {names[1]}))", f"in_specs={spec}", f"out_specs={spec}",
-            "check_vma=False"]
+    return [_mesh_2d(*names), f"in_specs={spec}", f"out_specs={spec}", "check_vma=False"]
+
+
+def _mesh_2d(outer, inner):
+    # its shape is cut by _first_devices when jax.jit traces
+    return (f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
+            f"({outer}, {inner}))")
 
 
 def stacked_decorators(ctx, outer, inner):
@@ -458,19 +478,14 @@ def nest_outer_decorators(ctx, nest):
     site = Site(ctx, _decorator_bound(nest.decorator), outer)
     ctx.need_import("numpy")
     ctx.need_helper(helpers.FIRST_DEVICES)
-    options = ["_first_devices", "jax.shard_map",
-               f"mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
-               f"({outer}, {inner}))", *site.shard_map_options()[1:-1],
+    options = ["_first_devices", "jax.shard_map", _mesh_2d(outer, inner), *site.spec_options(),
                f"axis_names={{{outer}}}", "check_vma=False"]
     indent = ctx.indent()
-    jit = site.jit_options()
-    per_device = site.per_device_options()
-    return [("jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)),
+    return [site.jit_decorator(),
             "functools.partial(" + _fill(options, indent + " " * len("@functools.partial("),
                                          first=len(indent) + len("@functools.partial(")).lstrip()
             + ")",
-            ("_per_device" if not per_device
-             else sx.call_text("functools.partial", ["_per_device"] + per_device))]
+            site.per_device_decorator()]
 
 
 def nest_inner_decorators(ctx, nest, inner):
@@ -485,13 +500,11 @@ def nest_inner_decorators(ctx, nest, inner):
         given = site.in_axes if isinstance(site.in_axes, tuple) else (site.in_axes,) * count
         site.in_axes = tuple(given) + (None,) * len(inner.closure)
     head = "functools.partial(jax.shard_map, "
-    options = [*site.shard_map_options()[1:-1], f"axis_names={{{name}}}", "check_vma=False"]
+    options = [*site.spec_options(), f"axis_names={{{name}}}", "check_vma=False"]
     indent = ctx.indent()
-    per_device = site.per_device_options()
     return [head + _fill(options, indent + " " * len("@functools.partial("),
                          first=len(indent) + len(head) + 1).lstrip() + ")",
-            ("_per_device" if not per_device
-             else sx.call_text("functools.partial", ["_per_device"] + per_device))]
+            site.per_device_decorator()]
 
 
 def family():
