@@ -28,13 +28,10 @@ in every process of the tree.
 """
 from __future__ import annotations
 
-import atexit
 import importlib.abc
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 from pmapkit.legacy.run_options import report_form_from_environment
 
@@ -64,6 +61,8 @@ def activate(route_pmap: bool = False, report=None, classic_prng: bool = True) -
     opts = {"route_pmap": bool(route_pmap), "report": report,
             "classic_prng": bool(classic_prng), "report_dir": None}
     if report:
+        import atexit
+        import tempfile
         # Workers count into files here; this process merges them at exit.
         opts["report_dir"] = tempfile.mkdtemp(prefix="pmapkit-report-")
         atexit.register(_report_for_the_tree, opts["report_dir"], report)
@@ -170,6 +169,7 @@ class _InstallAfter(importlib.abc.Loader):
 def _report_for_the_tree(folder, form):
     """At the top process's exit: one report of what this process and every
     worker counted (workers wrote theirs into ``folder``)."""
+    import shutil
     try:
         written = os.listdir(folder)
     except OSError:
