@@ -336,6 +336,22 @@ def test_a_notebook_with_magics_runs_through_ipython(tmp_path):
     assert _ok(_run(RUN + [path], tmp_path)) == ["out 42"]
 
 
+def test_a_notebook_calling_get_ipython_runs_through_ipython(tmp_path):
+    pytest.importorskip("IPython")
+    path = _notebook(tmp_path, [("code", "import jax"),
+                                ("code", "print(type(get_ipython()).__name__)")])
+    assert _ok(_run(RUN + [path], tmp_path)) == ["InteractiveShell"]
+
+
+def test_needs_ipython_reads_ipython_syntax_only():
+    from pmapkit.tools.notebook import needs_ipython
+    assert needs_ipython("x = 1\n%matplotlib inline") == "%matplotlib inline"
+    assert needs_ipython("files = !ls") == "files = !ls"
+    assert needs_ipython("jax.pmap?") == "jax.pmap?"
+    assert needs_ipython("ip = get_ipython()") == "ip = get_ipython()"
+    assert needs_ipython("x = a % b\ny = not_get_ipython_here\nprint('!')") is None
+
+
 def test_a_file_that_is_not_a_notebook_is_refused_before_running(tmp_path):
     path = tmp_path / "broken.ipynb"
     path.write_text("{not json")

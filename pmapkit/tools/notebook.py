@@ -51,12 +51,14 @@ def code_cells(path):
 # shell escapes (also assigned: ``files = !ls``), help (``x?``, ``?x``).
 _IPYTHON_LINE = re.compile(
     r"^\s*(%|!|\?)|^\s*[\w.]+\s*=\s*[!%]|^\s*[\w.]+\?{1,2}\s*$")
+# A call of ``get_ipython()``, a builtin only IPython's shell provides.
+_GET_IPYTHON = re.compile(r"\bget_ipython\s*\(")
 
 
 def needs_ipython(source):
     """The first line of ``source`` that only IPython runs, or None."""
     for line in source.splitlines():
-        if _IPYTHON_LINE.match(line):
+        if _IPYTHON_LINE.match(line) or _GET_IPYTHON.search(line):
             return line.strip()
     return None
 
@@ -107,7 +109,9 @@ def _run_in_ipython(cells, where):
     """Each cell through IPython's shell, in order; the first that fails
     ends the run (IPython has printed its traceback)."""
     from IPython.core.interactiveshell import InteractiveShell
-    shell = InteractiveShell.instance()
+    # Plain tracebacks where nobody reads colours (a pipe, a log).
+    colors = "Neutral" if sys.stdout.isatty() else "NoColor"
+    shell = InteractiveShell.instance(colors=colors)
     shell.user_ns.update(__file__=where, __name__="__main__")
     for source in cells:
         result = shell.run_cell(source, store_history=False)
