@@ -151,8 +151,9 @@ def note(name, how="calls"):
         if not _counts.get(name):
             _how[name] = how
         _counts[name] = _counts.get(name, 0) + 1
-        new = name not in _first
-        if new:
+        # its first use: a new name, or one seen so far only as an import
+        new = _counts[name] == 1
+        if name not in _first:
             _first[name] = _site()
     if _tree is not None and not _tree[1]:
         _worker_saves(new)
@@ -179,7 +180,8 @@ _saved_at = 0.0
 
 def _worker_saves(new_name):
     """A worker of a ``pmapkit run`` tree saves its counts when it meets a
-    new name and at most once a second otherwise (besides at exit): a pool
+    new name or a name's first use, and at most once a second otherwise
+    (besides at exit): a pool
     that terminates its workers (``Pool.terminate``, the ``with`` block's
     exit) kills them before their exit handlers run, and the report must
     still list every name they used (their last second of counts may be
