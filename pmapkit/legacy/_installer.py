@@ -23,6 +23,7 @@ import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_config
 from pmapkit.legacy import classic_values
+from pmapkit.legacy.installed_names import InstalledNames
 from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy import report as legacy_report
 
@@ -109,7 +110,7 @@ def installed() -> tuple[str, ...]:
 
 
 def install(route_pmap: bool = False, report: bool | None = None,
-            classic_prng: bool = False) -> tuple[str, ...]:
+            classic_prng: bool = False) -> InstalledNames:
     """Installs pmapkit as the modules and names this JAX lacks (see the module
     docstring); with ``route_pmap``, ``jax.pmap`` becomes ``pmapkit.pmap``.
     With ``classic_prng`` (``pmapkit run`` without ``--modern-prng``),
@@ -122,7 +123,7 @@ def install(route_pmap: bool = False, report: bool | None = None,
     install.
 
     Idempotent: what is already installed is left as it is. Returns the names
-    installed by this call and, when there are any, says so in one line on
+    installed by this call (a tuple whose repr is one short line) and, when there are any, says so in one line on
     stderr.
     """
     # The census is tens of thousands of small acyclic objects (pairs,
@@ -178,7 +179,7 @@ def _install(route_pmap, report, classic_prng):
     if said:
         print(f"{STARTUP_PREFIX}{'; '.join(said)} (list: --report)",
               file=sys.stderr, flush=True)
-    return tuple(new)
+    return InstalledNames(new)
 
 
 def _set_classic_prng():
