@@ -230,4 +230,7 @@ def demo():
     if jax.process_count() == 1:   # several processes: each would time only its part
         print()
         print(format_costs(step_costs()))
+        if not pmapkit.COMPILED:
+            print("(pmapkit's pure-Python build ran: its stderr line says why and how "
+                  "to run the compiled one)")
     return 0 if agree else 1
