@@ -43,6 +43,9 @@ _LAZY = {
     "Replicated": "pmapkit.sharding_specs", "ShardedAxis": "pmapkit.sharding_specs",
     "ShardingSpec": "pmapkit.sharding_specs", "Unstacked": "pmapkit.sharding_specs",
     "parse_op_sharding": "pmapkit.sharding_specs",
+    # ``%load_ext pmapkit`` in IPython/Jupyter: the classic layer on for the
+    # kernel, and ``%pmapkit [options]`` (``pmapkit run``'s) registered.
+    "load_ipython_extension": "pmapkit.tools.ipython_extension",
 }
 
 

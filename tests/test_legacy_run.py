@@ -317,7 +317,9 @@ def test_device_put_replicated_and_sharded_come_from_pmapkit(tmp_path):
 
 
 @pytest.mark.parametrize("args, status, message", [
-    ([], 2, "pmapkit run: error: a script to run is required (or -m module)"),
+    ([], 2, "pmapkit run: error: a program to run is required: a script, a notebook, "
+             "-m module, -c code, - (stdin) or a command"),
+    (["-c"], 2, "pmapkit run: error: -c needs the code to run"),
     (["no_such_script.py"], 2, "pmapkit run: error: no such script: 'no_such_script.py'"),
     (["--bogus", "x.py"], 2, "pmapkit run: error: unknown option '--bogus'"),
     (["-m"], 2, "pmapkit run: error: -m needs a module name"),

@@ -50,8 +50,9 @@ install gets it when the program imports it.
 
 ``install`` says on stderr, in one short line, how many names it served
 and refused (``pmapkit run --report`` lists them).
-``pmapkit run [--route-pmap] script.py`` (``pmapkit.tools.cli``) installs and runs
-the script as ``__main__``.
+``pmapkit run [--route-pmap] script.py`` (``pmapkit.tools.cli``) activates the
+layer for the script's whole process tree (``activation``: installed when
+each process imports jax) and runs the script as ``__main__``.
 
 The package holds everything about classic names, apart from the core:
 ``names`` (the table: each removed name, what serves it or why it is
@@ -64,6 +65,14 @@ name), the installer itself, and ``migrate`` (``pmapkit migrate``: the
 way out, which rewrites classic code to plain modern JAX, taking simple
 renames from the census).
 """
-from pmapkit.legacy._installer import install, installed
-
 __all__ = ["install", "installed"]
+
+
+def __getattr__(name):
+    # The installer imports jax; ``pmapkit.legacy.activation`` (imported by
+    # pmapkit's sitecustomize in every process of a ``pmapkit run`` tree)
+    # must not, so the package loads it on first use.
+    if name in __all__:
+        from pmapkit.legacy import _installer
+        return getattr(_installer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,7 +38,6 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self):
         self.modules = {}    # full name -> () -> module
-        self.after_import = set()   # JAX modules whose census refusals wait for import
         self._own_specs = {}
 
     def find_spec(self, fullname, path=None, target=None):
@@ -48,12 +47,6 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             # the classic releases after it went (importing it still raises
             # the clear error)
             return None
-        if fullname in self.after_import:
-            self.after_import.discard(fullname)
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _AfterImport(spec.loader)
-            return spec
         if fullname not in self.modules:
             return None
         is_package = fullname in _PACKAGES
@@ -110,7 +103,7 @@ def installed() -> tuple[str, ...]:
 
 
 def install(route_pmap: bool = False, report: bool | None = None,
-            classic_prng: bool = False) -> InstalledNames:
+            classic_prng: bool = False, *, announce: bool = True) -> InstalledNames:
     """Installs pmapkit as the modules and names this JAX lacks (see the module
     docstring); with ``route_pmap``, ``jax.pmap`` becomes ``pmapkit.pmap``.
     With ``classic_prng`` (``pmapkit run`` without ``--modern-prng``),
@@ -123,8 +116,9 @@ def install(route_pmap: bool = False, report: bool | None = None,
     install.
 
     Idempotent: what is already installed is left as it is. Returns the names
-    installed by this call (a tuple whose repr is one short line) and, when there are any, says so in one line on
-    stderr.
+    installed by this call (a tuple whose repr is one short line) and, when
+    there are any and ``announce`` is true, says so in one line on stderr
+    (the workers of a ``pmapkit run`` tree install quietly).
     """
     # The census is tens of thousands of small acyclic objects (pairs,
     # records): cyclic collections over JAX's heap while building them cost
@@ -132,13 +126,13 @@ def install(route_pmap: bool = False, report: bool | None = None,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _install(route_pmap, report, classic_prng)
+        return _install(route_pmap, report, classic_prng, announce)
     finally:
         if collecting:
             gc.enable()
 
 
-def _install(route_pmap, report, classic_prng):
+def _install(route_pmap, report, classic_prng, announce=True):
     if report is None:
         report = legacy_report.env_requests_report()
     if report and not _installed:
@@ -176,7 +170,7 @@ def _install(route_pmap, report, classic_prng):
         new.append("jax.pmap")
         said.append("jax.pmap routed")
     _installed.extend(new)
-    if said:
+    if said and announce:
         print(f"{STARTUP_PREFIX}{'; '.join(said)} (list: --report)",
               file=sys.stderr, flush=True)
     return InstalledNames(new)
@@ -222,7 +216,7 @@ def _defer(record):
     if record in pending:
         return []
     pending.append(record)
-    _finder.after_import.add(record.owner)
+    _on_import(record.owner)
     return [record.name]
 
 
@@ -438,23 +432,66 @@ def _census_served_by_owner():
 _SERVED_BY_OWNER = None
 
 
-class _AfterImport(importlib.abc.Loader):
-    """Runs a module's own loader, then sets the classic names served on it
-    and chains the refusals of the census names it held: a module not
-    imported at install gets them when the program imports it, and install
-    imports nothing more."""
+def _on_import(name):
+    """Serve ``name``'s waiting census names when the program imports it,
+    whichever loader executes it (its own, pytest's assertion rewriter, a
+    zip importer): the import system ends every submodule import by setting
+    the module on its parent package, and the parent, once watched, sees
+    that moment. Install imports nothing more."""
+    _waiting.add(name)
+    _watch_path_to(name)
 
-    def __init__(self, loader):
-        self.loader = loader
 
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
+def _watch_path_to(name):
+    parent_name = name.rpartition(".")[0]
+    if not parent_name:
+        return
+    parent = sys.modules.get(parent_name)
+    if parent is not None:
+        _watch(parent)
+    else:                 # watched from its own parent, once that is imported
+        _on_the_way.add(parent_name)
+        _watch_path_to(parent_name)
 
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        for record in _pending_names.pop(module.__name__, ()):
+
+def _watch(package):
+    cls = type(package)
+    if getattr(cls, "_pmapkit_watched", False):
+        return
+    watched = _WATCHED_CLASSES.get(cls)
+    if watched is None:
+        def __setattr__(module, attr, value):
+            cls.__setattr__(module, attr, value)
+            if isinstance(value, types.ModuleType):
+                _attached(value)
+        watched = _WATCHED_CLASSES[cls] = type(
+            cls.__name__, (cls,), {"__setattr__": __setattr__, "__slots__": (),
+                                   "_pmapkit_watched": True, "__module__": cls.__module__})
+    package.__class__ = watched
+
+
+_WATCHED_CLASSES: dict[type, type] = {}
+_waiting: set[str] = set()     # modules whose census names wait for their import
+_on_the_way: set[str] = set()  # packages above those, not imported yet
+
+
+def _attached(module):
+    """``module`` has just been imported (and set on its package)."""
+    name = getattr(module, "__name__", None)
+    if name in _on_the_way:
+        _on_the_way.discard(name)
+        _watch(module)
+        # Submodules its own __init__ imported were set on it before it was
+        # watched: they are seen now.
+        prefix = name + "."
+        for below in sorted(n for n in _waiting | _on_the_way
+                            if n.startswith(prefix) and n in sys.modules):
+            _attached(sys.modules[below])
+    if name in _waiting:
+        _waiting.discard(name)
+        for record in _pending_names.pop(name, ()):
             _serve(module, record)
-        _refuse_census_names(module, module.__name__)
+        _refuse_census_names(module, name)
 
 
 def _serve_submodules():
@@ -526,7 +563,7 @@ def _install_refusals():
             refused |= _refuse_names(sys.modules[owner], owner, records)
         elif owner not in _scheduled and _module_exists(owner):
             _scheduled.add(owner)
-            _finder.after_import.add(owner)
+            _on_import(owner)
             refused |= {r.name for r in records}
         elif isinstance(_owner_object(owner), types.ModuleType):
             # a module served under another name (jax.lib.xla_client)

@@ -29,12 +29,15 @@ import sys
 import textwrap
 import threading
 
-from pmapkit.legacy import census as legacy_census
-from pmapkit.legacy import names as legacy_names
+from pmapkit.legacy import run_options
+
+# The census and the names table (which import jax) are read only when a
+# report is written: a process of a ``pmapkit run`` tree that never imports
+# jax writes its (empty) report without them.
 
 __all__ = ["enable", "enabled", "note", "seen", "unseen", "counted", "counting_module_getattr",
            "counting_module", "counts", "entries", "table", "format_entries", "as_json",
-           "env_requests_report"]
+           "env_requests_report", "join_tree", "print_tree_report"]
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
@@ -42,7 +45,12 @@ _how: dict[str, str] = {}
 _first: dict[str, str] = {}
 _enabled = False
 _form = "table"      # "table", "wide", "json" (stderr) or a path to write the JSON to
-FORMS = ("wide", "json")   # the named forms besides the default table and a path
+#: In a ``pmapkit run`` tree: ``(folder, top)``. A worker (``top`` False)
+#: writes its counts into ``folder`` at exit; the top process prints nothing
+#: of its own (``activation`` prints the tree's report, this process's counts
+#: merged with the workers').
+_tree = None
+FORMS = run_options.REPORT_FORMS   # the named forms besides the default table and a path
 #: The columns the default table fits.
 WIDTH = 100
 _OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -52,14 +60,42 @@ _OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 def env_requests_report():
     """The report ``PMAPKIT_REPORT`` asks for: False, True (the table),
     "wide", "json" or a path ending in .json."""
-    value = os.environ.get("PMAPKIT_REPORT", "").strip()
-    if value.lower() in ("", "0", "false", "no"):
-        return False
-    if value.lower() in FORMS:
-        return value.lower()
-    if value.endswith(".json"):
-        return value
-    return True
+    return run_options.report_form_from_environment()
+
+
+def join_tree(folder, top):
+    """This process belongs to a ``pmapkit run`` tree whose report is
+    gathered in ``folder``: at exit a worker writes its counts there, and the
+    top process leaves the printing to ``print_tree_report``."""
+    global _tree
+    _tree = (folder, bool(top))
+
+
+def print_tree_report(folder, form):
+    """The tree's report: this process's counts and those every worker wrote
+    into ``folder``, printed (or written) in ``form``."""
+    global _form
+    for name in sorted(os.listdir(folder)):
+        try:
+            with open(os.path.join(folder, name)) as f:
+                data = json.load(f)
+        except (OSError, ValueError):   # a worker killed while writing
+            continue
+        _merge(data)
+    if isinstance(form, str):
+        _form = form
+    _write_report()
+
+
+def _merge(data):
+    with _lock:
+        for name, n in data.get("counts", {}).items():
+            if not _counts.get(name):
+                _how[name] = data.get("how", {}).get(name, "calls")
+            _counts[name] = _counts.get(name, 0) + n
+            first = data.get("first", {}).get(name)
+            if first and name not in _first:
+                _first[name] = first
 
 
 def enable(form=True):
@@ -136,8 +172,11 @@ def note(name, how="calls"):
         if not _counts.get(name):
             _how[name] = how
         _counts[name] = _counts.get(name, 0) + 1
-        if name not in _first:
+        new = name not in _first
+        if new:
             _first[name] = _site()
+    if _tree is not None and not _tree[1]:
+        _worker_saves(new)
 
 
 def seen(name):
@@ -149,8 +188,29 @@ def seen(name):
         if name not in _counts:
             _counts[name] = 0
             _how[name] = "uses (imported)"
-        if name not in _first:
+        new = name not in _first
+        if new:
             _first[name] = _site()
+    if _tree is not None and not _tree[1]:
+        _worker_saves(new)
+
+
+_saved_at = 0.0
+
+
+def _worker_saves(new_name):
+    """A worker of a ``pmapkit run`` tree saves its counts when it meets a
+    new name and at most once a second otherwise (besides at exit): a pool
+    that terminates its workers (``Pool.terminate``, the ``with`` block's
+    exit) kills them before their exit handlers run, and the report must
+    still list every name they used (their last second of counts may be
+    missing)."""
+    global _saved_at
+    import time
+    now = time.monotonic()
+    if new_name or now - _saved_at >= 1.0:
+        _saved_at = now
+        _write_counts(_tree[0])
 
 
 def counts():
@@ -236,6 +296,7 @@ def _served_by(record):
 def _real_use():
     """``({name: repositories reaching it}, repositories read)`` of the census
     of real use."""
+    from pmapkit.legacy import census as legacy_census
     rows = legacy_census.real_use()
     read = len({s.repository for s in legacy_census.real_use_sources()})
     return {r.name: r.repos for r in rows}, read
@@ -249,7 +310,11 @@ def real_use_text(name):
 
 def entries():
     """The names counted so far, as dicts (the JSON form's ``names``)."""
-    used = {name: n for name, n in counts().items() if legacy_names.known(name)}
+    counted_so_far = counts()
+    if not counted_so_far:
+        return []
+    from pmapkit.legacy import names as legacy_names
+    used = {name: n for name, n in counted_so_far.items() if legacy_names.known(name)}
     out = []
     for name in sorted(used):
         record = legacy_names.by_name(name)
@@ -315,12 +380,41 @@ def _wide_table(rows):
 
 
 def as_json():
-    import jax
-    return json.dumps({"pmapkit_legacy_report": 1, "jax": jax.__version__,
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        version = jax.__version__
+    else:               # a tree whose top process never imported jax
+        from importlib import metadata
+        version = metadata.version("jax")
+    return json.dumps({"pmapkit_legacy_report": 1, "jax": version,
                        "names": entries()})
 
 
 def _print_at_exit():
+    if _tree is not None:
+        folder, top = _tree
+        if not top:
+            _write_counts(folder)
+        return
+    _write_report()
+
+
+def _write_counts(folder):
+    with _lock:
+        data = {"counts": dict(_counts), "how": dict(_how), "first": dict(_first)}
+    if not data["counts"]:
+        return
+    # One file per process, replaced whole: a reader never sees half of it.
+    path = os.path.join(folder, f"{os.getpid()}.json")
+    try:
+        with open(path + ".part", "w") as f:
+            json.dump(data, f)
+        os.replace(path + ".part", path)
+    except OSError:     # the top process has gone and taken the folder
+        pass
+
+
+def _write_report():
     try:
         sys.stdout.flush()
     except Exception:   # a closed stdout must not hide the report

@@ -37,12 +37,19 @@ options:
 
 RUN_USAGE = """\
 usage: {prog} [--route-pmap] [--modern-prng] [--report[=FORM]] script.py [args ...]
-       {prog} [--route-pmap] [--modern-prng] [--report[=FORM]] -m module [args ...]
+       {prog} [options] -m module [args ...]
+       {prog} [options] -c code [args ...]
+       {prog} [options] notebook.ipynb [args ...]
+       {prog} [options] command [args ...]
 
-Runs an old JAX script unedited, as 'python script.py' / 'python -m module'
-would (sys.argv, __main__, exit status; a folder or zip file with a
-__main__.py, or - for the script on stdin, as python takes them), after
-pmapkit.legacy.install():
+Runs an old JAX program unedited, as python would run it (sys.argv,
+__main__, __file__, exit status): a script, a folder or zip file with a
+__main__.py, a pipe or device (/dev/fd/N), - for the script on stdin,
+-m module, -c code; a notebook's code cells in order (as 'ipython
+notebook.ipynb' does); a command found on PATH (pytest, a console script
+or any program). The classic layer is on for the program and every Python
+process it starts (multiprocessing workers, a child python, pytest), each
+installing it when it imports jax (pmapkit.legacy.install()):
 pmapkit's classic APIs stand in for the modules and names this JAX lacks
 (jax.experimental.pjit, .maps, .PartitionSpec, .host_callback,
 .jax2tf.jax_export, .export; jax.device_put_replicated/_sharded) and the
@@ -166,11 +173,12 @@ def version_line():
 
 
 def run(argv, prog="pmapkit run"):
-    """``pmapkit run``: options end at the script or ``-m module``; everything
-    after it is the script's, as with ``python``."""
-    route_pmap, report, module, rest = False, None, None, list(argv)
+    """``pmapkit run``: options end at the program (a script, ``-m module``,
+    ``-c code`` or ``-``); everything after it is the program's, as with
+    ``python``."""
+    route_pmap, report, module, code, rest = False, None, None, None, list(argv)
     classic_prng = True
-    while rest and rest[0].startswith("-") and rest[0] != "-" and module is None:
+    while rest and rest[0].startswith("-") and rest[0] != "-":
         option = rest.pop(0)
         if option in ("-h", "--help"):
             print(RUN_USAGE.format(prog=prog))
@@ -186,30 +194,61 @@ def run(argv, prog="pmapkit run"):
             if report not in ("json", "wide") and not report.endswith(".json"):
                 return _usage_error(prog, "--report= takes wide, json or a path "
                                           "ending in .json")
-        elif option == "-m":
+        elif option in ("-m", "-c"):
             if not rest:
-                return _usage_error(prog, "-m needs a module name")
-            module = rest.pop(0)
+                what = "a module name" if option == "-m" else "the code to run"
+                return _usage_error(prog, f"{option} needs {what}")
+            if option == "-m":
+                module = rest.pop(0)
+            else:
+                code = rest.pop(0)
+            break
         elif option == "--":
             break
         else:
             return _usage_error(prog, f"unknown option {option!r}")
-    if module is None:
+    script = command = None
+    if module is None and code is None:
         if not rest:
-            return _usage_error(prog, "a script to run is required (or -m module)")
+            return _usage_error(prog, "a program to run is required: a script, a "
+                                      "notebook, -m module, -c code, - (stdin) or a command")
         script = rest.pop(0)
         if script != "-" and not os.path.exists(script):
-            return _usage_error(prog, f"no such script: {script!r}")
+            command = _command_on_path(script)
+            if command is None:
+                return _usage_error(prog, f"no such script: {script!r} (nor a command "
+                                          f"of that name on PATH)")
     from pmapkit.tools import run as run_as_main
-    from pmapkit import legacy
-    legacy.install(route_pmap=route_pmap, report=report, classic_prng=classic_prng)
+    from pmapkit.legacy import activation
+    # On for this process when the program imports jax, and for every Python
+    # process it starts (workers, a child python, python -m pytest).
+    activation.activate(route_pmap=route_pmap, report=report, classic_prng=classic_prng)
     if module is not None:
         run_as_main.run_module(module, rest)
+    elif code is not None:
+        run_as_main.run_code(code, rest)
     elif script == "-":
         run_as_main.run_stdin(rest)
+    elif command is not None and not run_as_main.is_python_script(command):
+        # A program of another kind (a shell script, a binary): it runs with
+        # the activation in its environment, so the Python processes it
+        # starts have the classic layer.
+        run_as_main.run_command(command, [script, *rest])
+    elif script.endswith(".ipynb"):
+        from pmapkit.tools import notebook
+        notebook.run_notebook(script, rest)
     else:
-        run_as_main.run_script(script, rest)
+        run_as_main.run_script(command or script, rest)
     return 0
+
+
+def _command_on_path(name):
+    """``name`` found on PATH, as ``pmapkit run pytest`` means the console
+    script (python itself would not look); None for a path or where none is."""
+    if os.sep in name:
+        return None
+    import shutil
+    return shutil.which(name)
 
 
 def _usage_error(prog, message):

@@ -30,12 +30,13 @@ import builtins  # noqa: E402
 import importlib.machinery  # noqa: E402
 import importlib.util  # noqa: E402
 import io  # noqa: E402
-import pkgutil  # noqa: E402
 import runpy  # noqa: E402
 import signal  # noqa: E402
 import types  # noqa: E402
 
 _THIS_FILE = os.path.abspath(__file__)
+#: Frames of these files are the runner's, left out of a program's traceback.
+_RUNNER_FILES = (_THIS_FILE, os.path.join(os.path.dirname(_THIS_FILE), "notebook.py"))
 
 
 def run_script(path, args=()):
@@ -44,12 +45,13 @@ def run_script(path, args=()):
     absolute (the current directory joined, not normalised) and the
     script's directory as ``sys.path[0]``. A folder or zip file runs its
     ``__main__`` module with itself (absolute) as ``sys.path[0]``, and fails
-    as python does without one. (runpy.run_path would set ``sys.argv[0]`` to
-    the path it is given: the absolute one.)"""
+    as python does without one. A pipe or a device (``<(...)``,
+    ``/dev/fd/N``, ``/dev/null``) is read once, as a file. (runpy.run_path
+    would set ``sys.argv[0]`` to the path it is given: the absolute one.)"""
     sys.argv[:] = [path, *args]
     where = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-    if os.path.isdir(path) or not os.path.isfile(path) or _is_zip(path):
-        _set_first_path_entry(where)
+    if os.path.isdir(path) or (os.path.isfile(path) and _is_zip(path)):
+        set_first_path_entry(where)
         spec = importlib.machinery.PathFinder.find_spec("__main__", [where])
         if spec is None:
             print(f"{sys.executable}: can't find '__main__' module in {where!r}",
@@ -59,34 +61,69 @@ def run_script(path, args=()):
                      __spec__=spec, __package__="")
         code = lambda: spec.loader.get_code("__main__")  # noqa: E731
     else:
-        _set_first_path_entry(os.path.dirname(os.path.abspath(path)))
+        set_first_path_entry(os.path.dirname(os.path.abspath(path)))
+        data = _read_once(where)
+        compiled = data[:len(importlib.util.MAGIC_NUMBER)] == importlib.util.MAGIC_NUMBER
+        loader = (importlib.machinery.SourcelessFileLoader if compiled
+                  else importlib.machinery.SourceFileLoader)("__main__", where)
         names = dict(__file__=where, __cached__=None, __spec__=None, __package__=None,
-                     __loader__=importlib.machinery.SourceFileLoader("__main__", where))
-        code = lambda: _code_of_file(where)  # noqa: E731
+                     __loader__=loader)
+        code = lambda: _code_of(data, where)  # noqa: E731
     _run_with_short_tracebacks(lambda: _exec_as_main(code(), names))
 
 
-def _code_of_file(filename):
-    """The code of a script file: compiled (``python script.pyc``) or source."""
+def _read_once(filename):
+    """The bytes of a script: read in one pass, as a pipe allows only one."""
     with io.open_code(filename) as f:
-        code = pkgutil.read_code(f)
-    if code is None:
-        with io.open_code(filename) as f:
-            code = compile(f.read(), filename, "exec", dont_inherit=True)
-    return code
+        return f.read()
+
+
+def _code_of(data, filename):
+    """The code of a script's bytes: compiled (``python script.pyc``) or source."""
+    if data[:len(importlib.util.MAGIC_NUMBER)] == importlib.util.MAGIC_NUMBER:
+        import marshal
+        return marshal.loads(memoryview(data)[16:])
+    return compile(data, filename, "exec", dont_inherit=True)
+
+
+def run_code(source, args=()):
+    """Runs ``source`` as ``__main__``, as ``python -c source args`` does:
+    ``sys.argv[0]`` is ``"-c"``, the current directory is ``sys.path[0]``
+    (none under ``-P``), the code is named ``<string>`` and has no
+    ``__file__``."""
+    sys.argv[:] = ["-c", *args]
+    set_first_path_entry("")
+    names = dict(__spec__=None, __loader__=importlib.machinery.BuiltinImporter,
+                 __package__=None)
+    _run_with_short_tracebacks(
+        lambda: _exec_as_main(compile(source, "<string>", "exec"), names))
 
 
 def _exec_as_main(code, names):
-    """Executes ``code`` in a fresh ``__main__`` module, in sys.modules while
-    it runs (pickle finds the script's classes there), as python runs it."""
+    """Executes ``code`` in a fresh ``__main__`` module (``_in_main``)."""
+    _in_main(lambda main: exec(code, main.__dict__), names)
+
+
+def _in_main(body, names):
+    """Runs ``body(main)`` with ``main`` a fresh ``__main__`` module holding
+    ``names``, in sys.modules while it runs (pickle and spawned workers find
+    the program's functions there), as python runs a program."""
     main = types.ModuleType("__main__")
-    main.__dict__.update(__builtins__=builtins, **names)
+    # python's __main__ starts with an empty __annotations__ (3.11-3.13)
+    main.__dict__.update(__builtins__=builtins, __annotations__={}, **names)
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main
     try:
-        exec(code, main.__dict__)
+        body(main)
     finally:
         sys.modules["__main__"] = saved
+
+
+def run_in_main(body, names):
+    """``body(main)`` run as a program in a fresh ``__main__`` holding
+    ``names``: an uncaught exception is printed from the program's first
+    frame and ends the process with status 1 (``pmapkit run`` of a notebook)."""
+    _run_with_short_tracebacks(lambda: _in_main(body, names), source_in_memory=True)
 
 
 def run_stdin(args=()):
@@ -94,11 +131,40 @@ def run_stdin(args=()):
     ``python - args`` does: ``sys.argv[0]`` is ``"-"``, the current directory
     is ``sys.path[0]``, its code is named ``<stdin>``."""
     sys.argv[:] = ["-", *args]
-    _set_first_path_entry("")
+    set_first_path_entry("")
     source = sys.stdin.read()
-    names = dict(__file__="<stdin>", __spec__=None, __loader__=None, __package__=None)
+    names = dict(__file__="<stdin>", __cached__=None, __spec__=None, __package__=None,
+                 __loader__=importlib.machinery.BuiltinImporter)
     _run_with_short_tracebacks(
         lambda: _exec_as_main(compile(source, "<stdin>", "exec"), names))
+
+
+def is_python_script(path):
+    """Whether ``path`` holds Python source to run in this interpreter: a
+    ``.py`` file, or a file whose ``#!`` line names a python (console
+    scripts such as ``pytest``)."""
+    if path.endswith((".py", ".pyw")):
+        return True
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+def run_command(path, argv):
+    """Runs the program at ``path`` (``argv`` as given) as a child that
+    inherits the environment, and so the activation; its exit status is
+    this run's (a signal that ended it, 128 + its number, as a shell says)."""
+    import subprocess
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        status = subprocess.call(argv, executable=path)
+    except KeyboardInterrupt:
+        status = 130
+    raise SystemExit(128 - status if status < 0 else status)
 
 
 def _is_zip(path):
@@ -111,7 +177,7 @@ def run_module(name, args=()):
     current directory is ``sys.path[0]``; a module that cannot be found is
     reported as python reports it, with status 1."""
     sys.argv[:] = [name, *args]    # runpy replaces argv[0] by the module's file
-    _set_first_path_entry(os.getcwd())
+    set_first_path_entry(os.getcwd())
     try:
         found = importlib.util.find_spec(name) is not None
     except ImportError:     # a package above it is missing
@@ -123,7 +189,7 @@ def run_module(name, args=()):
         lambda: runpy.run_module(name, run_name="__main__", alter_sys=True))
 
 
-def _set_first_path_entry(entry):
+def set_first_path_entry(entry):
     """``sys.path[0]`` is the script's entry, replacing the one python gave the
     command that runs it (its own directory or the current one); with
     ``-P`` (safe path) python gives none, and none is added."""
@@ -131,7 +197,7 @@ def _set_first_path_entry(entry):
         sys.path[0] = entry
 
 
-def _run_with_short_tracebacks(run):
+def _run_with_short_tracebacks(run, source_in_memory=False):
     """Runs ``run()``; an uncaught exception's traceback starts at the user's
     code, as under ``python script.py`` (runpy's and this module's frames are
     dropped), and the process exits with status 1 after it is printed."""
@@ -142,21 +208,28 @@ def _run_with_short_tracebacks(run):
     except KeyboardInterrupt as exc:
         # As python: the script's frames, then the process ends by SIGINT
         # (status -2 to a parent, 130 in a shell) once exit handlers ran.
-        _print_from_user_code(exc)
+        _print_from_user_code(exc, source_in_memory)
         _die_by_sigint()
     except BaseException as exc:
-        _print_from_user_code(exc)
+        _print_from_user_code(exc, source_in_memory)
         raise SystemExit(1) from None
 
 
-def _print_from_user_code(exc):
+def _print_from_user_code(exc, source_in_memory=False):
     """Print ``exc``'s traceback from the user's first frame on (runpy's, and
     pmapkit's own frames above the script dropped)."""
     tb = exc.__traceback__
     while tb is not None and _is_runner_frame(tb.tb_frame):
         tb = tb.tb_next
     exc.__traceback__ = tb   # what the hook prints, whatever tb it is passed
-    sys.excepthook(type(exc), exc, tb)
+    hook = sys.excepthook
+    if source_in_memory and hook is sys.__excepthook__:
+        # The interpreter's own hook reads source lines from files; code
+        # whose source lives in linecache (a notebook's cells) needs the
+        # traceback module, which prints the same form from there.
+        import traceback
+        hook = traceback.print_exception
+    hook(type(exc), exc, tb)
 
 
 def _die_by_sigint():
@@ -172,7 +245,7 @@ def _is_runner_frame(frame):
     if frame is None:
         return False
     filename = frame.f_code.co_filename
-    return filename in (_THIS_FILE, runpy.__file__) or filename == "<frozen runpy>"
+    return filename in (*_RUNNER_FILES, runpy.__file__) or filename == "<frozen runpy>"
 
 
 def exit_status(code):
