@@ -41,8 +41,8 @@ from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 from pmapkit.core.sharding.mesh import active_mesh
 from pmapkit.core.rules.primitives import in_pmap_body, no_mesh, pjit_p, plain_avals
 from pmapkit.pjit._placement import (
-    _DEVICE_AXIS, _active_mesh, _check_against, _check_same_devices, _declared_mesh,
-    _device_ids, _kept_sharding, _one_device_mesh, _other_devices_check, _placement,
+    _DEVICE_AXIS, _active_mesh, _check_against, _check_same_devices, _committed_placement,
+    _declared_mesh, _device_ids, _kept_sharding, _one_device_mesh, _other_devices_check,
     _refuse_pmap_layouts, _to_sharding)
 
 _UNSET = object()
@@ -449,7 +449,7 @@ def _prepare_cached(spec, args, kwargs):
     extra = (active_mesh(), jp.debug_nans.value,
              _cache_keys.static_keywords_key(static_kw))
     if spec.placement_matters:
-        extra += (tuple(_placement(x) for x in leaves),)
+        extra += (tuple(_committed_placement(x) for x in leaves),)
     if jp.process_count() > 1:
         # A global array and a local one of one shape trace differently.
         extra += (pjit_across.global_flags(leaves),)
@@ -533,7 +533,8 @@ def _both(first, second):
 def _runs_as_jit(spec, flat):
     """Whether this call is a 0.4-era mesh-less pjit run as jax.jit: no
     specs, no device=, no mesh context and no committed argument."""
-    return _mesh_less_jit(spec) and not any(_placement(x) is not None for x in flat)
+    return _mesh_less_jit(spec) and not any(
+        _committed_placement(x) is not None for x in flat)
 
 
 def _mesh_less_jit(spec):

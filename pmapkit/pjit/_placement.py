@@ -247,7 +247,7 @@ def _check_same_devices(spec, in_shardings, out_shardings, describe):
 
 
 
-def _placement(x):
+def _committed_placement(x):
     """What an argument's placement adds to the program when
     in_axis_resources is omitted: a committed array's sharding, else None."""
     if _committed(x):

@@ -34,8 +34,9 @@ def installed_package_dir():
         if dist.read_text("RECORD") is None:
             continue   # a build leftover (pmapkit.egg-info), not an install
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
-        if direct.get("dir_info", {}).get("editable") and direct.get("url", "").startswith("file://"):
-            return os.path.join(direct["url"][len("file://"):], "pmapkit")
+        url = direct.get("url", "")
+        if direct.get("dir_info", {}).get("editable") and url.startswith("file://"):
+            return os.path.join(url[len("file://"):], "pmapkit")
         return str(dist.locate_file("pmapkit"))
     return None
 
