@@ -9,6 +9,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+from urllib.parse import unquote, urlparse
 
 from pmapkit.core.hitpath import _source_hash
 
@@ -36,7 +37,7 @@ def installed_package_dir():
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
         url = direct.get("url", "")
         if direct.get("dir_info", {}).get("editable") and url.startswith("file://"):
-            return os.path.join(url[len("file://"):], "pmapkit")
+            return os.path.join(unquote(urlparse(url).path), "pmapkit")
         return str(dist.locate_file("pmapkit"))
     return None
 
