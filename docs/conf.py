@@ -27,6 +27,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
     "pmapkit_docs",
+    "fold_tables",
 ]
 
 source_suffix = {".md": "markdown"}

@@ -248,3 +248,23 @@ def test_the_search_ranks_the_api_pages_first(site):
     assert "reference/pmapkit.pjit" in reference, ranked
     assert ranked[:len(reference)] == reference, ranked        # the API pages first
     assert ranked.index("pjit") < ranked.index("classic-names"), ranked   # then pjit's guide
+
+
+def test_the_long_tables_are_folded(site):
+    # The classic-names page: every table of more than 40 rows is shown
+    # closed (<details>), its rows still in the page; what shows open is a
+    # fraction of the rows.
+    with open(os.path.join(site, "classic-names.html"), encoding="utf-8") as f:
+        page = f.read()
+    tables = re.findall(r"<table.*?</table>", page, re.S)
+    folded = [(int(rows), re.findall(r"<table.*?</table>", inside, re.S))
+              for rows, inside in re.findall(
+                  r'<details class="folded-table"><summary>(\d+) rows[^<]*</summary>(.*?)</details>',
+                  page, re.S)]
+    long_tables = [t for t in tables if t.count("<tr") - 1 > 40]
+    assert long_tables and all(len(inside) == 1 for _, inside in folded)
+    assert sorted(inside[0] for _, inside in folded) == sorted(long_tables)
+    for rows, (table,) in folded:
+        assert rows == table.count("<tr") - 1
+    shown = re.sub(r'<details class="folded-table">.*?</details>', "", page, flags=re.S)
+    assert shown.count("<tr") * 3 < page.count("<tr"), (shown.count("<tr"), page.count("<tr"))

@@ -62,17 +62,13 @@ def section(held):
              f"{tally['plain']} still raise{'s' if tally['plain'] == 1 else ''} a plain "
              "error (JAX's own, named in the table).",
              "",
-             # folded: the page would be tens of thousands of pixels tall open
-             f"<details><summary>The {len(missing)} names, each with the repositories "
-             "reaching it and what JAX 0.10.2 with pmapkit.legacy does</summary>",
-             "",
              "| name | repositories | on JAX 0.10.2 with pmapkit.legacy |",
              "| --- | --- | --- |"]
     for r in missing:
         outcome, text, _ = held["real_use_names"][r.name]
         what = _what(r.name, outcome, text).replace("|", "\\|")
         lines.append(f"| {_name_cell(r.name)} | {r.repos} | {what} |")
-    lines += ["", "</details>", "", END]
+    lines += ["", END]
     return "\n".join(lines)
 
 
