@@ -27,6 +27,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
     "pmapkit_docs",
+    "fold_tables",
 ]
 
 source_suffix = {".md": "markdown"}
@@ -61,6 +62,8 @@ html_theme = "sphinx_book_theme"
 html_title = f"pmapkit {release}"
 # pmapkit.css: tables fit the page (their inline code wraps).
 html_static_path = ["_static"]
+# API pages first in the search (the changelog is out of it: nosearch).
+html_search_scorer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext", "search_scorer.js")
 html_css_files = ["pmapkit.css"]
 html_theme_options = {
     "home_page_in_toc": True,

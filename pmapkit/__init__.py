@@ -35,7 +35,7 @@ _LAZY = {
     "set_cpu_collectives_in_flight": "pmapkit.inflight",
     "Mesh": "pmapkit.mesh", "mesh": "pmapkit.mesh",
     "maps": "pmapkit.pjit.maps",
-    "pjit": "pmapkit.pjit._pjit", "with_sharding_constraint": "pmapkit.pjit._pjit",
+    "pjit": "pmapkit.pjit._pjit", "with_sharding_constraint": "pmapkit.pjit._constraint",
     "device_put_replicated": "pmapkit.pmap.placement",
     "device_put_sharded": "pmapkit.pmap.placement",
     "pmap": "pmapkit.pmap._pmap",

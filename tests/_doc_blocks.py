@@ -13,7 +13,8 @@ the whole suite, the site's build, a cluster launch.
 
 Run as a script (``python _doc_blocks.py PAGE [--no-bash]``) it executes
 PAGE's blocks (``--no-bash``: its Python blocks only) and stops at the first
-failure; each statement is compiled under the page's path with its own line
+failure (``--serve FD``: one block at a time, as asked on stdin, answered on
+file descriptor FD: the test runs each example as an item of its own); each statement is compiled under the page's path with its own line
 numbers, so a traceback points at the Markdown line that failed; a failing
 bash block is reported with its page line and its output.
 """
@@ -157,9 +158,45 @@ def run_page(path, bash=True):
         session.paste(block)
 
 
+def serve(path, bash, replies):
+    """Run the page's blocks as asked, one example at a time: each line read
+    from stdin is the index of a runnable block (bash ones left out unless
+    ``bash``), run with every block before it not run yet, in one session;
+    each request is answered on ``replies`` with one line, ``ok`` or
+    ``failed LINE`` (the page line of the block that failed, whose error is
+    on stderr). Returns at the end of stdin or at the first failure."""
+    with open(path, encoding="utf-8") as f:
+        todo = [b for b in runnable(f.read()) if bash or b.language == "python"]
+    session, done = Paste(path), 0
+    for request in sys.stdin:
+        index = int(request)
+        try:
+            while done <= index:
+                block, done = todo[done], done + 1
+                if block.language == "bash":
+                    _run_bash(path, block)
+                else:
+                    session.paste(block)
+        except (PastedBlockFailed, BashBlockFailed) as failed:
+            print(failed, file=sys.stderr, flush=True)
+            replies.write(f"failed {block.line}\n")
+            replies.flush()
+            return 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        replies.write("ok\n")
+        replies.flush()
+    return 0
+
+
 if __name__ == "__main__":
-    # python _doc_blocks.py PAGE [--no-bash]
+    # python _doc_blocks.py PAGE [--no-bash] [--serve FD]
+    args = sys.argv[2:]
+    if "--serve" in args:
+        fd = int(args[args.index("--serve") + 1])
+        with open(fd, "w") as replies:
+            sys.exit(serve(sys.argv[1], "--no-bash" not in args, replies))
     try:
-        run_page(sys.argv[1], bash="--no-bash" not in sys.argv[2:])
+        run_page(sys.argv[1], bash="--no-bash" not in args)
     except PastedBlockFailed as failed:   # the interpreter printed the error
         sys.exit(f"{failed}")

@@ -124,3 +124,19 @@ def test_help_version_and_usage_errors_answer_without_jax(args, tmp_path):
     assert proc.returncode == (2 if usage_error else 0), proc.stderr[-2000:]
     assert (proc.stderr if usage_error else proc.stdout).startswith(
         ("usage:", f"pmapkit {pmapkit.__version__} (jax ")), (proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("args", [["demo"], ["bench", "--quick"]])
+def test_without_jax_the_command_says_so_in_one_line(args, tmp_path):
+    """``python -m pmapkit demo`` where jax is not installed: one line naming
+    what is missing and what to install, status 1, no traceback. Python
+    without its site-packages (``-S``), pmapkit from its folder: no jax."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(pmapkit.__file__)))
+    env = dict(os.environ, PYTHONPATH=package_parent)
+    proc = _run([sys.executable, "-S", "-m", "pmapkit", *args], tmp_path, env=env)
+    notice = [line for line in proc.stderr.splitlines()
+              if not line.startswith("pmapkit: pure-Python build")]
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-2000:]
+    assert len(notice) == 1, proc.stderr[-2000:]
+    assert notice[0].startswith(f"{AS_MODULE}: ") and " is not installed for " in notice[0]
+    assert "pip install 'jax>=0.10.2,<0.11'" in notice[0]

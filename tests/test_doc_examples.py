@@ -2,8 +2,9 @@
 installed build, on one device and on eight.
 
 Each page runs twice, in a fresh process each: once as on a laptop (one CPU
-device) and once with 8 CPU devices set before jax starts. Its blocks run in
-order, Python pasted line by line into one interactive interpreter
+device) and once with 8 CPU devices set before jax starts. Each example is
+a test item of its own (``README.md:70-8dev``), run in its page's process
+after the page's earlier ones: its blocks run in order, Python pasted line by line into one interactive interpreter
 (``code.InteractiveConsole``: a reader's paste, stricter than a file, where
 a ``with`` block followed at once by an unindented line is a SyntaxError),
 bash in a shell each (the ``pmapkit`` command
@@ -18,6 +19,7 @@ block that cannot run here (an install, a multi-host launch, say).
 """
 import glob
 import os
+import select
 import subprocess
 import sys
 
@@ -73,21 +75,95 @@ def _runs(page, devices):
 
 
 RUNS = [(page, devices) for page in PAGES for devices in DEVICE_COUNTS if _runs(page, devices)]
+#: One test item per example: (page, devices, index among the run's blocks, block).
+EXAMPLES = [(page, devices, k, block) for page, devices in RUNS
+            for k, block in enumerate(_runs(page, devices))]
+EXAMPLE_TIMEOUT_S = 900
 
 
-@pytest.mark.parametrize("page, devices", RUNS,
-                         ids=[f"{_page_id(p)}-{n}dev" for p, n in RUNS])
-def test_page_examples_run(page, devices, tmp_path):
-    tests = os.path.join(_install.REPO, "tests")
-    if os.path.isdir(tests):
-        os.symlink(tests, tmp_path / "tests")
-    only_python = [] if devices == 1 else ["--no-bash"]
-    out = subprocess.run(
-        [sys.executable, "-P", os.path.join(HERE, "_doc_blocks.py"), page, *only_python],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-        env=_environment(devices))
-    assert out.returncode == 0, (
-        f"{_page_id(page)} on {devices} device(s): an example failed\n{out.stderr[-4000:]}")
+class _PageSession:
+    """One fresh process running a page's examples (``_doc_blocks.py
+    --serve``), one at a time as asked: a later example runs in the session
+    its page's earlier ones made, as a reader's paste does."""
+
+    def __init__(self, page, devices, cwd):
+        self.page, self.devices, self.failed = page, devices, None
+        tests = os.path.join(_install.REPO, "tests")
+        if os.path.isdir(tests):
+            os.symlink(tests, cwd / "tests")
+        self.log = open(cwd.parent / f"{cwd.name}.log", "w+", encoding="utf-8")
+        read, write = os.pipe()
+        only_python = [] if devices == 1 else ["--no-bash"]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", os.path.join(HERE, "_doc_blocks.py"), page, *only_python,
+             "--serve", str(write)],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+            pass_fds=(write,), cwd=cwd, env=_environment(devices))
+        os.close(write)
+        self.replies = os.fdopen(read, encoding="utf-8")
+
+    def _output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()[-4000:]
+
+    def run(self, index, line):
+        where = f"{_page_id(self.page)}:{line} on {self.devices} device(s)"
+        if self.failed is not None:
+            pytest.skip(f"an earlier example of the page failed (line {self.failed})")
+        self.proc.stdin.write(f"{index}\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.replies], [], [], EXAMPLE_TIMEOUT_S)
+        if not ready:
+            self.failed, output = line, self._output()
+            self.close()
+            pytest.fail(f"{where}: no answer in {EXAMPLE_TIMEOUT_S} s\n{output}")
+        answer = self.replies.readline().split()
+        if answer != ["ok"]:
+            self.failed = answer[1] if len(answer) == 2 else line
+            self.proc.wait(timeout=60)   # it ends at its first failure
+            output = self._output()
+            self.close()
+            pytest.fail(f"{where}: an example failed\n{output}")
+
+    def close(self):
+        if self.log.closed:
+            return
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.replies.close()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def page_sessions(tmp_path_factory):
+    """The session of the page being run: one at a time (each is a JAX
+    process), started at a page's first example, closed at the next page's."""
+    current = {}
+
+    def session(page, devices):
+        if (page, devices) not in current:
+            for old in current.values():
+                old.close()
+            current.clear()
+            current[page, devices] = _PageSession(
+                page, devices, tmp_path_factory.mktemp("page"))
+        return current[page, devices]
+
+    yield session
+    for old in current.values():
+        old.close()
+
+
+@pytest.mark.parametrize("page, devices, index, block", EXAMPLES,
+                         ids=[f"{_page_id(p)}:{b.line}-{n}dev" for p, n, _, b in EXAMPLES])
+def test_example_runs(page, devices, index, block, page_sessions):
+    page_sessions(page, devices).run(index, block.line)
 
 
 def test_the_pages_are_found():
@@ -206,3 +282,20 @@ def test_a_failing_bash_block_names_its_page_line(tmp_path):
     assert out.returncode != 0
     assert f'File "{page}", line 8: bash block exited 1' in out.stderr, out.stderr
     assert "said" in out.stderr
+
+
+def test_each_example_is_an_item_and_a_failure_names_its_line(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```python\nvalue = 1\n```\n\n```python\nvalue / 0\n```\n\n"
+                    "```python\nprint(value)\n```\n")
+    cwd = tmp_path / "run"
+    cwd.mkdir()
+    session = _PageSession(str(page), 8, cwd)
+    try:
+        session.run(0, 2)
+        with pytest.raises(pytest.fail.Exception, match=r"(?s)page.md:6 .*ZeroDivisionError"):
+            session.run(1, 6)
+        with pytest.raises(pytest.skip.Exception, match="line 6"):
+            session.run(2, 10)
+    finally:
+        session.close()

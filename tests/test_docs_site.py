@@ -203,3 +203,68 @@ def test_the_jax_inventory_is_the_installed_jax_s():
     assert entries["jax.sharding.NamedSharding"] == (
         "py:class", "jax.sharding.html#jax.sharding.NamedSharding")
     assert entries["jax.sharding"] == ("py:module", "jax.sharding.html#module-jax.sharding")
+
+
+def _ranked(site, word):
+    """The site search's results for one word, best first, as Sphinx's
+    searchtools orders text matches (a title match 15, a text match 5; the
+    site's scorer, run by node, then adds its boosts; ties by title)."""
+    import shutil
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the site's search scorer")
+    from sphinx.search.en import SearchEnglish
+    stem = SearchEnglish({}).stem(word.lower())
+    index = _search_index(site)
+    scores = {}
+    for key, weight in (("terms", 5), ("titleterms", 15)):   # a title match wins
+        files = index[key].get(stem, [])
+        for f in [files] if isinstance(files, int) else files:
+            scores[f] = weight
+    results = [[index["docnames"][f], index["titles"][f], "", "", s] for f, s in scores.items()]
+    scorer = os.path.join(DOCS, "_ext", "search_scorer.js")
+    out = subprocess.run(
+        [node, "-e", "const {Scorer} = require(process.argv[1]);"
+         "const rs = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+         "console.log(JSON.stringify(rs.map(r => Scorer.score(r))))", scorer],
+        input=json.dumps(results), capture_output=True, text=True, timeout=60, check=True)
+    for result, score in zip(results, json.loads(out.stdout)):
+        result[4] = score
+    results.sort(key=lambda r: (-r[4], r[1].lower()))
+    return [r[0] for r in results]
+
+
+def test_the_search_ranks_the_api_pages_first(site):
+    # The site wires the scorer in, the changelog is not searched, and a
+    # classic keyword finds its API reference page first, then its guide.
+    with open(os.path.join(site, "_static", "language_data.js"), encoding="utf-8") as f:
+        assert "REFERENCE_BOOST" in f.read()
+    index = _search_index(site)
+    changelog = index["docnames"].index("changelog")
+    assert not [t for t, f in index["terms"].items()
+                if f == changelog or (isinstance(f, list) and changelog in f)]
+    ranked = _ranked(site, "in_axis_resources")
+    reference = [d for d in ranked if d.startswith("reference/")]
+    assert "reference/pmapkit.pjit" in reference, ranked
+    assert ranked[:len(reference)] == reference, ranked        # the API pages first
+    assert ranked.index("pjit") < ranked.index("classic-names"), ranked   # then pjit's guide
+
+
+def test_the_long_tables_are_folded(site):
+    # The classic-names page: every table of more than 40 rows is shown
+    # closed (<details>), its rows still in the page; what shows open is a
+    # fraction of the rows.
+    with open(os.path.join(site, "classic-names.html"), encoding="utf-8") as f:
+        page = f.read()
+    tables = re.findall(r"<table.*?</table>", page, re.S)
+    folded = [(int(rows), re.findall(r"<table.*?</table>", inside, re.S))
+              for rows, inside in re.findall(
+                  r'<details class="folded-table"><summary>(\d+) rows[^<]*</summary>(.*?)</details>',
+                  page, re.S)]
+    long_tables = [t for t in tables if t.count("<tr") - 1 > 40]
+    assert long_tables and all(len(inside) == 1 for _, inside in folded)
+    assert sorted(inside[0] for _, inside in folded) == sorted(long_tables)
+    for rows, (table,) in folded:
+        assert rows == table.count("<tr") - 1
+    shown = re.sub(r'<details class="folded-table">.*?</details>', "", page, flags=re.S)
+    assert shown.count("<tr") * 3 < page.count("<tr"), (shown.count("<tr"), page.count("<tr"))

@@ -493,6 +493,31 @@ def test_tap_exception_logged_then_barrier_raises(caplog):
     hcb.barrier_wait()  # reported once
 
 
+def test_a_failure_on_every_device_is_logged_once(caplog):
+    # A failing call in a pmap fails on each device, and a loop fails it
+    # again: one ERROR with its traceback, the repeats at DEBUG, and nothing
+    # from JAX's callback logger for the CallbackException pmapkit raised.
+    import pmapkit
+
+    def refuse(x):
+        raise ValueError("refused everywhere")
+    f = pmapkit.pmap(lambda x: hcb.call(refuse, x, result_shape=x) + 1)
+    n = jax.local_device_count()
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(2):
+            with pytest.raises(Exception, match="CallbackException"):
+                f(jnp.ones((n, 2))).block_until_ready()
+        with pytest.raises(hcb.CallbackException):
+            hcb.barrier_wait()
+    ours = [r for r in caplog.records if r.name == "pmapkit.host_callback"
+            and "refused everywhere" in r.getMessage()]
+    errors = [r for r in ours if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "Traceback" in errors[0].getMessage()
+    assert len(ours) == 2 * n       # every device's run, each loop: still seen
+    assert not [r for r in caplog.records if r.name.startswith("jax")
+                and r.exc_info and isinstance(r.exc_info[1], hcb.CallbackException)]
+
+
 def test_barrier_reports_last_exception():
     def bad(arg, transforms):
         raise KeyError(int(arg))

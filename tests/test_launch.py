@@ -485,3 +485,34 @@ def test_initialize_rejects_a_malformed_environment(monkeypatch):
     monkeypatch.setenv(launch.ENV_PROCESS_ID, "0")
     with pytest.raises(ValueError, match="PMAPKIT_NUM_PROCESSES must be an integer, got 'two'"):
         distributed.initialize()
+
+
+def test_the_demo_from_a_checkout_root_runs_the_installed_build(tmp_path):
+    # README's `pmapkit launch -n 2 ... -m pmapkit demo`, typed in a checkout
+    # whose pmapkit/ is not built: the ranks run the installed pmapkit (with
+    # python -P), not the checkout's pure build.
+    import importlib.machinery
+    import shutil
+    from pmapkit.core.hitpath import _pure_notice
+    installed = _pure_notice.installed_package_dir()
+    if installed is None or not _pure_notice.compiled_in(installed):
+        pytest.skip("no compiled pmapkit installed")
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    shutil.copytree(installed, tmp_path / "pmapkit", ignore=lambda folder, names: [
+        n for n in names if n == "__pycache__" or n.endswith(suffixes)])
+    (tmp_path / "setup.py").write_text("raise SystemExit('not run here')\n")
+    proc = subprocess.run([sys.executable, "-P", "-m", "pmapkit", "launch", "-n", "2",
+                           "--devices-per-process", "2", "-m", "pmapkit", "demo"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    heads = [line for line in proc.stdout.splitlines() if "compiled dispatch core" in line]
+    assert len(heads) == 2 and all("compiled dispatch core: True" in h for h in heads), heads
+    assert "pure-Python build" not in proc.stdout + proc.stderr
+
+
+def test_only_pmapkits_own_modules_skip_the_current_folder():
+    assert launch.rank_command("s.py", None, ["a"])[1:] == [launch._RANK_MAIN, "s.py", "a"]
+    assert launch.rank_command(None, "mine", [])[1:] == [launch._RANK_MAIN, "-m", "mine"]
+    own = launch.rank_command(None, "pmapkit", ["demo"])
+    assert own[1:] == ["-P", launch._RANK_MAIN, "-m", "pmapkit", "demo"] or \
+        launch._pure_notice.installed_package_dir() is None

@@ -108,7 +108,11 @@ out["lax_numpy"] = [jax.numpy.lax_numpy is jp.private_module("jax._src.numpy.lax
 from jax.experimental.global_device_array import _hashed_index
 idx = (slice(0, 2), slice(None))
 out["_hashed_index"] = [_hashed_index(idx) == _hashed_index((slice(0, 2, 1), slice(None))),
-                        _hashed_index(idx) != _hashed_index((slice(2, 4), slice(None)))]
+                        _hashed_index(idx) != _hashed_index((slice(2, 4), slice(None))),
+                        # the same start, another stop: another shard
+                        _hashed_index(idx) != _hashed_index((slice(0, 4), slice(None))),
+                        _hashed_index((slice(None), slice(0, 1)))
+                        != _hashed_index((slice(None), slice(0, 2)))]
 print(json.dumps(out))
 '''
 
@@ -151,7 +155,7 @@ def test_classic_sharding_internals_as_0_4_30_had_them(names):
 def test_private_helpers_keep_their_classic_results(names):
     assert names["_replace_nones"] == GOLDEN["_replace_nones"]
     assert names["seed_with_impl"] == GOLDEN["seed_with_impl"]
-    assert names["_hashed_index"] == [True, True]
+    assert names["_hashed_index"] == [True, True, True, True]
 
 
 _CONFIG_AND_ARRAYS = r'''

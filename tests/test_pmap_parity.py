@@ -316,6 +316,25 @@ def test_out_axes_int_places_mapped_axis(pmap_impl, out_axes):
     check_placement(out, devs(n), axis=out_axes)
 
 
+@pytest.mark.parametrize("shape", [(4, 3), (4, 2, 3)], ids=["rank1", "rank2"])
+@pytest.mark.parametrize("out_axes", [-1, -2])
+def test_negative_out_axes_match_vmap(shape, out_axes):
+    # A negative out_axes counts from the end of the result, which has one
+    # more dim than the per-device value: the values jax.vmap gives with the
+    # same out_axes, laid out over the devices on that dim. The reference is
+    # vmap, not jax.pmap: JAX 0.4.30's pmap asserted on a negative out_axes,
+    # and JAX 0.10's gives another shape ((12, 1) for (3, 4) on rank 1).
+    import pmapkit
+    n = shape[0]
+    x = farange(*shape)
+    body = lambda v: v * 2 + 1
+    out = pmapkit.pmap(body, out_axes=out_axes)(x)
+    want = np.asarray(jax.vmap(body, out_axes=out_axes)(x))
+    assert want.shape[out_axes] == n
+    check(out, want, n)
+    check_placement(out, devs(n), axis=out_axes % want.ndim)
+
+
 def test_out_axes_none_for_psum_result(pmap_impl):
     # A psum'd value is identical on every device; out_axes=None returns it
     # once, unstacked, still held by the participating devices.

@@ -17,9 +17,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
 from pmapkit.core.sharding import sharding_specs as ss
-from pmapkit.core.misses import pmap_layouts
+from pmapkit.core.lowering import pmap_layouts
 from pmapkit.legacy import names as legacy_names
-from pmapkit.legacy.pmap_sharding import PmapSharding, is_pmap_layout, pmap_devices
+from pmapkit.legacy.pmap_sharding import PmapSharding, pmap_devices
 
 N = len(jax.devices())
 
@@ -51,7 +51,7 @@ def test_constructor_gives_the_equivalent_named_sharding_and_reorders():
     bufs = [s.data for s in y.addressable_shards][::-1]
     spec = ss.ShardingSpec((ss.Unstacked(N), ss.NoSharding()), (ss.ShardedAxis(0),))
     sharding = PmapSharding([list(b.devices())[0] for b in bufs], spec)
-    assert isinstance(sharding, NamedSharding) and is_pmap_layout(sharding)
+    assert isinstance(sharding, NamedSharding) and pmap_layouts.is_pmap_output(sharding)
     assert list(sharding.mesh.devices) == jax.devices()[::-1]
     moved = jax.make_array_from_single_device_arrays(y.shape, sharding, bufs)
     # Device k's buffer is now row k of the array: the rows come reversed.
@@ -120,8 +120,8 @@ _BEFORE_LEGACY = """
     jax_f = jax.pmap(lambda x: x * 3, axis_name="k")
     jax_early = jax_f(np.ones((8, 2), np.float32))  # JAX's own pmap, before too
     from pmapkit.legacy import pmap_sharding
-    from pmapkit.core.misses import pmap_layouts
-    print("early", pmap_sharding.is_pmap_layout(early.sharding),
+    from pmapkit.core.lowering import pmap_layouts
+    print("early", pmap_layouts.is_pmap_output(early.sharding),
           pmap_layouts.is_pmap_output(jax_early.sharding))
     # jax.pmap's noted programs past the bound: noted again at their next call.
     pmap_layouts._jax_pmap_trees.update(
@@ -135,8 +135,8 @@ _BEFORE_LEGACY = """
         (k, k) for k in range(pmap_layouts._PMAP_RESULTS_BOUND + 1))
     g = pmapkit.pmap(lambda x: x + 1, axis_name="j")
     later = g(np.ones((8, 3), np.float32))
-    print("after", pmap_sharding.is_pmap_layout(later.sharding),
-          pmap_sharding.is_pmap_layout(f(np.ones((8, 2), np.float32)).sharding),
+    print("after", pmap_layouts.is_pmap_output(later.sharding),
+          pmap_layouts.is_pmap_output(f(np.ones((8, 2), np.float32)).sharding),
           len(pmap_layouts._pmap_results) < 100)
 """
 

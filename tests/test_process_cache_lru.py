@@ -18,7 +18,8 @@ import pytest
 import pmapkit
 from pmapkit.core.keys import _cache_keys, caches
 from pmapkit.core.misses import calls
-from pmapkit.core.programs import compiling, kinds
+from pmapkit.core.programs import compiling
+from pmapkit.core.lowering import kinds
 from pmapkit.core.rules.primitives import pmap_p
 
 

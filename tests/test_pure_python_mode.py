@@ -15,6 +15,7 @@ import sys
 import pytest
 
 import pmapkit
+from pmapkit.core.hitpath import _pure_notice
 import pmapkit.core.hitpath._compiled  # noqa: F401  (loaded on first use by `import pmapkit`)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,29 +134,81 @@ def test_compiled_when_extensions_exist():
     assert os.path.splitext(pmapkit.core.hitpath._compiled.dispatch.__file__)[1] in (".so", ".pyd")
 
 
-def test_the_pure_build_run_unasked_says_so_in_one_line(tmp_path):
-    """A source tree without its compiled extensions (a checkout before a
-    build, imported from its folder) runs the pure build: one line on stderr
-    says so; asked for with PMAPKIT_PUREPYTHON=1 it runs without a word."""
+def _uncompiled_checkout(tmp_path):
+    """A checkout before its build: setup.py beside a copy of the package
+    without its compiled extensions."""
     installed = os.path.dirname(os.path.abspath(pmapkit.__file__))
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     shutil.copytree(installed, tmp_path / "pmapkit", ignore=lambda folder, names: [
         n for n in names if n == "__pycache__" or n.endswith(suffixes)])
-    code = "import pmapkit; print(pmapkit.__file__, pmapkit.COMPILED)"
+    (tmp_path / "setup.py").write_text("raise SystemExit('not run here')\n")
+    return tmp_path
+
+
+_FIRST_USE = """
+import sys, numpy as np, pmapkit
+print("imported", flush=True); print("--", file=sys.stderr, flush=True)
+for k in range(2):
+    pmapkit.pmap(lambda x: x * k)(np.ones((1, 2), np.float32))
+print(pmapkit.__file__, pmapkit.COMPILED)
+"""
+
+
+def test_the_pure_build_run_unasked_says_so_once_at_first_use(tmp_path):
+    """From an uncompiled checkout the pure build runs unasked: nothing at
+    ``import pmapkit``, one line on stderr at its first use (not one per
+    call), none with PMAPKIT_PUREPYTHON=1. Where a compiled pmapkit is
+    installed the line names it and says how to reach it, and that works:
+    ``python -P`` from the same folder runs the compiled build, silently."""
+    folder = _uncompiled_checkout(tmp_path)
     unasked = {k: v for k, v in os.environ.items() if k != "PMAPKIT_PUREPYTHON"}
     for env, said in ((unasked, True), (dict(unasked, PMAPKIT_PUREPYTHON="1"), False)):
         # ``python -c`` from the folder, as a reader in a checkout runs it.
-        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run([sys.executable, "-c", _FIRST_USE], cwd=folder, env=env,
+                              capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert proc.stdout.split() == [str(tmp_path / "pmapkit" / "__init__.py"), "False"]
-        lines = proc.stderr.splitlines()
-        if said:
-            assert len(lines) == 1, proc.stderr
-            assert lines[0].startswith("pmapkit: pure-Python build"), lines
-            assert "PMAPKIT_PUREPYTHON=1" in lines[0] and "build_ext --inplace" in lines[0]
-        else:
+        assert proc.stdout.split() == [
+            "imported", str(folder / "pmapkit" / "__init__.py"), "False"]
+        at_import, _, at_use = proc.stderr.partition("--\n")
+        assert at_import == ""
+        lines = at_use.splitlines()
+        if not said:
             assert lines == [], proc.stderr
+            continue
+        assert len(lines) == 1 and lines[0].startswith("pmapkit: pure-Python build"), lines
+        installed = _pure_notice.installed_package_dir()
+        if installed and _pure_notice.compiled_in(installed):
+            assert f"a compiled pmapkit is installed ({installed})" in lines[0]
+            assert "`python -P`" in lines[0]
+            shadowless = subprocess.run([sys.executable, "-P", "-c", _FIRST_USE], cwd=folder,
+                                        env=env, capture_output=True, text=True, timeout=300)
+            assert shadowless.returncode == 0, shadowless.stderr[-2000:]
+            assert shadowless.stdout.split()[-1] == "True"
+            assert shadowless.stderr == "--\n"
+
+
+def test_the_notice_advises_what_works_in_the_checkout(tmp_path):
+    # With no compiled install elsewhere, a checkout is built in place: by
+    # setup.py where Cython is there, else by the editable install that
+    # brings it (the README's venv has none).
+    folder = _uncompiled_checkout(tmp_path)
+    package = str(folder / "pmapkit")
+    assert _pure_notice.advice(package, None, cython_available=True) == (
+        f"build it in {folder}: `python setup.py build_ext --inplace`")
+    assert _pure_notice.advice(package, None, cython_available=False) == (
+        f"build it in {folder}: `pip install -e \".[test,dev]\"` (this environment has no Cython)")
+    # An install of the same folder, or an uncompiled one, is nothing to reach for.
+    assert _pure_notice.advice(package, package, True).startswith("build it in")
+    other = tmp_path / "elsewhere" / "pmapkit"
+    shutil.copytree(package, other)
+    assert _pure_notice.advice(package, str(other), True).startswith("build it in")
+    for name in ("_dispatch", "_shard_arg"):
+        (other / "core" / "hitpath" / (name + importlib.machinery.EXTENSION_SUFFIXES[0])).touch()
+    assert _pure_notice.advice(package, str(other), False).startswith(
+        f"a compiled pmapkit is installed ({other})")
+    # Outside a checkout (no setup.py): a wheel, not a build.
+    (folder / "setup.py").unlink()
+    assert "pip install --force-reinstall" in _pure_notice.advice(package, None, True)
 
 
 def test_the_compiled_build_says_nothing(tmp_path):

@@ -6,8 +6,14 @@ only itself and the rooms below it):
 - ``keys/``: cache keys, cache bounds and clearing, what wrappers share;
 - ``sharding/``: spec parsing, the mesh, the classic sharding-spec types;
 - ``rules/``: pmapkit's primitives and their transformation rules;
-- ``programs/``: lowering, compiling, compiled programs, input moves;
-- ``misses/``: the miss path (``calls``), ``jax.stages`` objects.
+- ``lowering/``: lowering rules, manual regions, where nested pmaps sit,
+  the kind of program each primitive makes and its shardings, which
+  shardings are pmap results;
+- ``programs/``: compiling, compiled programs, input moves, collectives in
+  flight, NaN checks, programs spanning processes;
+- ``misses/``: the miss path (``calls``), committed inputs laid out
+  otherwise;
+- ``aot/``: the ``jax.stages`` objects (``lower()``, ``compile()``).
 
 Internal: the systems (``pmapkit.pmap``, ``pmapkit.pjit``, ...) build on it;
 it imports none of them. The public names it defines are re-exported by

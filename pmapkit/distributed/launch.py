@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+from pmapkit.core.hitpath import _pure_notice
+
 ENV_COORDINATOR = "PMAPKIT_COORDINATOR_ADDRESS"
 ENV_NUM_PROCESSES = "PMAPKIT_NUM_PROCESSES"
 ENV_PROCESS_ID = "PMAPKIT_PROCESS_ID"
@@ -182,14 +184,27 @@ class _StopSignals:
             signal.signal(sig, handler)
 
 
+def rank_command(script, module, args):
+    """What each rank runs. pmapkit's own modules (``-m pmapkit demo``) run
+    the installed pmapkit with ``python -P``: from a checkout's root the
+    current folder, first on a rank's ``sys.path``, would give the ranks the
+    checkout's ``pmapkit/``, uncompiled until built. Without an installed
+    pmapkit they import the current folder's (whose notice says so)."""
+    command = [sys.executable]
+    if (module is not None and module.split(".")[0] == "pmapkit"
+            and _pure_notice.installed_package_dir() is not None):
+        command.append("-P")
+    command.append(_RANK_MAIN)
+    command += ["-m", module] if module is not None else [script]
+    return command + list(args)
+
+
 def launch(num_processes, script=None, args=(), *, module=None,
            devices_per_process=4, timeout=600.0, out=None):
     """Runs the processes; returns the launcher's exit status."""
     out = sys.stdout if out is None else out
     coordinator = f"127.0.0.1:{free_loopback_port()}"
-    command = [sys.executable, _RANK_MAIN]
-    command += ["-m", module] if module is not None else [script]
-    command += list(args)
+    command = rank_command(script, module, args)
     lock = threading.Lock()
     procs, relays = [], []
     with _StopSignals() as signals:

@@ -35,7 +35,8 @@ from jax import export as jax_export
 
 from pmapkit import _jax_private as jp
 from pmapkit.core.misses import calls
-from pmapkit.core.programs import compiling, kinds, lowering
+from pmapkit.core.programs import compiling
+from pmapkit.core.lowering import kinds, lowering
 from pmapkit.core.programs import process_local
 from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 from pmapkit.export._exported import Exported

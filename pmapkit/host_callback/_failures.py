@@ -27,7 +27,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.programs import lowering, manual_regions
+from pmapkit.core.lowering import lowering, manual_regions
 from pmapkit.host_callback import _runtime
 from pmapkit.host_callback._primitive import outside_call_p
 

@@ -52,7 +52,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.programs import manual_regions
+from pmapkit.core.lowering import manual_regions
 from pmapkit.host_callback import _rendezvous, _runtime
 
 

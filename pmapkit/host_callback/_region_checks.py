@@ -18,7 +18,7 @@ import jax
 from jax.interpreters import mlir
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.programs import manual_regions
+from pmapkit.core.lowering import manual_regions
 from pmapkit.host_callback import _failures, _primitive
 
 _shard_map_p = jp.shard_map_primitive()

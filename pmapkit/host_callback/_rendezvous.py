@@ -14,7 +14,7 @@ crosses into Python once.
 """
 from __future__ import annotations
 
-from pmapkit.core.programs import manual_regions
+from pmapkit.core.lowering import manual_regions
 from pmapkit.host_callback import _runtime
 
 

@@ -234,8 +234,7 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
     except BaseException as exc:  # noqa: BLE001  (an interrupt is reported too)
         formatted = traceback.format_exc()
         mode = None if wrapper.identity else on_failure
-        logger.error("pmapkit host_callback: the callback %r raised %s (%s):\n%s",
-                     wrapper, type(exc).__name__, _FAILURE_NOTES[mode], formatted)
+        _log_failure(wrapper, exc, mode, formatted)
         exceptions.record(exc, formatted)
         if mode == RAISE:
             raise CallbackException(report_message(exc, formatted)) from exc
@@ -252,6 +251,46 @@ def invoke(wrapper, arg_treedef, transforms, result_treedef, result_avals,
 
 
 _NO_FAILURE = np.zeros((), np.int32)
+
+# The failures logged with their traceback, by (callback, exception type,
+# message): each device of a pmap runs the callback, and a loop calls it
+# again; the same failure again is logged at DEBUG (it still counts for
+# barrier_wait). Bounded: past it, one failure may be logged twice.
+_logged_failures: dict = {}
+_LOGGED_FAILURES_BOUND = 1024
+
+
+def _log_failure(wrapper, exc, mode, formatted):
+    key = (id(wrapper), type(exc), str(exc))
+    with _logged_lock:
+        again = key in _logged_failures
+        if not again:
+            if len(_logged_failures) >= _LOGGED_FAILURES_BOUND:
+                _logged_failures.clear()
+            _logged_failures[key] = wrapper   # held: its id stays its own
+    if again:
+        logger.debug("pmapkit host_callback: the callback %r raised %s again: %s",
+                     wrapper, type(exc).__name__, exc)
+        return
+    logger.error("pmapkit host_callback: the callback %r raised %s (%s; the same "
+                 "failure again is logged at DEBUG):\n%s",
+                 wrapper, type(exc).__name__, _FAILURE_NOTES[mode], formatted)
+
+
+_logged_lock = threading.Lock()
+
+
+class _LoggedByPmapkit(logging.Filter):
+    """JAX logs an exception raised in its callback with the traceback ("jax.
+    io_callback failed"): a ``CallbackException`` pmapkit raises there to fail
+    the computation reports a failure pmapkit has logged already."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, CallbackException)
+
+
+logging.getLogger("jax._src.callback").addFilter(_LoggedByPmapkit())
 
 
 _FAILURE_NOTES = {

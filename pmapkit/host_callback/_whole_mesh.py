@@ -26,7 +26,7 @@ from jax.interpreters import mlir
 from jax.sharding import PartitionSpec
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.programs import manual_regions
+from pmapkit.core.lowering import manual_regions
 from pmapkit.core.programs import process_local
 from pmapkit.host_callback import _failures, _primitive, _rendezvous
 

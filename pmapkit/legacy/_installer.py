@@ -23,6 +23,7 @@ import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_config
 from pmapkit.legacy import classic_values
+from pmapkit.legacy.installed_names import InstalledNames
 from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy import report as legacy_report
 
@@ -102,7 +103,7 @@ def installed() -> tuple[str, ...]:
 
 
 def install(route_pmap: bool = False, report: bool | None = None,
-            classic_prng: bool = False, *, announce: bool = True) -> tuple[str, ...]:
+            classic_prng: bool = False, *, announce: bool = True) -> InstalledNames:
     """Installs pmapkit as the modules and names this JAX lacks (see the module
     docstring); with ``route_pmap``, ``jax.pmap`` becomes ``pmapkit.pmap``.
     With ``classic_prng`` (``pmapkit run`` without ``--modern-prng``),
@@ -115,9 +116,9 @@ def install(route_pmap: bool = False, report: bool | None = None,
     install.
 
     Idempotent: what is already installed is left as it is. Returns the names
-    installed by this call and, when there are any and ``announce`` is true,
-    says so in one line on stderr (the workers of a ``pmapkit run`` tree
-    install quietly).
+    installed by this call (a tuple whose repr is one short line) and, when
+    there are any and ``announce`` is true, says so in one line on stderr
+    (the workers of a ``pmapkit run`` tree install quietly).
     """
     # The census is tens of thousands of small acyclic objects (pairs,
     # records): cyclic collections over JAX's heap while building them cost
@@ -172,7 +173,7 @@ def _install(route_pmap, report, classic_prng, announce=True):
     if said and announce:
         print(f"{STARTUP_PREFIX}{'; '.join(said)} (list: --report)",
               file=sys.stderr, flush=True)
-    return tuple(new)
+    return InstalledNames(new)
 
 
 def _set_classic_prng():

@@ -23,14 +23,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pmapkit.core.misses import pmap_layouts
+from pmapkit.core.lowering import pmap_layouts
 from pmapkit.core.sharding import specs
 from pmapkit.core.sharding import sharding_specs as ss
 
-__all__ = ["PmapSharding", "is_pmap_layout", "mapped_dims", "pmap_devices"]
-
-# Which shardings are a pmap's layout is the core's (pjit asks too).
-is_pmap_layout = pmap_layouts.is_pmap_layout
+__all__ = ["PmapSharding", "mapped_dims", "pmap_devices"]
 
 
 def mapped_dims(sharding) -> tuple[int, ...]:
@@ -45,7 +42,7 @@ def mapped_dims(sharding) -> tuple[int, ...]:
 
 def pmap_devices(sharding) -> np.ndarray:
     """A pmap layout's devices, in the pmap's order (classic ``.devices``)."""
-    if not is_pmap_layout(sharding):
+    if not pmap_layouts.is_pmap_output(sharding):
         raise AttributeError(
             f"'{type(sharding).__name__}' object has no attribute 'devices' "
             "(only a pmap's layout, the classic PmapSharding, has it; use "
@@ -80,7 +77,7 @@ def _named(devices, spec: ss.ShardingSpec) -> NamedSharding:
 
 class _PmapShardingType(type):
     def __instancecheck__(cls, obj):
-        return is_pmap_layout(obj)
+        return pmap_layouts.is_pmap_output(obj)
 
     def __subclasscheck__(cls, sub):
         return sub is cls

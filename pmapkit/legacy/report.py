@@ -111,6 +111,27 @@ def enable(form=True):
     if not _enabled:
         _enabled = True
         atexit.register(_print_at_exit)
+        _count_jax_pmap()
+
+
+def _count_jax_pmap():
+    """``jax.pmap`` counted whatever runs it: JAX 0.10's own (``jax.jit`` of
+    ``shard_map``), or pmapkit.pmap once ``--route-pmap`` installs it (then
+    counted again as installed)."""
+    import jax
+    if not getattr(jax.pmap, "_pmapkit_counted", False):
+        jax.pmap = counted("jax.pmap", jax.pmap)
+        jax.pmap._pmapkit_counted = True
+
+
+def _what_runs_jax_pmap():
+    """What ``jax.pmap`` calls run now: pmapkit.pmap (routed) or JAX's own."""
+    import jax
+    target = getattr(jax.pmap, "__wrapped__", jax.pmap)
+    if getattr(target, "__module__", "").startswith("pmapkit"):
+        return "pmapkit.pmap (--route-pmap)"
+    return ("JAX's own jax.pmap (jax.jit of shard_map in JAX 0.10); "
+            "--route-pmap runs pmapkit.pmap")
 
 
 def enabled():
@@ -268,6 +289,8 @@ def counting_module(name, module, counted_attrs):
 
 
 def _served_by(record):
+    if record.name == "jax.pmap":
+        return _what_runs_jax_pmap()
     return record.served_by or "refused: a clear error"
 
 

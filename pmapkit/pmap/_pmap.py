@@ -17,12 +17,13 @@ import jax
 from pmapkit import _jax_private as jp
 from pmapkit.core.keys import _cache_keys
 from pmapkit.core.misses import calls
-from pmapkit.core.programs import compiling, kinds
+from pmapkit.core.programs import compiling
+from pmapkit.core.lowering import kinds
 from pmapkit.core.sharding import specs
-from pmapkit.core.misses import stages
+from pmapkit.core.aot import stages
 from pmapkit.core.keys import wrapper_cache
 from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
-from pmapkit.core.programs.analysis import nested_pmap_axes
+from pmapkit.core.lowering.nested_pmaps import nested_pmap_axes
 from pmapkit.core.rules.primitives import (in_pmap_body, per_device_context, plain_avals,
                                  pmap_bodies, pmap_p, remove_axis)
 

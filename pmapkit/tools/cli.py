@@ -93,10 +93,27 @@ def main(argv=None, prog=None):
             status = _dispatch(argv, prog)
         except SystemExit as exc:   # argparse's exits: flushed below, like the rest
             status = exc.code
+        except ModuleNotFoundError as exc:
+            if exc.name not in NEEDED_DISTRIBUTIONS:
+                raise
+            print(missing_dependency_line(prog, exc.name), file=sys.stderr)
+            status = 1
         sys.stdout.flush()
     except BrokenPipeError:
         return _reader_went_away()
     return status
+
+
+#: The modules pmapkit cannot start without (pyproject's dependencies).
+NEEDED_DISTRIBUTIONS = ("jax", "jaxlib", "numpy")
+
+
+def missing_dependency_line(prog, name):
+    """One line for a command that met no ``name`` (jax, jaxlib, numpy) in
+    this interpreter's environment: what to install, or which Python has it."""
+    return (f"{prog}: {name} is not installed for {sys.executable}; pmapkit needs "
+            "jax and jaxlib 0.10 (pip install 'jax>=0.10.2,<0.11'), or run the "
+            "pmapkit of the environment that has them.")
 
 
 def _reader_went_away():

@@ -113,8 +113,9 @@ def jit_of_shard_map(step, mesh):
 
 
 def step_costs(rounds=TIMING_ROUNDS, steps=TIMING_STEPS):
-    """Median caller-thread CPU µs per call of one training step (one process):
-    ``{"pmapkit.pmap": us, "jax.pmap": us, "jax.jit": us}``.
+    """Caller-thread CPU µs per call of one training step (one process), one
+    value per round: ``{"pmapkit.pmap": [us, ...], "jax.pmap": [...],
+    "jax.jit": [...]}``.
 
     Every impl is fed the same batch, already on the devices, and its own
     parameters of the step before (a training loop); the devices' work runs on
@@ -154,22 +155,31 @@ def step_costs(rounds=TIMING_ROUNDS, steps=TIMING_STEPS):
     for k in range(rounds):
         for name in (list(impls) if k % 2 == 0 else list(impls)[::-1]):
             samples[name].append(cpu_us(name))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
-def format_costs(costs, rounds=TIMING_ROUNDS, steps=TIMING_STEPS):
-    """The three-line comparison, under a line saying what was measured."""
-    ours = costs["pmapkit.pmap"]
-    lines = [f"per training step, caller-thread CPU µs (median of {rounds} rounds of "
-             f"{steps}; device work excluded):"]
+def format_costs(samples, steps=TIMING_STEPS):
+    """The three-line comparison of ``step_costs``' rounds: each impl's
+    min–median–max over the rounds, and the ratio of the medians, which is
+    what to compare (the µs themselves follow the machine's load)."""
+    rounds = min(len(v) for v in samples.values())
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    ours = median["pmapkit.pmap"]
+    lines = [f"per training step, caller-thread CPU µs over {rounds} rounds of {steps} "
+             "(device work excluded), min – median – max:"]
     for name, label in (("pmapkit.pmap", "pmapkit.pmap"), ("jax.pmap", "jax.pmap"),
                         ("jax.jit", "jax.jit(shard_map)")):
-        line = f"  {label:<19}{costs[name]:>8.1f} µs"
+        values = samples[name]
+        line = (f"  {label:<19}{min(values):>7.1f} – {median[name]:>6.1f} – "
+                f"{max(values):>6.1f} µs")
         if name != "pmapkit.pmap":
-            ratio = costs[name] / ours
+            ratio = median[name] / ours
             line += (f"   pmapkit.pmap is {ratio:.2f}x faster" if ratio >= 1 else
                      f"   pmapkit.pmap is {1 / ratio:.2f}x slower")
         lines.append(line)
+    lines.append("Compare the ratios (of the medians), not the µs, which follow the "
+                 "machine's load;\nwhere two impls' min–max overlap, this run does not "
+                 "tell them apart.")
     return "\n".join(lines)
 
 
@@ -220,4 +230,7 @@ def demo():
     if jax.process_count() == 1:   # several processes: each would time only its part
         print()
         print(format_costs(step_costs()))
+        if not pmapkit.COMPILED:
+            print("(pmapkit's pure-Python build ran: its stderr line says why and how "
+                  "to run the compiled one)")
     return 0 if agree else 1

@@ -17,7 +17,8 @@ to run the sources without rebuilding.
 
 Where the extensions are missing (a source checkout on ``sys.path``, before
 a build) the pure build runs unasked: one line on stderr says so, as the
-speed of every call depends on it; ``PMAPKIT_PUREPYTHON=1`` silences it.
+speed of every call depends on it, with what to do where the reader is
+(``_pure_notice``); ``PMAPKIT_PUREPYTHON=1`` silences it.
 """
 import importlib
 import importlib.util
@@ -105,9 +106,8 @@ COMPILED = _is_extension(dispatch) and _is_extension(shard_arg)
 def _say_the_pure_build_runs_unasked():
     if PURE_PYTHON_REQUESTED or COMPILED:
         return
-    sys.stderr.write(
-        f"pmapkit: pure-Python build, slower calls (no compiled core in {_HERE}); "
-        f"build it (`{_source_hash.REBUILD_COMMAND}`) or set PMAPKIT_PUREPYTHON=1\n")
+    from pmapkit.core.hitpath import _pure_notice
+    sys.stderr.write(_pure_notice.line(os.path.dirname(os.path.dirname(_HERE))))
 
 
 _say_the_pure_build_runs_unasked()

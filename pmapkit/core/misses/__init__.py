@@ -1,3 +1,3 @@
-"""The miss path shared by pmap and pjit (``calls``), ``jax.stages`` objects
-(``stages``), committed inputs laid out otherwise (``committed_inputs``), which
-shardings are pmap results (``pmap_layouts``)."""
+"""The miss path shared by pmap and pjit (``calls``), and the refusal of a
+committed input laid out otherwise than a ``Sharding`` given for it
+(``committed_inputs``)."""

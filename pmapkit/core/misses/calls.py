@@ -1,7 +1,7 @@
 """Call handling shared by pmap and pjit, on the miss path (pure Python):
 argnum options, static/dynamic argument split, naming flat leaves in error
 messages, abstract values, closing traced bodies and building the compiled
-``DispatchFunction`` (the ``lower()`` objects are in ``pmapkit.core.misses.stages``).
+``DispatchFunction`` (the ``lower()`` objects are in ``pmapkit.core.aot.stages``).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.misses import pmap_layouts
+from pmapkit.core.lowering import pmap_layouts
 
 
 def _committed_here(x, want):

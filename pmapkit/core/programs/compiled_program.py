@@ -13,8 +13,9 @@ import numpy as np
 from pmapkit import _jax_private as jp
 from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 from pmapkit.core.hitpath._compiled import shard_arg as _shard_arg_mod
-from pmapkit.core.programs import inflight, kinds, moves, special_values
-from pmapkit.core.programs.lowering import checks_at_end, is_extended, is_float0
+from pmapkit.core.programs import inflight, moves, special_values
+from pmapkit.core.lowering import kinds
+from pmapkit.core.lowering.lowering import checks_at_end, is_extended, is_float0
 from pmapkit.core.rules.primitives import pmap_p
 from pmapkit.core.sharding.interning import intern_sharding
 

@@ -14,9 +14,9 @@ from jax.sharding import NamedSharding
 from pmapkit import _jax_private as jp
 from pmapkit.core.keys import _cache_keys, caches
 from pmapkit.core.programs.compiled_program import CompiledProgram
-from pmapkit.core.programs.kinds import program_shardings
-from pmapkit.core.programs import kinds
-from pmapkit.core.programs.lowering import own_jit_of_pmap
+from pmapkit.core.lowering.kinds import program_shardings
+from pmapkit.core.lowering import kinds
+from pmapkit.core.lowering.lowering import own_jit_of_pmap
 from pmapkit.core.rules.primitives import no_mesh, pjit_p, pmap_p
 
 # -- the compile cache --------------------------------------------------------

@@ -22,7 +22,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.programs import compiled_program, compiling, kinds, lowering
+from pmapkit.core.programs import compiled_program, compiling
+from pmapkit.core.lowering import kinds, lowering
 from pmapkit.core.hitpath._compiled import shard_arg as _shard_arg_mod
 from pmapkit.core.sharding.interning import intern_sharding
 

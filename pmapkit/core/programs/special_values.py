@@ -19,7 +19,7 @@ import numpy as np
 
 from pmapkit import _jax_private as jp
 from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
-from pmapkit.core.programs.analysis import nested_pmap_axes
+from pmapkit.core.lowering.nested_pmaps import nested_pmap_axes
 from pmapkit.core.rules.primitives import pjit_p, pmap_p
 
 

@@ -24,8 +24,8 @@ from pmapkit import _jax_private as jp
 # them reaches this one (through ``compiling``, which also registers their
 # eager impl rules), so they are in place before JAX sees either.
 from pmapkit.core import rules as _rules  # noqa: F401
-from pmapkit.core.programs import manual_regions
-from pmapkit.core.programs.analysis import nested_pmap_axes
+from pmapkit.core.lowering import manual_regions
+from pmapkit.core.lowering.nested_pmaps import nested_pmap_axes
 from pmapkit.core.rules.primitives import pjit_p, pmap_p
 from pmapkit.core.sharding.specs import axis_spec
 

@@ -19,7 +19,7 @@ from jax import tree_util
 from jax.sharding import NamedSharding
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.programs import kinds
+from pmapkit.core.lowering import kinds
 from pmapkit.core.sharding import specs
 from pmapkit.core.rules.primitives import pmap_p
 
@@ -64,15 +64,6 @@ def _note_jax_pmap(out_shardings):
 
 
 jp.watch_jax_pmap_outputs(_note_jax_pmap)
-
-
-def is_pmap_layout(sharding) -> bool:
-    """Whether ``sharding`` is a pmap's layout: a pmapkit.pmap output's or a
-    jax.pmap output's (the very object, which JAX's eager operations pass on
-    to their results: an equal sharding a ``jax.jit`` made is not one), or a
-    NamedSharding over a one-axis mesh with pmap's internal axis name
-    (``device_put_sharded``)."""
-    return is_pmap_output(sharding)
 
 
 def is_pmap_output(sharding) -> bool:

@@ -9,8 +9,8 @@ import threading
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pmapkit.core.keys import _cache_keys, caches
-from pmapkit.core.programs.analysis import dims_spec, mapped_dims, nested_in_dims, nested_out_dims
-from pmapkit.core.programs.lowering import pmap_mesh
+from pmapkit.core.lowering.nested_pmaps import dims_spec, mapped_dims, nested_in_dims, nested_out_dims
+from pmapkit.core.lowering.lowering import pmap_mesh
 from pmapkit.core.rules.primitives import body_effects, pjit_p, pmap_p
 from pmapkit.core.sharding.interning import intern_sharding
 

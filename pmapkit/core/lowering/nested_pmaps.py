@@ -1,5 +1,7 @@
-"""Jaxpr analyses on the miss path: where the pmaps nested in a pmap body
-sit (their axes become the inner axes of the top-level pmap's mesh).
+"""Where the pmaps nested in a pmap body sit: the chain of their axes (the
+inner axes of the top-level pmap's mesh), and on which dims of the body's
+operands and results they map them (the layout of those values over the
+inner axes), read from the body's jaxpr.
 """
 from __future__ import annotations
 

@@ -1,0 +1,2 @@
+"""Ahead of time: the ``jax.stages`` objects of pmapkit's programs
+(``stages``: ``lower()``, ``compile()``, a compiled call)."""
