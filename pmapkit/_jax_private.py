@@ -46,6 +46,8 @@ eval_jaxpr = _core.eval_jaxpr
 new_jaxpr_eqn = _core.new_jaxpr_eqn
 jaxprs_in_params = _core.jaxprs_in_params
 remove_named_axis_effects = _core.remove_named_axis_effects
+# The effect of a collective over a named axis (renamed with its axis).
+NamedAxisEffect = _core.NamedAxisEffect
 
 # --- tracing -----------------------------------------------------------------
 wrap_init = _lu.wrap_init
