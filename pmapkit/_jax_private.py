@@ -105,6 +105,14 @@ def make_trace_context_state(name, help):
         name, None, help, include_in_jit_key=True, include_in_trace_context=True)
 
 
+# The mesh entered with ``with pmapkit.Mesh(...)`` (``core.sharding.mesh``),
+# defined when pmapkit first reaches JAX (every system, and the export
+# package, import this module), never in the middle of a program: JAX's own
+# test base fails a test during which a config option appeared.
+active_mesh_state = make_trace_context_state(
+    "pmapkit_active_mesh", "The mesh entered with `with pmapkit.Mesh(...)`.")
+
+
 def top_level_probe():
     """The objects that tell, cheaply, whether no JAX trace is active.
 

@@ -149,6 +149,9 @@ def _install(route_pmap, report, classic_prng, announce=True):
     new += _install_jax_export()
     new += _install_module("jax.experimental.export",
                            _reported("jax.experimental.export", "pmapkit.export"))
+    # jax.export's own call reads a numpy input at the call, as classic JAX's did.
+    from pmapkit.export import _jax_call
+    _jax_call.read_inputs_at_call()
     for name in ("device_put_replicated", "device_put_sharded"):
         ours = getattr(pmapkit, name, None)
         if ours is not None:

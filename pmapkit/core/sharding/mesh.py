@@ -44,8 +44,7 @@ _stack = _MeshStack()
 # The active mesh is also a JAX config state in the trace context, so any jit
 # around a pjit'd call (jax.jit, or pmapkit's own caches, which key on the
 # trace context) traces and caches separately per mesh.
-_mesh_state = jp.make_trace_context_state(
-    "pmapkit_active_mesh", "The mesh entered with `with pmapkit.Mesh(...)`.")
+_mesh_state = jp.active_mesh_state
 
 # One pmapkit.Mesh per interned jax mesh (as JAX interns its own), so
 # ``Mesh(d, n) is Mesh(d, n)`` like ``jax.sharding.Mesh``.
