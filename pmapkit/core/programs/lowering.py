@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-import warnings
 
 import jax
 import numpy as np
@@ -24,7 +23,7 @@ from pmapkit import _jax_private as jp
 # them reaches this one (through ``compiling``, which also registers their
 # eager impl rules), so they are in place before JAX sees either.
 from pmapkit.core import rules as _rules  # noqa: F401
-from pmapkit.core.programs import manual_regions
+from pmapkit.core.programs import jit_of_pmap, manual_regions
 from pmapkit.core.programs.analysis import nested_pmap_axes
 from pmapkit.core.rules.primitives import pjit_p, pmap_p
 from pmapkit.core.sharding import axis_names
@@ -108,8 +107,7 @@ def _own_module_names(name):
 def _warn_jit_of_pmap(ctx, name):
     # Classic pmap warned where a jit containing it was lowered (once per
     # compile), only when it used several devices; tracing alone
-    # (make_jaxpr, an eager linearize) was silent. 0.4.x said "The jitted
-    # function foo", later releases "The function jit(foo)": both are said.
+    # (make_jaxpr, an eager linearize) was silent.
     if _quiet_jits.depth:
         return
     module = str(ctx.module_context.module.operation.attributes["sym_name"]).strip('"')
@@ -123,15 +121,7 @@ def _warn_jit_of_pmap(ctx, name):
     # the function as JAX's did: jit(foo), jit(<lambda>).
     fun = module[len("jit_"):] if module.startswith("jit_") else module
     fun = "<lambda>" if fun == "_lambda" else fun
-    warnings.warn(
-        f"The function jit({fun}) includes a pmap. Using jit-of-pmap can lead to "
-        "inefficient data movement, as the outer jit does not preserve sharded "
-        "data representations and instead collects input and output arrays onto "
-        "a single device. Consider removing the outer jit unless you know what "
-        "you're doing. See https://github.com/jax-ml/jax/issues/2926. Or use "
-        "jax.shard_map instead of pmap under jit compilation. (The jitted "
-        f"function {fun} includes a pmap: pmapped function {name}.)",
-        UserWarning, stacklevel=2)
+    jit_of_pmap.warn(fun, name, stacklevel=2)
 
 
 def checks_at_end(params):
