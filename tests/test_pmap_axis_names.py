@@ -116,3 +116,32 @@ def test_renaming_reaches_nested_jaxprs_and_effects():
     out = pmapkit.pmap(body, n)(X)
     want = X.sum() + X.max() + 2 * np.arange(8)
     np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+def test_a_pjit_inside_the_body_resolves_the_name():
+    n = Name("outer pmap")
+    inner = pmapkit.pjit(lambda a: jax.lax.psum(a, n) * 2)
+    out = pmapkit.pmap(lambda a: inner(a) + jax.lax.axis_index(n).astype(a.dtype), n)(X)
+    np.testing.assert_array_equal(out, 2 * X.sum() + np.arange(8, dtype=np.float32))
+
+
+def test_host_callbacks_inside_a_body_named_by_an_object():
+    from pmapkit import host_callback as hcb
+    n = Name("taps")
+    seen = []
+
+    def body(a):
+        total = hcb.id_tap(lambda v, _: seen.append(float(v)), jax.lax.psum(a, n))
+        return hcb.call(lambda v: np.asarray(v) + 1, total,
+                        result_shape=jax.ShapeDtypeStruct((), np.float32))
+    out = pmapkit.pmap(body, n)(X)
+    hcb.barrier_wait()
+    np.testing.assert_array_equal(out, np.full(8, X.sum() + 1, np.float32))
+    assert seen == [float(X.sum())] * 8
+
+
+def test_the_name_survives_pickling():
+    f = pmapkit.pmap(_body, Name("shared"))
+    import pickle
+    g = pickle.loads(pickle.dumps(f))
+    np.testing.assert_array_equal(g(X), X * X.sum())
