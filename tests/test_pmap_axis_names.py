@@ -145,3 +145,11 @@ def test_the_name_survives_pickling():
     import pickle
     g = pickle.loads(pickle.dumps(f))
     np.testing.assert_array_equal(g(X), X * X.sum())
+
+
+def test_a_mesh_refuses_a_name_that_is_not_a_string_saying_why():
+    # pjit's meshes keep jax 0.10's str axis names (every PartitionSpec and
+    # NamedSharding built on them reads those): refused when the mesh is made.
+    with pytest.raises(TypeError, match=r"Mesh axis_names must be strings on jax 0\.10.*"
+                                         r"got Name\(.x.\) of type Name"):
+        pmapkit.Mesh(np.array(jax.devices()), (Name("x"),))

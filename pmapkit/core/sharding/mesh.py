@@ -68,8 +68,15 @@ def _check_devices(devices, axis_names):
                         f"strings, got {axis_names!r}.") from None
     for name in axis_names:
         if not isinstance(name, str):
+            # Classic meshes took any hashable; jax 0.10's name their axes
+            # with strings (Shardy), and every PartitionSpec and
+            # NamedSharding a program builds on the mesh reads those names.
             raise TypeError(
-                f"Mesh axis_names must be strings, got {name!r} in {axis_names}.")
+                f"Mesh axis_names must be strings on jax 0.10 (its meshes name "
+                f"axes with strings; classic meshes took any hashable): got "
+                f"{name!r} of type {type(name).__name__} in {axis_names}; name "
+                "the axis with a str, in the PartitionSpecs too. (pmapkit.pmap "
+                "takes any hashable axis_name.)")
     if len(set(axis_names)) != len(axis_names):
         raise ValueError(f"Mesh axis_names must be unique, got {axis_names}.")
     devices = np.asarray(devices, dtype=object)
