@@ -44,15 +44,6 @@ def mesh_name(name):
     return found
 
 
-def user_name(name):
-    """The user's name of a mesh axis named by ``mesh_name`` (else ``name``)."""
-    if isinstance(name, str) and name.startswith(_PREFIX):
-        for user, mesh in list(_mesh_names.items()):
-            if mesh == name:
-                return user
-    return name
-
-
 def renaming(names):
     """``{user name: mesh name}`` for the names among ``names`` that are not
     strings; empty (nothing to rename) in the usual all-str case."""
