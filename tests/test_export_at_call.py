@@ -82,7 +82,8 @@ def test_every_classic_export_spelling_reads_inputs_at_the_call_under_run(tmp_pa
 
 def test_jax_exports_call_is_jaxs_outside_run():
     # Outside pmapkit run, JAX's class is left as JAX made it.
-    assert not getattr(jax.export.Exported.call, "_pmapkit_reads_inputs_at_call", False)
+    from pmapkit.legacy import classic_export_call
+    assert not getattr(jax.export.Exported.call, classic_export_call._MARK, False)
 
 
 _PROGRAMS = {

@@ -22,6 +22,7 @@ import jax
 import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_config
+from pmapkit.legacy import classic_export_call
 from pmapkit.legacy import classic_values
 from pmapkit.legacy import names as legacy_names
 from pmapkit.legacy import report as legacy_report
@@ -150,8 +151,7 @@ def _install(route_pmap, report, classic_prng, announce=True):
     new += _install_module("jax.experimental.export",
                            _reported("jax.experimental.export", "pmapkit.export"))
     # jax.export's own call reads a numpy input at the call, as classic JAX's did.
-    from pmapkit.export import _jax_call
-    _jax_call.read_inputs_at_call()
+    classic_export_call.read_inputs_at_call()
     for name in ("device_put_replicated", "device_put_sharded"):
         ours = getattr(pmapkit, name, None)
         if ours is not None:

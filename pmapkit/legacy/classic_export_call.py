@@ -4,8 +4,10 @@ Classic programs call ``jax.export.Exported.call`` too (jax 0.4.30 had
 ``jax.export``). There an eager CPU call ran before it returned, so a numpy
 input rewritten right after the call did not change its result; jax 0.10
 dispatches asynchronously and puts an aligned numpy array on the CPU without
-a copy. Under ``pmapkit run`` (the classic layer), JAX's call copies its
-numpy inputs first, as pmapkit's own export call does (``_call``).
+a copy. Under ``pmapkit run`` (the classic layer, ``install()``), JAX's call
+copies its numpy inputs first, as pmapkit's own export call does
+(``pmapkit.export._call``). Kept apart from ``pmapkit.export``, whose import
+``install()`` would otherwise pay in every process of a run.
 """
 from __future__ import annotations
 
