@@ -8,6 +8,7 @@ records jax 0.4.30's answers (``golden/axis_names_jax_0.4.30.json``);
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 
 class Name:
@@ -166,3 +167,45 @@ CASES = [in_axes_given_positionally, tuple_name_with_collectives,
 
 def run_all(pmap):
     return {case.__name__: _tolist(case(pmap)) for case in CASES}
+
+
+# -- pjit: meshes and PartitionSpecs naming axes with hashables ----------------
+Y = np.arange(32.0, dtype=np.float32).reshape(8, 4)
+
+
+def pjit_one_axis(pjit, Mesh, wsc, devices):
+    name = Name("rows")
+    f = pjit(lambda a: wsc(jnp.sin(a) * 2, P(name)) + a.sum(),
+             in_shardings=P(name), out_shardings=P(name))
+    with Mesh(np.array(devices), (name,)):
+        out = f(Y)
+    return {"value": out, "shard_shape": list(out.sharding.shard_shape(out.shape))}
+
+
+def pjit_two_axes(pjit, Mesh, wsc, devices):
+    a, b = Name("a"), 7.5
+    mesh = Mesh(np.array(devices).reshape(2, 4), (a, b))
+    out = {}
+    for label, spec in (("grouped", P((a, b))), ("per dim", P(a, b)), ("second", P(None, b))):
+        f = pjit(lambda v: v * 3 - 1, in_shardings=spec, out_shardings=spec)
+        with mesh:
+            r = f(Y)
+        out[label] = {"value": r, "shard_shape": list(r.sharding.shard_shape(r.shape))}
+    return out
+
+
+def pjit_undefined_axis(pjit, Mesh, wsc, devices):
+    f = pjit(lambda v: v, in_shardings=P(Name("elsewhere")))
+    try:
+        with Mesh(np.array(devices), (Name("rows"),)):
+            f(Y)
+    except ValueError as exc:
+        return "Resource axis: Name('elsewhere') of" in str(exc)
+    return "no error"
+
+
+PJIT_CASES = [pjit_one_axis, pjit_two_axes, pjit_undefined_axis]
+
+
+def run_pjit_cases(pjit, Mesh, wsc, devices):
+    return {case.__name__: _tolist(case(pjit, Mesh, wsc, devices)) for case in PJIT_CASES}

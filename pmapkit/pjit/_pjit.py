@@ -33,7 +33,7 @@ from pmapkit import _jax_private as jp
 from pmapkit.core.keys import _cache_keys, caches
 from pmapkit.core.misses import calls, committed_inputs
 from pmapkit.core.programs import compiling
-from pmapkit.core.sharding import specs
+from pmapkit.core.sharding import axis_names, specs
 from pmapkit.pjit import _across as pjit_across
 from pmapkit.core.misses import pmap_layouts, stages
 from pmapkit.core.keys import wrapper_cache
@@ -1031,7 +1031,8 @@ def _undefined_axis_text(resources):
             return (f"One of with_sharding_constraint arguments was given the "
                     f"resource assignment of {classic_spec_repr(leaf.user_spec)}, "
                     f"but resource axis "
-                    f"{names[0]} is undefined. Did you forget to declare the mesh? ")
+                    f"{axis_names.shown(names[0])} is undefined. Did you forget to "
+                    "declare the mesh? ")
     return ""
 
 

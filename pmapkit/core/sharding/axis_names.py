@@ -7,7 +7,10 @@ PartitionSpecs need strings (a tuple in a PartitionSpec means several
 axes), so where a program meets its mesh a name that is not a string is
 given one (``mesh_name``: equal names share it, as equal names were one axis
 in classic pmap) and the body's equations are renamed to it
-(``renamed``), once per lowering.
+(``renamed``), once per lowering. pjit's meshes and PartitionSpecs, which
+classic JAX also let name axes with any hashable, take the same strings
+(``pmapkit.Mesh``, ``ParsedPartitionSpec``); messages show the user's name
+(``shown``).
 """
 from __future__ import annotations
 
@@ -42,6 +45,15 @@ def mesh_name(name):
         with _lock:
             found = _mesh_names.setdefault(name, f"{_PREFIX}{len(_mesh_names)}")
     return found
+
+
+def shown(name):
+    """A mesh axis name as the user wrote it (for messages)."""
+    if isinstance(name, str) and name.startswith(_PREFIX):
+        for user, mesh in list(_mesh_names.items()):
+            if mesh == name:
+                return user
+    return name
 
 
 def renaming(names):

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
+from pmapkit.core.sharding import axis_names as axis_names_lib
 
 _JaxMesh = jax.sharding.Mesh
 
@@ -67,16 +68,20 @@ def _check_devices(devices, axis_names):
         raise TypeError("Mesh axis_names must be a string or a sequence of "
                         f"strings, got {axis_names!r}.") from None
     for name in axis_names:
-        if not isinstance(name, str):
-            # Classic meshes took any hashable; jax 0.10's name their axes
-            # with strings (Shardy), and every PartitionSpec and
-            # NamedSharding a program builds on the mesh reads those names.
+        # Classic meshes took any hashable name; jax 0.10's name their axes
+        # with strings (Shardy): such a name gets its string (one per name,
+        # which PartitionSpecs naming it read too). A tuple groups axes in a
+        # PartitionSpec, so it cannot name one.
+        try:
+            hash(name)
+        except TypeError:
+            name = None
+        if name is None or isinstance(name, (tuple, list)):
             raise TypeError(
-                f"Mesh axis_names must be strings on jax 0.10 (its meshes name "
-                f"axes with strings; classic meshes took any hashable): got "
-                f"{name!r} of type {type(name).__name__} in {axis_names}; name "
-                "the axis with a str, in the PartitionSpecs too. (pmapkit.pmap "
-                "takes any hashable axis_name.)")
+                "Mesh axis_names must be hashable and not tuples (a str, or "
+                "another hashable as classic meshes took), got "
+                f"{axis_names!r}.")
+    axis_names = tuple(map(axis_names_lib.mesh_name, axis_names))
     if len(set(axis_names)) != len(axis_names):
         raise ValueError(f"Mesh axis_names must be unique, got {axis_names}.")
     devices = np.asarray(devices, dtype=object)
