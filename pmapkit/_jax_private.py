@@ -46,6 +46,8 @@ eval_jaxpr = _core.eval_jaxpr
 new_jaxpr_eqn = _core.new_jaxpr_eqn
 jaxprs_in_params = _core.jaxprs_in_params
 remove_named_axis_effects = _core.remove_named_axis_effects
+# The effect of a collective over a named axis (renamed with its axis).
+NamedAxisEffect = _core.NamedAxisEffect
 
 # --- tracing -----------------------------------------------------------------
 wrap_init = _lu.wrap_init
@@ -101,6 +103,14 @@ def make_trace_context_state(name, help):
     and JAX's) trace and cache separately for it."""
     return _config.string_or_object_state(
         name, None, help, include_in_jit_key=True, include_in_trace_context=True)
+
+
+# The mesh entered with ``with pmapkit.Mesh(...)`` (``core.sharding.mesh``),
+# defined when pmapkit first reaches JAX (every system, and the export
+# package, import this module), never in the middle of a program: JAX's own
+# test base fails a test during which a config option appeared.
+active_mesh_state = make_trace_context_state(
+    "pmapkit_active_mesh", "The mesh entered with `with pmapkit.Mesh(...)`.")
 
 
 def top_level_probe():

@@ -80,8 +80,13 @@ def register(reg):
         ref=lambda: (x8(3) * 2).T)
 
     # -- axis_name ---------------------------------------------------------------------
+    # Any hashable names the axis (classic pmap); an unhashable one is refused.
     for label, value in (("1", 1), ("('i',)", ("i",)), ("object()", object())):
-        add(f"axis_name={label}", _call(_twice, x, axis_name=value), names="axis_name")
+        add(f"axis_name={label}", _call(_twice, x, axis_name=value), ref=lambda: x * 2)
+    tag = object()
+    add("psum over axis_name=object()", _call(lambda v: jax.lax.psum(v, tag), x, axis_name=tag),
+        ref=lambda: np.full(8, x.sum(), np.float32))
+    add("axis_name=['i'] (unhashable)", _call(_twice, x, axis_name=["i"]), names="axis_name")
     add("psum over an axis name not bound",
         _call(lambda v: jax.lax.psum(v, "j"), x, axis_name="i"),
         expect=(NameError, ValueError), names=("j",))

@@ -6,8 +6,9 @@ and jaxlib shares aligned numpy buffers, so jax.jit itself drifts: rows marked
 Each call is queued behind a slow computation on every device, so that a
 buffer still shared with the caller would be read after the write. One probe
 per route (JAX's call of the program, the hit path's put, the miss path,
-donation, a compiled ``lower().compile()``, pjit with and without specs) and
-device count (1, 8), each over an aligned 64-byte and a 1 MiB row.
+donation, a compiled ``lower().compile()``, pjit with and without specs, an
+exported function's call in each vintage's spelling) and device count (1, 8),
+each over an aligned 64-byte and a 1 MiB row.
 """
 from __future__ import annotations
 
@@ -29,8 +30,35 @@ def _double(x):
     return x * 2.0
 
 
+_EXPORT_ROUTES = ("export: call_exported", "export: call", "export: Exported.call",
+                  "export: loaded Exported.call")
+
+
+def _exported(route, devices, cols):
+    """An exported function doubling an (n, cols) host array, called by
+    ``route``'s spelling (on n > 1 devices a pjit's artifact, under its mesh)."""
+    from pmapkit import export as pe
+    spec = jax.ShapeDtypeStruct((len(devices), cols), jnp.float32)
+    mesh = pmapkit.Mesh(np.array(devices), ("x",))
+    fun = _double if len(devices) == 1 else pmapkit.pjit(
+        _double, in_axis_resources=P("x"), out_axis_resources=P("x"))
+    with mesh:
+        exported = pe.export(fun)(spec)
+    call = {"export: call_exported": pe.call_exported(exported),
+            "export: call": pe.call(exported),
+            "export: Exported.call": exported.call,
+            "export: loaded Exported.call": pe.deserialize(pe.serialize(exported)).call}[route]
+
+    def on_mesh(x):
+        with mesh:
+            return call(x)
+    return on_mesh
+
+
 def _callable(route, devices, cols):
     """A function doubling an (n, cols) host array by ``route``."""
+    if route.startswith("export"):
+        return _exported(route, devices, cols)
     if route == "jax.jit":
         return jax.jit(_double)
     if route.startswith("pjit"):
@@ -84,6 +112,7 @@ def register(reg):
     calls = CALLS[reg.mode]
     add = reg.section(SECTION, "host writes", isolated=True, timeout=300)
     for ndev in (1, 8):
-        for route in ("hit", "miss", "donation", "aot", "pjit", "pjit without specs"):
+        for route in ("hit", "miss", "donation", "aot", "pjit", "pjit without specs",
+                      *_EXPORT_ROUTES):
             add(f"{route} on {ndev} device(s)", _probe(route, ndev, calls))
         add(f"jax.jit on {ndev} device(s)", _probe("jax.jit", ndev, calls), reference=True)

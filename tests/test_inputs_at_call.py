@@ -100,6 +100,49 @@ def _routes(ndev, cols):
             "export": loaded.call}
 
 
+def _export_spellings(ndev, cols):
+    """name -> a callable doubling an (ndev, cols) host array through an
+    exported function, each vintage's spelling: jax_export's
+    ``call_exported(exp)``, jax.experimental.export's ``call(exp)`` and
+    ``exp.call``, jax.export's ``exp.call`` (fresh and loaded); on 8
+    devices the artifacts are pjit's (run under its mesh) and pmap's."""
+    devices = jax.devices()[:ndev]
+    spec = jax.ShapeDtypeStruct((ndev, cols), jnp.float32)
+    mesh = pmapkit.Mesh(np.array(devices), ("x",))
+    if ndev == 1:
+        fun = _double
+    else:
+        fun = pmapkit.pjit(_double, in_axis_resources=P("x"), out_axis_resources=P("x"))
+    with mesh:
+        seed = pe.export(fun)(spec)
+        experimental = pe.export(fun, lowering_platforms=("cpu",))(spec)
+        current = pe.export(fun if ndev > 1 else jax.jit(fun), platforms=("cpu",))(spec)
+    pmapped = pe.export(pmapkit.pmap(_double, devices=devices))(spec)
+    calls = {"jax_export call_exported": pe.call_exported(seed),
+             "experimental call": pe.call(experimental),
+             "experimental Exported.call": experimental.call,
+             "jax.export Exported.call": current.call,
+             "loaded Exported.call": pe.deserialize(pe.serialize(current)).call,
+             "pmap's Exported.call": pmapped.call}
+
+    def on_mesh(call):
+        def run(x):
+            with mesh:
+                return call(x)
+        return run
+    return {name: on_mesh(call) for name, call in calls.items()}
+
+
+@pytest.mark.parametrize("ndev", [1, 8])
+@pytest.mark.parametrize("cols", [SMALL, LARGE], ids=["64B", "1MiB"])
+def test_every_export_spelling_computes_the_value_at_the_call(ndev, cols):
+    devices = jax.devices()[:ndev]
+    x = aligned(ndev, cols)
+    wrong = {name: wrong_results(call, x, devices, calls=CALLS // 4)
+             for name, call in _export_spellings(ndev, cols).items()}
+    assert wrong == dict.fromkeys(wrong, 0)
+
+
 def test_the_probe_sees_the_drift_of_jax_jit():
     # Without a snapshot (jax.jit 0.10 on CPU) the probe finds wrong values.
     x = aligned(1, LARGE)

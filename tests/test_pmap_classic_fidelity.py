@@ -46,14 +46,65 @@ def pmap_warnings(thunk):
 def test_jit_of_pmap_warning_text():
     msgs = pmap_warnings(lambda: jax.jit(pmapkit.pmap(foo))(jnp.arange(N, dtype=jnp.float32)))
     assert len(msgs) == 1
-    # jax-v0.7.2's filter (warnings' message= matches at the start) and
-    # assertWarnsRegex; jax-v0.4.x said "The jitted function foo".
-    assert msgs[0].startswith("The function jit(foo) includes a pmap. " + CLASSIC)
-    assert "The jitted function foo includes a pmap" in msgs[0]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=".*jit-of-pmap.*")
-        warnings.filterwarnings("ignore", message="The function jit.foo. includes a pmap")
+    # jax 0.4.30's text first (its pxla's words), then the later releases'.
+    assert msgs[0].startswith(
+        "The jitted function foo includes a pmap. " + CLASSIC.replace("jax-ml", "google"))
+    assert "The function jit(foo) includes a pmap. " + CLASSIC in msgs[0]
+
+
+# warnings' message= matches at the start of the text (re.match): a 0.4-era
+# program's filter (as public code wrote it), jax-v0.7.2's, and JAX's suites'.
+_FILTERS = {
+    "0.4 era": r"The jitted function .* includes a pmap. Using jit-of-pmap can lead to "
+               r"inefficient data movement",
+    "0.7 era": "The function jit.foo. includes a pmap",
+    "JAX's suites": ".*jit-of-pmap.*",
+}
+
+
+def _lowered_under(action, pattern):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message=".*includes a pmap")
+        warnings.filterwarnings(action, message=pattern)
         jax.jit(pmapkit.pmap(foo)).lower(jnp.arange(N, dtype=jnp.float32))  # AOT warns too
+    return [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("era", sorted(_FILTERS))
+def test_either_eras_filter_silences_the_jit_of_pmap_warning(era):
+    # Each filter alone decides the one warning: ignored (nothing recorded,
+    # and the "error" filter behind it never reached).
+    assert _lowered_under("ignore", _FILTERS[era]) == []
+
+
+@pytest.mark.parametrize("era", sorted(_FILTERS))
+def test_either_eras_filter_turns_the_warning_into_an_error(era):
+    with pytest.raises(UserWarning, match="includes a pmap"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warnings.filterwarnings("error", message=_FILTERS[era])
+            jax.jit(pmapkit.pmap(foo)).lower(jnp.arange(N, dtype=jnp.float32))
+
+
+def test_the_text_starts_with_the_wording_a_filter_asks_for():
+    from pmapkit.core.lowering import jit_of_pmap
+    classic_first, later_first = jit_of_pmap.texts("foo", "foo")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", message=_FILTERS["0.7 era"])
+        assert jit_of_pmap.chosen_text("foo", "foo") == later_first
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", message=_FILTERS["0.4 era"])
+        assert jit_of_pmap.chosen_text("foo", "foo") == classic_first
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        assert jit_of_pmap.chosen_text("foo", "foo") == classic_first
+    # A filter for another category does not choose.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", message=_FILTERS["0.7 era"],
+                                category=DeprecationWarning)
+        warnings.simplefilter("default")
+        assert jit_of_pmap.chosen_text("foo", "foo") == classic_first
 
 
 @pytest.mark.parametrize("case", ["make_jaxpr", "make_jaxpr_of_jit", "linearize", "grad",

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from pmapkit.core.sharding.axis_names import mesh_name
 from pmapkit.core.sharding import sharding_specs as ss
 from pmapkit.core.sharding.sharding_specs import (
     REPLICATED,
@@ -191,10 +192,17 @@ def test_parsed_partition_spec_errors():
     with pytest.raises(TypeError, match="in_axis_resources leaf specifications are "
                        "expected to be PartitionSpec instances or None, but got"):
         ParsedPartitionSpec.from_user_input(("x",), "in_axis_resources")
+    # Any hashable but a tuple names a mesh axis (classic meshes took them):
+    # read as the string its mesh names it by.
+    assert ParsedPartitionSpec.from_user_input(P(1), "in_axis_resources").partitions \
+        == ((mesh_name(1),),)
+    assert ParsedPartitionSpec.from_user_input(P(("x", 2)), "in_axis_resources").partitions \
+        == (("x", mesh_name(2)),)
+    # (PartitionSpec itself refuses unhashable and nested entries.)
     with pytest.raises(TypeError, match="mesh axis name"):
-        ParsedPartitionSpec.from_user_input(P(1), "in_axis_resources")
+        ss._parse_entry({"a": 1}, "P({'a': 1})", "in_axis_resources")
     with pytest.raises(TypeError, match="mesh axis name"):
-        ParsedPartitionSpec.from_user_input(P(("x", 2)), "in_axis_resources")
+        ss._parse_entry(("x", ("y",)), "P(('x', ('y',)))", "in_axis_resources")
     with pytest.raises(ValueError, match=r"A single in_axis_resources specification "
                        r"can map every mesh axis to at most one positional "
                        r"dimension, but PartitionSpec\('x', 'y', \('x', 'y'\)\) has duplicate "

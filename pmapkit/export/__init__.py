@@ -40,6 +40,9 @@ from jax.export import (
     minimum_supported_calling_convention_version,
     register_namedtuple_serialization, register_pytree_node_serialization)
 
+# The JAX boundary defines pmapkit's config options: at this import, not at
+# a first call (a multi-device call reads the active mesh).
+from pmapkit import _jax_private  # noqa: F401
 from pmapkit.export._container import CONTAINER_VERSION, SUPPORTED_CONTAINER_VERSIONS
 from pmapkit.export._errors import DeserializationError
 from pmapkit.export._exported import Exported, from_jax, to_jax

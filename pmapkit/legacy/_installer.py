@@ -22,6 +22,7 @@ import jax
 import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_config
+from pmapkit.legacy import classic_export_call
 from pmapkit.legacy import classic_values
 from pmapkit.legacy.installed_names import InstalledNames
 from pmapkit.legacy import names as legacy_names
@@ -150,6 +151,8 @@ def _install(route_pmap, report, classic_prng, announce=True):
     new += _install_jax_export()
     new += _install_module("jax.experimental.export",
                            _reported("jax.experimental.export", "pmapkit.export"))
+    # jax.export's own call reads a numpy input at the call, as classic JAX's did.
+    classic_export_call.read_inputs_at_call()
     for name in ("device_put_replicated", "device_put_sharded"):
         ours = getattr(pmapkit, name, None)
         if ours is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.sharding import specs
+from pmapkit.core.sharding import axis_names, specs
 from pmapkit.core.sharding.mesh import active_mesh
 from pmapkit.core.sharding.sharding_specs import classic_spec_repr
 from pmapkit.pjit._placement import _check_against, _to_sharding
@@ -84,7 +84,8 @@ def _undefined_axis_text(resources):
             return (f"One of with_sharding_constraint arguments was given the "
                     f"resource assignment of {classic_spec_repr(leaf.user_spec)}, "
                     f"but resource axis "
-                    f"{names[0]} is undefined. Did you forget to declare the mesh? ")
+                    f"{axis_names.shown(names[0])} is undefined. Did you forget to "
+                    "declare the mesh? ")
     return ""
 
 

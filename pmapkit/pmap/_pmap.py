@@ -21,6 +21,7 @@ from pmapkit.core.programs import compiling
 from pmapkit.core.lowering import kinds
 from pmapkit.core.sharding import specs
 from pmapkit.core.aot import stages
+from pmapkit.core.sharding.axis_names import check_axis_name
 from pmapkit.core.keys import wrapper_cache
 from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
 from pmapkit.core.lowering.nested_pmaps import nested_pmap_axes
@@ -95,16 +96,14 @@ class _PmapSpec:
         specs.check_axes_leaves(out_axes, "out_axes")
         self.fun = fun
         self.user_axis_name = axis_name
+        # Any hashable names the axis, as in classic pmap: bodies are traced
+        # with it; the mesh gets a str for it (core.sharding.axis_names).
+        check_axis_name(axis_name)
         self.axis_name = INTERNAL_AXIS_NAME if axis_name is None else axis_name
-        if not isinstance(self.axis_name, str):
-            # jax 0.10 names mesh axes (and so manual SPMD axes) with strings.
-            raise TypeError(
-                "pmapkit.pmap axis_name must be a str on jax 0.10 (device "
-                f"meshes name their axes with strings), got {axis_name!r} of "
-                f"type {type(axis_name).__name__}.")
-        if not self.axis_name:
-            raise ValueError("pmapkit.pmap axis_name must be a non-empty str (or "
-                             "None for an unnamed axis), got ''.")
+        if self.axis_name == "":
+            raise ValueError("pmap axis_name must be a non-empty str (or any "
+                             "other hashable, or None for an unnamed axis), "
+                             "got ''.")
         if backend is not None and not isinstance(backend, str):
             raise TypeError(f"pmap backend must be a platform name such as 'cpu' "
                             f"or None, got {backend!r} of type {type(backend).__name__}.")

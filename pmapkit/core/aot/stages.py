@@ -101,8 +101,16 @@ class ProgramLowered(jax.stages.Lowered):
     def __init__(self, primitive, api, name, prepared, in_tree, arg_names,
                  call_static, strict=None, no_kwargs=False, keep_unused=False,
                  placement=None):
+        # The module's labels, as classic JAX's lowering wrote them: each
+        # result by its path in the output pytree ("[0]", "[1]['s']", "" for
+        # a bare array), each input by the caller's name ("x", "d['a']").
+        out_paths = tuple(jax.tree_util.keystr(path) for path, _ in
+                          jax.tree_util.tree_flatten_with_path(
+                              prepared.out_tree.unflatten(
+                                  [0] * prepared.out_tree.num_leaves))[0])
         flat_lowered = compiling.lower_program(primitive, prepared.params,
-                                              prepared.in_avals, keep_unused)
+                                              prepared.in_avals, keep_unused,
+                                              labels=(arg_names, out_paths))
         donated = tuple(i for i, d in enumerate(prepared.params["donated_invars"]) if d)
         args_info = jp.make_args_info(in_tree, prepared.in_avals, donated)
         super().__init__(flat_lowered._lowering, args_info, prepared.out_tree)

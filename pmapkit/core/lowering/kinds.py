@@ -12,6 +12,7 @@ from pmapkit.core.keys import _cache_keys, caches
 from pmapkit.core.lowering.nested_pmaps import dims_spec, mapped_dims, nested_in_dims, nested_out_dims
 from pmapkit.core.lowering.lowering import pmap_mesh
 from pmapkit.core.rules.primitives import body_effects, pjit_p, pmap_p
+from pmapkit.core.sharding.axis_names import mesh_name
 from pmapkit.core.sharding.interning import intern_sharding
 
 _memo_lock = threading.Lock()
@@ -103,8 +104,9 @@ def _pmap_shardings(params, in_avals):
 
     def shardings(axes, inner_dims, avals):
         return tuple(
-            NamedSharding(mesh, PartitionSpec(*dims_spec(
-                mapped_dims(dims, ax, axis_name), a.ndim)))
+            NamedSharding(mesh, PartitionSpec(*[
+                None if n is None else mesh_name(n) for n in dims_spec(
+                    mapped_dims(dims, ax, axis_name), a.ndim)]))
             for ax, dims, a in zip(axes, inner_dims, avals))
 
     return (shardings(params["in_axes"], nested_in_dims(body, pmap_p), in_avals),

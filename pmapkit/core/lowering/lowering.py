@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-import warnings
 
 import jax
 import numpy as np
@@ -24,9 +23,10 @@ from pmapkit import _jax_private as jp
 # them reaches this one (through ``compiling``, which also registers their
 # eager impl rules), so they are in place before JAX sees either.
 from pmapkit.core import rules as _rules  # noqa: F401
-from pmapkit.core.lowering import manual_regions
+from pmapkit.core.lowering import jit_of_pmap, manual_regions
 from pmapkit.core.lowering.nested_pmaps import nested_pmap_axes
 from pmapkit.core.rules.primitives import pjit_p, pmap_p
+from pmapkit.core.sharding import axis_names
 from pmapkit.core.sharding.specs import axis_spec
 
 _shard_map = jax.shard_map
@@ -47,14 +47,21 @@ def pmap_mesh(params):
     names = (params["axis_name"], *[n for n, _ in inner])
     shape = (params["axis_size"], *[s for _, s in inner])
     devices = np.array(params["devices"], dtype=object).reshape(shape)
-    return Mesh(devices, names)
+    return Mesh(devices, tuple(map(axis_names.mesh_name, names)))
 
 
-def _enclosing_mesh(ctx, axis_name):
+def _user_names(params):
+    """The axis names of a top-level pmap and of the pmaps nested in it, as
+    the user gave them."""
+    inner = nested_pmap_axes(params["jaxpr"].jaxpr, pmap_p)
+    return (params["axis_name"], *[n for n, _ in inner])
+
+
+def _enclosing_mesh(ctx, axis_name, shown):
     mesh = getattr(ctx.module_context.axis_context, "mesh", None)
     if mesh is None or axis_name not in mesh.axis_names:
         raise ValueError(
-            f"pmapkit: a nested pmap over axis {axis_name!r} can only be "
+            f"pmapkit: a nested pmap over axis {shown!r} can only be "
             "lowered inside the pmap that encloses it.")
     return mesh
 
@@ -100,8 +107,7 @@ def _own_module_names(name):
 def _warn_jit_of_pmap(ctx, name):
     # Classic pmap warned where a jit containing it was lowered (once per
     # compile), only when it used several devices; tracing alone
-    # (make_jaxpr, an eager linearize) was silent. 0.4.x said "The jitted
-    # function foo", later releases "The function jit(foo)": both are said.
+    # (make_jaxpr, an eager linearize) was silent.
     if _quiet_jits.depth:
         return
     module = str(ctx.module_context.module.operation.attributes["sym_name"]).strip('"')
@@ -115,15 +121,7 @@ def _warn_jit_of_pmap(ctx, name):
     # the function as JAX's did: jit(foo), jit(<lambda>).
     fun = module[len("jit_"):] if module.startswith("jit_") else module
     fun = "<lambda>" if fun == "_lambda" else fun
-    warnings.warn(
-        f"The function jit({fun}) includes a pmap. Using jit-of-pmap can lead to "
-        "inefficient data movement, as the outer jit does not preserve sharded "
-        "data representations and instead collects input and output arrays onto "
-        "a single device. Consider removing the outer jit unless you know what "
-        "you're doing. See https://github.com/jax-ml/jax/issues/2926. Or use "
-        "jax.shard_map instead of pmap under jit compilation. (The jitted "
-        f"function {fun} includes a pmap: pmapped function {name}.)",
-        UserWarning, stacklevel=2)
+    jit_of_pmap.warn(fun, name, stacklevel=2)
 
 
 def checks_at_end(params):
@@ -143,8 +141,17 @@ def _pmap_lowering(ctx, *args, jaxpr, axis_name, axis_size, devices, in_axes,
     del donated_invars
     if devices is not None and axis_size > 1:
         _warn_jit_of_pmap(ctx, name)
+    # Names that are not strings become the mesh's (the enclosing pmap's
+    # lowering already renamed its nested pmaps' bodies).
+    shown = axis_name
+    renaming = axis_names.renaming(
+        (axis_name,) if devices is None else _user_names(params))
+    if renaming:
+        jaxpr = axis_names.renamed(jaxpr, renaming)
+        axis_name = renaming.get(axis_name, axis_name)
     # A nested pmap (devices=None) runs on the mesh its enclosing pmap built.
-    mesh = _enclosing_mesh(ctx, axis_name) if devices is None else pmap_mesh(params)
+    mesh = (_enclosing_mesh(ctx, axis_name, shown) if devices is None
+            else pmap_mesh(params))
     if len(mesh.axis_names) > 1:
         # Nested pmaps: no effect token may enter their manual regions.
         jaxpr = manual_regions.nested_body(jaxpr)

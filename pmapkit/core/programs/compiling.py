@@ -9,6 +9,7 @@ import contextlib
 import threading
 
 import jax
+from jax.interpreters.mlir import ir
 from jax.sharding import NamedSharding
 
 from pmapkit import _jax_private as jp
@@ -184,19 +185,50 @@ def _outer_jit(primitive, params, in_avals, named=True):
     return jitted
 
 
-def lower_program(primitive, params, in_avals, keep_unused=False):
+def lower_program(primitive, params, in_avals, keep_unused=False, labels=None):
     """``jax.stages.Lowered`` of the top-level program running one equation;
     ``keep_unused``: the program keeps the inputs it does not use (pjit's
-    option), else they are pruned."""
+    option), else they are pruned. ``labels``: ``(argument names, result
+    paths)`` the module names its flat inputs and results by (the caller's,
+    for ``f.lower(...)``), else the flat function's own."""
     in_shardings, out_shardings = program_shardings(primitive, params, in_avals)
     donate = tuple(i for i, d in enumerate(params["donated_invars"]) if d)
-    jitted = jp.jit(_program(primitive, params), in_shardings=in_shardings,
+    program = _program(primitive, params)
+    if labels is not None:
+        arg_names, result_paths = labels
+        program.__fun_debug_info__ = jp.DebugInfo(
+            "jit", jp.fun_sourceinfo(program), tuple(arg_names), tuple(result_paths))
+    jitted = jp.jit(program, in_shardings=in_shardings,
                     out_shardings=out_shardings, donate_argnums=donate,
                     keep_unused=keep_unused)
     structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
                for a in in_avals]
     with _outside_ambient_mesh(), own_jit_of_pmap():
-        return jitted.lower(*structs)
+        lowered = jitted.lower(*structs)
+    if labels is not None:
+        _label_results(lowered, labels[1])
+    return lowered
+
+
+def _label_results(lowered, paths):
+    """Name the module's results ``paths`` (``jax.result_info``), as classic
+    JAX did: jax 0.10's jit names a flat function's results ``result[k]``."""
+    module = lowered._lowering.stablehlo()
+    with module.context:
+        for op in module.body.operations:
+            if "sym_name" not in op.attributes or ir.StringAttr(
+                    op.attributes["sym_name"]).value != "main":
+                continue
+            results = [dict((named.name, named.attr) for named in ir.DictAttr(a))
+                       for a in ir.ArrayAttr(op.attributes["res_attrs"])]
+            named = [r for r in results if "jax.result_info" in r]
+            if len(named) != len(paths):
+                return
+            for r, path in zip(named, paths):
+                r["jax.result_info"] = ir.StringAttr.get(path)
+            op.attributes["res_attrs"] = ir.ArrayAttr.get(
+                [ir.DictAttr.get(r) for r in results])
+            return
 
 
 # Kinds of program registered by rooms above this one (the multi-process

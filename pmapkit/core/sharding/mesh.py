@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
+from pmapkit.core.sharding import axis_names as axis_names_lib
 
 _JaxMesh = jax.sharding.Mesh
 
@@ -44,8 +45,7 @@ _stack = _MeshStack()
 # The active mesh is also a JAX config state in the trace context, so any jit
 # around a pjit'd call (jax.jit, or pmapkit's own caches, which key on the
 # trace context) traces and caches separately per mesh.
-_mesh_state = jp.make_trace_context_state(
-    "pmapkit_active_mesh", "The mesh entered with `with pmapkit.Mesh(...)`.")
+_mesh_state = jp.active_mesh_state
 
 # One pmapkit.Mesh per interned jax mesh (as JAX interns its own), so
 # ``Mesh(d, n) is Mesh(d, n)`` like ``jax.sharding.Mesh``.
@@ -68,9 +68,20 @@ def _check_devices(devices, axis_names):
         raise TypeError("Mesh axis_names must be a string or a sequence of "
                         f"strings, got {axis_names!r}.") from None
     for name in axis_names:
-        if not isinstance(name, str):
+        # Classic meshes took any hashable name; jax 0.10's name their axes
+        # with strings (Shardy): such a name gets its string (one per name,
+        # which PartitionSpecs naming it read too). A tuple groups axes in a
+        # PartitionSpec, so it cannot name one.
+        try:
+            hash(name)
+        except TypeError:
+            name = None
+        if name is None or isinstance(name, (tuple, list)):
             raise TypeError(
-                f"Mesh axis_names must be strings, got {name!r} in {axis_names}.")
+                "Mesh axis_names must be hashable and not tuples (a str, or "
+                "another hashable as classic meshes took), got "
+                f"{axis_names!r}.")
+    axis_names = tuple(map(axis_names_lib.mesh_name, axis_names))
     if len(set(axis_names)) != len(axis_names):
         raise ValueError(f"Mesh axis_names must be unique, got {axis_names}.")
     devices = np.asarray(devices, dtype=object)

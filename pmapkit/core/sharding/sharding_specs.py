@@ -46,6 +46,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from pmapkit import _jax_private as jp
+from pmapkit.core.sharding import axis_names
 
 OpSharding = jp.OpSharding
 HloSharding = jp.HloSharding
@@ -318,30 +319,43 @@ def in_both_notations(spec, sentence) -> str:
 
 def show_axes(axes) -> str:
     """Classic rendering of a set of mesh axis names: sorted, back-quoted."""
-    return ", ".join(sorted(f"`{a}`" for a in axes))
+    return ", ".join(sorted(f"`{axis_names.shown(a)}`" for a in axes))
 
 
 def _parse_entry(entry, user_spec, what):
+    # A mesh axis is named by a str, or (classic JAX) any other hashable but
+    # a tuple, which groups axes: such a name is read as its mesh's string.
     if entry is None:
         return ()
     if isinstance(entry, str):
         return (entry,)
     if isinstance(entry, (tuple, list)):
         for name in entry:
-            if not isinstance(name, str):
+            if isinstance(name, (tuple, list)) or not _hashable(name):
                 raise TypeError(
                     f"{what}: every entry of a PartitionSpec must be None, a "
-                    f"mesh axis name (str) or a tuple of mesh axis names, but "
-                    f"{user_spec} contains {name!r} in {entry!r}")
-        return tuple(entry)
+                    f"mesh axis name (a str or another hashable) or a tuple of "
+                    f"mesh axis names, but {user_spec} contains {name!r} in "
+                    f"{entry!r}")
+        return tuple(map(axis_names.mesh_name, entry))
     if entry is PartitionSpec.UNCONSTRAINED:
         raise ValueError(
             f"{what}: {user_spec} uses PartitionSpec.UNCONSTRAINED, which has "
             f"no classic ShardingSpec / pjit meaning")
-    raise TypeError(
-        f"{what}: every entry of a PartitionSpec must be None, a mesh axis "
-        f"name (str) or a tuple of mesh axis names, but {user_spec} contains "
-        f"{entry!r}")
+    if not _hashable(entry):
+        raise TypeError(
+            f"{what}: every entry of a PartitionSpec must be None, a mesh axis "
+            f"name (a str or another hashable) or a tuple of mesh axis names, "
+            f"but {user_spec} contains {entry!r}")
+    return (axis_names.mesh_name(entry),)
+
+
+def _hashable(x):
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
 
 
 def _mesh_shape(mesh) -> Mapping[str, int]:
@@ -466,10 +480,11 @@ class ParsedPartitionSpec:
                 if axis not in mesh_shape:
                     # The 0.4 wording first, then the 0.3 one (code and
                     # tests of both releases match their own).
+                    name = axis_names.shown(axis)
                     raise ValueError(in_both_notations(user_spec, lambda spec: (
-                        f"Resource axis: {axis} of {spec} is undefined. One of "
+                        f"Resource axis: {name} of {spec} is undefined. One of "
                         f"{what} was given the resource assignment of {spec}, "
-                        f"but resource axis {axis} is undefined. Did you "
+                        f"but resource axis {name} is undefined. Did you "
                         f"forget to declare the mesh?{where}")))
                 size *= mesh_shape[axis]
             if even and shape[i] % size:
