@@ -381,7 +381,7 @@ def test_a_probe_that_cannot_run_leaves_calls_on_the_hit_path(monkeypatch):
 
     def broken(states):
         raise RuntimeError("no probe here")
-    monkeypatch.setattr(jp, "_keyed_by_cpp_call", broken)
+    monkeypatch.setattr(jp.express, "_keyed_by_cpp_call", broken)
     state = jax_config.bool_state(
         "pmapkit_test_express_unprobed_state", False, "a state made late (test)",
         include_in_trace_context=True)
