@@ -16,6 +16,7 @@ cdef Py_ssize_t TUPLE_MARK
 cdef class DispatchFunction(MissPath):
     cdef dict __dict__
     cdef object __weakref__
+    cdef void *_vectorcall
     cdef readonly object fun
     cdef readonly tuple _static_argnums
     cdef frozenset _static_set
@@ -78,6 +79,79 @@ cdef class DispatchFunction(MissPath):
 
 cdef bint _COMPILED
 cdef tuple _special_flags
+
+@cython.locals(called=DispatchFunction)
+cdef object _vector_entry(object fn, tuple args, dict kwargs)
+
+cdef extern from *:
+    """
+    /* DispatchFunction called by vectorcall (PEP 590): the arguments come
+       as the caller's stack, not as a tuple and a dict made for tp_call
+       (and a new empty dict per call for **kwargs). The type gets the
+       vectorcall flag and the offset of each instance's _vectorcall field
+       at import (pmapkit_install_vectorcall); an instance whose field is
+       NULL is called through tp_call, as before. */
+    #include <stddef.h>
+    #define PMAPKIT_VECTORCALL_OFFSET \
+        ((Py_ssize_t)offsetof(struct __pyx_obj_7pmapkit_4core_7hitpath_9_dispatch_DispatchFunction, _vectorcall))
+    typedef PyObject *(*pmapkit_entry_t)(PyObject *, PyObject *, PyObject *);
+    static pmapkit_entry_t pmapkit_entry = NULL;
+    static PyObject *pmapkit_no_kwargs = NULL;
+    static PyObject *pmapkit_vectorcall(PyObject *self, PyObject *const *args,
+                                        size_t nargsf, PyObject *kwnames) {
+        Py_ssize_t n = PyVectorcall_NARGS(nargsf), nk, i;
+        PyObject *tuple, *kwargs, *out;
+        tuple = PyTuple_New(n);
+        if (tuple == NULL) return NULL;
+        for (i = 0; i < n; i++) {
+            Py_INCREF(args[i]);
+            PyTuple_SET_ITEM(tuple, i, args[i]);
+        }
+        nk = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+        if (nk == 0) {
+            kwargs = pmapkit_no_kwargs;
+            Py_INCREF(kwargs);
+        } else {
+            kwargs = PyDict_New();
+            if (kwargs == NULL) {
+                Py_DECREF(tuple);
+                return NULL;
+            }
+            for (i = 0; i < nk; i++) {
+                if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) {
+                    Py_DECREF(tuple);
+                    Py_DECREF(kwargs);
+                    return NULL;
+                }
+            }
+        }
+        out = pmapkit_entry(self, tuple, kwargs);
+        Py_DECREF(tuple);
+        Py_DECREF(kwargs);
+        return out;
+    }
+    static void *pmapkit_vectorcall_function(void) {
+        return (void *)pmapkit_vectorcall;
+    }
+    static int pmapkit_install_vectorcall(PyObject *type, Py_ssize_t offset,
+                                          pmapkit_entry_t entry) {
+        PyTypeObject *t = (PyTypeObject *)type;
+        if (pmapkit_no_kwargs == NULL) {
+            pmapkit_no_kwargs = PyDict_New();
+            if (pmapkit_no_kwargs == NULL) return -1;
+        }
+        pmapkit_entry = entry;
+        t->tp_vectorcall_offset = offset;
+        t->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+        PyType_Modified(t);
+        return 0;
+    }
+    """
+    ctypedef object (*_entry_t)(object, tuple, dict)
+    Py_ssize_t _VECTORCALL_OFFSET "PMAPKIT_VECTORCALL_OFFSET"
+    void *_vectorcall_function "pmapkit_vectorcall_function" ()
+    int _install_vectorcall "pmapkit_install_vectorcall" (object type, Py_ssize_t offset,
+                                                           _entry_t entry) except -1
 
 cdef extern from *:
     """

@@ -126,9 +126,15 @@ class DispatchFunction(MissPath):
         # Runs the calls of one numpy argument by an entry's express call
         # (None: none).
         self._express = None
+        if _COMPILED:
+            # Calls come by vectorcall (``_vector_entry``), not through
+            # ``__call__``'s tuple and dict.
+            self._vectorcall = _vectorcall_function()
 
     # -- the call -------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        # The pure build's entry (and the compiled build's for a caller that
+        # asks tp_call); compiled calls come by ``_vector_entry``.
         return self._dispatch(args, kwargs)
 
     def _dispatch(self, args, kwargs):
@@ -536,10 +542,21 @@ def arm_special_checks(flags):
     _special_flags = None if flags is None else tuple(flags)
 
 
+def _vector_entry(fn, args, kwargs):
+    """What a vectorcall of a compiled ``DispatchFunction`` runs: its C
+    entry (``_dispatch.pxd``) makes ``args`` and ``kwargs`` from the
+    caller's stack, with one shared empty dict for no keywords (never
+    written: the call reads its keywords, or unpacks them into a new dict)."""
+    called = fn
+    return called._dispatch(args, kwargs)
+
 
 # Cython turns module-level functions into its own function type; the plain
 # interpreter keeps ``function``.
 _COMPILED = type(_first).__name__ != "function"
+
+if _COMPILED:
+    _install_vectorcall(DispatchFunction, _VECTORCALL_OFFSET, _vector_entry)
 
 #: The hash of the sources the compiled module was built from (stamped by
 #: setup.py; ``_compiled`` refuses a stale one); None in the pure build.
