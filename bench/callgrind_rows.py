@@ -387,10 +387,13 @@ def _check_build(build, allow_pure):
 
 
 def measure(row, python, impls=None, pmapkit_path=None, allow_pure=False,
-            classic_python=None):
+            classic_python=None, calls=None):
     """``{impl: (main thread, all threads, layer)}`` of ``row``, and the
-    build measured (``"<folder> compiled=<bool>"``)."""
+    build measured (``"<folder> compiled=<bool>"``); ``calls``: ``(n1, n2)``
+    instead of the row's."""
     known, (n1, n2), _ = ROWS[row]
+    if calls is not None and row != "export_first_call":
+        n1, n2 = calls
     impls = tuple(impls or known)
     if classic_python and row in CLASSIC_ROWS:
         classic = _measure_classic(row, classic_python, n1, n2)
@@ -463,6 +466,8 @@ def main():
                         help="measure the pmapkit in this folder (default: the installed one)")
     parser.add_argument("--classic-python", default=None,
                         help="a jax 0.4.30 venv's python: its C++ jax.pmap joins the rows")
+    parser.add_argument("--calls", default=None,
+                        help="N1,N2: the two loop lengths instead of each row's")
     parser.add_argument("--allow-pure", action="store_true",
                         help="count an uncompiled pmapkit too (each line says so)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
@@ -484,8 +489,9 @@ def main():
     impls = args.impls.split(",") if args.impls else None
     for row in args.rows or list(ROWS):
         try:
+            calls = tuple(int(n) for n in args.calls.split(",")) if args.calls else None
             got, build = measure(row, args.python, impls, args.pmapkit_path,
-                                 args.allow_pure, args.classic_python)
+                                 args.allow_pure, args.classic_python, calls)
         except PureBuildError as exc:
             sys.exit(f"callgrind_rows: {exc}")
         results[row] = {"build": build, **got}
