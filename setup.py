@@ -15,7 +15,6 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-COMPILED_MODULES = ["_dispatch", "_shard_arg"]
 HITPATH = os.path.join("pmapkit", "core", "hitpath")
 
 
@@ -29,10 +28,12 @@ def _load_source_hash():
 
 
 _hashes = _load_source_hash()
+#: Each after the modules it cimports (``_source_hash.MODULES``).
+COMPILED_MODULES = list(_hashes.MODULES)
 
 extensions = [
     Extension(f"pmapkit.core.hitpath.{name}", [f"pmapkit/core/hitpath/{name}.py"],
-              # _dispatch copies host arrays with numpy's C API (its .pxd).
+              # _feed copies host arrays with numpy's C API (its .pxd).
               include_dirs=[numpy.get_include()],
               define_macros=[("PMAPKIT_SOURCE_HASH",
                               '"%s"' % _hashes.source_hash(HITPATH, name))])

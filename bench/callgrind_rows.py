@@ -1,5 +1,5 @@
-"""Instructions per call of the host-value rows (issue 50), side by side with
-JAX, counted by callgrind: steady on a loaded machine, where CPU time is not.
+"""Instructions per call of the hit path's rows (issues 50, 58), side by side
+with JAX, counted by callgrind: steady on a loaded machine, where CPU time is not.
 
 Each row runs in one new process under ``valgrind --tool=callgrind
 --separate-threads=yes``: the child builds and warms every impl of the row,
@@ -12,14 +12,29 @@ threads, callbacks: what process CPU sees). Rows whose cost is once per
 process (``export_first_call``) run one process per impl and count the
 whole of the import, load and first call (``n1 = 0``, ``n2 = 1``).
 
+The build measured is the one users run: the pmapkit the interpreter imports
+from a neutral directory (``python -P``: not the checkout the script sits
+in), or the tree ``--pmapkit-path`` names (an A/B against another build).
+Each child reports which it imported, and whether compiled; an uncompiled
+(pure-Python) build is refused unless ``--allow-pure`` (then every line says
+so): its counts say nothing of the compiled hit path.
+
+The layer: per row and impl, the caller's instructions per call minus those
+of the runtime's execute (the inclusive count of
+``xla::ifrt::PjRtLoadedExecutable::Execute``, the one entry every impl's
+call reaches, jaxlib 0.4.30's too): what the impl itself adds around running
+the program (signing, finding the entry, feeding it, making the results).
+
     python bench/callgrind_rows.py                       # every row
     python bench/callgrind_rows.py numpy_1dev scalar_1dev
     python bench/callgrind_rows.py --list
-    python bench/callgrind_rows.py numpy_4mib_1dev --python /work/cache/venv-0430/bin/python
+    python bench/callgrind_rows.py array_1dev --classic-python /work/venv-jax0430/bin/python
+    python bench/callgrind_rows.py array_1dev --pmapkit-path /tmp/main-build
 
-``--python``: the interpreter of the children (another venv, e.g. classic
-jax 0.4.30: only the rows' JAX impls run there, ``jax.pmap`` included).
-``--json PATH`` writes the counts.
+``--classic-python``: the interpreter of a venv with jax/jaxlib 0.4.30: the
+classic C++ ``jax.pmap`` joins each row it applies to (``CLASSIC_ROWS``).
+``--python``: the interpreter of every child (another venv: only the rows'
+JAX impls run there). ``--json PATH`` writes the counts.
 """
 from __future__ import annotations
 
@@ -60,7 +75,20 @@ ROWS = {
                    "pmap(f, axis_name='i') built afresh per call, 8 devices, blocking"),
     "export_first_call": (("pmapkit", "jax.export"), (0, 1),
                           "import + deserialize + first call of an exported 10-layer MLP"),
+    "pjit_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
+                  "cached 1-device pjit fed a device array"),
+    "numpy_beside_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
+                          "a device array and a (1, 4) numpy input into a 1-device pmap"),
+    "alternating_1dev": (("pmapkit", "jax.jit"), (1000, 3000),
+                         "two cached signatures called in turn (compare with array_1dev)"),
 }
+
+#: Rows the classic C++ ``jax.pmap`` of jax 0.4.30 runs too (``--classic-python``).
+CLASSIC_ROWS = ("array_1dev", "array_8dev", "numpy_1dev", "numpy_8dev", "scalar_1dev",
+                "numpy_beside_1dev", "alternating_1dev", "fresh_8dev")
+CLASSIC = "jax.pmap 0.4.30"
+#: The runtime's execute, reached by every impl's call (see the layer above).
+EXECUTE_SYMBOL = "xla::ifrt::PjRtLoadedExecutable::Execute("
 
 
 # -- the child: builds a row's impls, runs the marked loops ----------------------
@@ -120,9 +148,50 @@ def _build(row, impl):
         return (lambda: fn(x)), "4mib" in row
     if row == "scalar_1dev":
         x = jax.device_put(np.arange(4, dtype=np.float32).reshape(1, 4), sharding)
-        fn = (pmapkit_pmap(_scaled, in_axes=(0, None)) if impl == "pmapkit"
-              else jax.jit(_scaled))
+        if impl == "pmapkit":
+            fn = pmapkit_pmap(_scaled, in_axes=(0, None))
+        elif impl == "jax.pmap":
+            fn = jax.pmap(_scaled, axis_name="i", devices=devices, in_axes=(0, None))
+        else:
+            fn = jax.jit(_scaled)
         return (lambda: fn(x, 0.5)), False
+    if row == "numpy_beside_1dev":
+        x = jax.device_put(np.arange(4, dtype=np.float32).reshape(1, 4), sharding)
+        host = _aligned(1, 4)
+        host[...] = 1.0
+        if impl == "pmapkit":
+            fn = pmapkit_pmap(_scaled)
+        elif impl == "jax.pmap":
+            fn = jax.pmap(_scaled, axis_name="i", devices=devices)
+        else:
+            fn = jax.jit(_scaled, in_shardings=sharding, out_shardings=sharding)
+        return (lambda: fn(x, host)), False
+    if row == "pjit_1dev":
+        x = jax.device_put(np.arange(4, dtype=np.float32).reshape(1, 4), sharding)
+        if impl == "pmapkit":
+            import pmapkit
+            fn = pmapkit.pjit(_add_one, in_shardings=sharding, out_shardings=sharding)
+        else:
+            fn = jax.jit(_add_one, in_shardings=sharding, out_shardings=sharding)
+        return (lambda: fn(x)), False
+    if row == "alternating_1dev":
+        a = jax.device_put(np.arange(4, dtype=np.float32).reshape(1, 4), sharding)
+        b = jax.device_put(np.arange(8, dtype=np.float32).reshape(1, 8), sharding)
+        if impl == "pmapkit":
+            fn = pmapkit_pmap(_add_one)
+        elif impl == "jax.pmap":
+            fn = jax.pmap(_add_one, axis_name="i", devices=devices)
+        else:
+            fn = jax.jit(_add_one, in_shardings=sharding, out_shardings=sharding)
+        pair = [a, b]
+        turn = [0]
+
+        def alternate():
+            turn[0] ^= 1
+            return fn(pair[turn[0]])
+        fn(a)
+        fn(b)
+        return alternate, False
     if row in ("hcb_call_8dev", "id_tap_8dev"):
         mesh = Mesh(np.array(devices), ("d",))
         x = jax.device_put(np.zeros(4 * n, np.float32), NamedSharding(mesh, P("d")))
@@ -168,8 +237,21 @@ def _mark():
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
 
 
+def _say_build():
+    """One line for the parent: which pmapkit this child imported, and
+    whether its hit path is compiled (none in a venv without pmapkit)."""
+    try:
+        import pmapkit
+    except ImportError:
+        print("PMAPKIT-BUILD none", flush=True)
+        return
+    print(f"PMAPKIT-BUILD {os.path.dirname(os.path.abspath(pmapkit.__file__))} "
+          f"compiled={pmapkit.COMPILED}", flush=True)
+
+
 def _child_loops(row, impls, n1, n2):
     import jax
+    _say_build()
     built = [_build(row, impl) for impl in impls]
     for call, _ in built:  # warm: compiled, every cache filled
         for _ in range(3):
@@ -214,6 +296,8 @@ def _child_export(impl, path):
         blob = f.read()
     x = np.ones((8, 256), np.float32)
     jax.devices()
+    if impl == "pmapkit":
+        _say_build()
     _mark()
     _mark()  # n1 = 0: an empty part
     if impl == "jax.export":
@@ -225,8 +309,20 @@ def _child_export(impl, path):
 
 
 # -- the parent: valgrind per process, parts summed per thread -------------------
+def _execute_in(path):
+    """The inclusive instructions of the runtime's execute in one dump."""
+    proc = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                           "--auto=no", path], capture_output=True, text=True, timeout=600)
+    total = 0
+    for line in proc.stdout.splitlines():
+        if EXECUTE_SYMBOL in line:
+            total = max(total, int(line.split()[0].replace(",", "")))
+    return total
+
+
 def _parts(folder):
-    """``{part: {thread: instructions}}`` of the callgrind dumps in ``folder``."""
+    """``{part: {thread: instructions}}`` of the callgrind dumps in ``folder``;
+    thread 1's execute count under ``("execute", 1)``."""
     parts = {}
     for path in glob.glob(os.path.join(folder, "callgrind.out.*")):
         part = thread = total = None
@@ -243,42 +339,96 @@ def _parts(folder):
             part = int(m.group(1)) if m else 0
         if total is not None:
             parts.setdefault(part, {})[thread] = total
+            if thread == 1:
+                parts[part][("execute", 1)] = _execute_in(path)
     return parts
 
 
 def _valgrind(python, args, env):
+    """``(parts, build)``: the dumps' counts, and the child's build line."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
                f"--callgrind-out-file={tmp}/callgrind.out.%p",
                python, "-P", os.path.abspath(__file__), *args]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600,
+                              cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-4000:]}")
-        return _parts(tmp)
+        builds = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()
+                  if line.startswith("PMAPKIT-BUILD ")]
+        return _parts(tmp), (builds[-1] if builds else "none")
 
 
 def _per_call(parts, first, n1, n2):
-    """(main thread, all threads) instructions per call from parts
-    ``first`` (n1 calls) and ``first + 1`` (n2 calls)."""
+    """(main thread, all threads, layer) instructions per call from parts
+    ``first`` (n1 calls) and ``first + 1`` (n2 calls); the layer: the main
+    thread's less the runtime's execute."""
     a, b = parts.get(first, {}), parts.get(first + 1, {})
+
+    def threads(part):
+        return sum(v for k, v in part.items() if not isinstance(k, tuple))
     main = (b.get(1, 0) - a.get(1, 0)) / (n2 - n1)
-    every = (sum(b.values()) - sum(a.values())) / (n2 - n1)
-    return main, every
+    every = (threads(b) - threads(a)) / (n2 - n1)
+    execute = (b.get(("execute", 1), 0) - a.get(("execute", 1), 0)) / (n2 - n1)
+    return main, every, main - execute
 
 
-def measure(row, python, impls=None):
+class PureBuildError(RuntimeError):
+    """The pmapkit measured is not compiled (its counts would mislead)."""
+
+
+def _check_build(build, allow_pure):
+    if "compiled=False" in build and not allow_pure:
+        raise PureBuildError(
+            f"refused: the pmapkit measured ({build.split()[0]}) runs its pure-Python "
+            "build, not the compiled hit path users run. Build it (`python setup.py "
+            "build_ext --inplace` in a checkout, or install the wheel), name a built "
+            "tree with --pmapkit-path, or pass --allow-pure to count it anyway.")
+
+
+def measure(row, python, impls=None, pmapkit_path=None, allow_pure=False,
+            classic_python=None, calls=None):
+    """``{impl: (main thread, all threads, layer)}`` of ``row``, and the
+    build measured (``"<folder> compiled=<bool>"``); ``calls``: ``(n1, n2)``
+    instead of the row's."""
     known, (n1, n2), _ = ROWS[row]
+    if calls is not None and row != "export_first_call":
+        n1, n2 = calls
     impls = tuple(impls or known)
+    if classic_python and row in CLASSIC_ROWS:
+        classic = _measure_classic(row, classic_python, n1, n2)
+    else:
+        classic = None
+    out, build = _measure(row, python, impls, n1, n2, pmapkit_path, allow_pure)
+    if classic is not None:
+        out[CLASSIC] = classic
+    return out, build
+
+
+def _env(pmapkit_path):
     env = dict(os.environ)
     env["XLA_FLAGS"] = _FORCE_8
     env["JAX_PLATFORMS"] = "cpu"
     # An installed package has its bytecode: the warm-up process writes it
     # (without it every import in the counted part would compile source).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [p for p in (env.get("PMAPKIT_PATH", here), env.get("PYTHONPATH")) if p])
+    env.pop("PYTHONPATH", None)
+    env.pop("PMAPKIT_PUREPYTHON", None)
+    if pmapkit_path:
+        env["PYTHONPATH"] = os.path.abspath(pmapkit_path)
+    return env
+
+
+def _measure_classic(row, python, n1, n2):
+    env = _env(None)
+    parts, _ = _valgrind(python, ["--child", row, "jax.pmap", str(n1), str(n2)], env)
+    return _per_call(parts, 2, n1, n2)
+
+
+def _measure(row, python, impls, n1, n2, pmapkit_path, allow_pure):
+    env = _env(pmapkit_path)
     out = {}
+    build = "none"
     if row == "export_first_call":
         env.pop("XLA_FLAGS")
         with tempfile.TemporaryDirectory() as folder:
@@ -288,15 +438,21 @@ def measure(row, python, impls=None):
                 path = os.path.join(folder, impl)
                 # bytecode written, files cached
                 subprocess.run([python, "-P", os.path.abspath(__file__), "--child-export",
-                                impl, path], env=env, check=True, timeout=600)
-                parts = _valgrind(python, ["--child-export", impl, path], env)
+                                impl, path], env=env, check=True, timeout=600,
+                               capture_output=True, cwd=folder)
+                parts, said = _valgrind(python, ["--child-export", impl, path], env)
+                if impl == "pmapkit":
+                    build = said
+                    _check_build(build, allow_pure)
                 out[impl] = _per_call(parts, 2, n1, n2 if n2 else 1)
                 # part 2 is empty (n1 = 0), part 3 the load and first call
-        return out
-    parts = _valgrind(python, ["--child", row, ",".join(impls), str(n1), str(n2)], env)
+        return out, build
+    parts, build = _valgrind(python, ["--child", row, ",".join(impls), str(n1), str(n2)], env)
+    if "pmapkit" in impls:
+        _check_build(build, allow_pure)
     for k, impl in enumerate(impls):
         out[impl] = _per_call(parts, 2 + 2 * k, n1, n2)
-    return out
+    return out, build
 
 
 def main():
@@ -306,6 +462,14 @@ def main():
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--impls", default=None, help="comma-separated impls of the rows")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--pmapkit-path", default=os.environ.get("PMAPKIT_PATH"),
+                        help="measure the pmapkit in this folder (default: the installed one)")
+    parser.add_argument("--classic-python", default=None,
+                        help="a jax 0.4.30 venv's python: its C++ jax.pmap joins the rows")
+    parser.add_argument("--calls", default=None,
+                        help="N1,N2: the two loop lengths instead of each row's")
+    parser.add_argument("--allow-pure", action="store_true",
+                        help="count an uncompiled pmapkit too (each line says so)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--child-export", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--write-export", help=argparse.SUPPRESS)
@@ -324,15 +488,23 @@ def main():
     results = {}
     impls = args.impls.split(",") if args.impls else None
     for row in args.rows or list(ROWS):
-        got = measure(row, args.python, impls)
-        results[row] = got
-        base = got.get(next(iter(i for i in got if i != "pmapkit"), None))
-        for impl, (main_i, every) in got.items():
+        try:
+            calls = tuple(int(n) for n in args.calls.split(",")) if args.calls else None
+            got, build = measure(row, args.python, impls, args.pmapkit_path,
+                                 args.allow_pure, args.classic_python, calls)
+        except PureBuildError as exc:
+            sys.exit(f"callgrind_rows: {exc}")
+        results[row] = {"build": build, **got}
+        pure = "  [PURE-PYTHON BUILD]" if "compiled=False" in build else ""
+        base = got.get(next(iter(i for i in got if i not in ("pmapkit", CLASSIC)), None))
+        for impl, (main_i, every, layer) in got.items():
             ratio = ""
             if impl == "pmapkit" and base:
                 ratio = f"  {main_i / base[0]:.3f}x / {every / base[1]:.3f}x"
             print(f"{row:18s} {impl:20s} main thread {main_i:12,.0f}   "
-                  f"all threads {every:12,.0f}{ratio}", flush=True)
+                  f"all threads {every:12,.0f}   layer {layer:10,.0f}{ratio}"
+                  f"{pure if impl == 'pmapkit' else ''}", flush=True)
+        print(f"{row:18s} pmapkit measured: {build}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

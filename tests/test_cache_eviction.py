@@ -203,3 +203,75 @@ def test_threads_moving_entries_never_compile_a_cached_signature_again():
     # its miss again.
     assert _misses(a) == 2
     assert a._cache_size == 2
+
+
+def _keys_in_order(f):
+    (cache,) = [c for c in f._shared.caches.values() if c]
+    return list(cache)
+
+
+def test_a_hit_moves_a_plain_key_without_the_lock_where_compiled():
+    # A key of leaf ids only hashes and compares in C: the compiled hit path
+    # moves it with no lock (nothing can come between its two dict
+    # operations); the pure build, and any key holding Python objects (a
+    # static value), take the lock. Checked by holding the lock meanwhile.
+    from pmapkit.core.hitpath import _compiled
+    f = pmapkit.pmap(lambda x: x + 1)
+    a, b = jnp.ones((1, 2)), jnp.ones((1, 3))
+    f(a)
+    f(b)  # b's entry is the newest: a hit on a moves a's
+    first = _keys_in_order(f)
+    done = threading.Event()
+    lock = f._shared.lock
+    lock.acquire()
+    try:
+        worker = threading.Thread(target=lambda: (f(a), done.set()))
+        worker.start()
+        moved = done.wait(5.0 if _compiled.COMPILED else 0.5)
+        assert moved == _compiled.COMPILED
+    finally:
+        lock.release()
+    worker.join(30)
+    assert done.is_set()
+    assert _keys_in_order(f) == [first[1], first[0]]  # a's key moved to the end
+
+    g = pmapkit.pmap(lambda x, k: x * k, static_broadcasted_argnums=1)
+    g(a, 2.0)
+    g(a, 3.0)
+    done.clear()
+    lock = g._shared.lock
+    lock.acquire()
+    try:
+        worker = threading.Thread(target=lambda: (g(a, 2.0), done.set()))
+        worker.start()
+        assert not done.wait(0.5)  # a static value's key: the move waits
+    finally:
+        lock.release()
+    worker.join(30)
+    assert done.is_set()
+
+
+def test_alternating_signatures_under_threads_and_clears_stay_right():
+    # Lock-free moves racing compiles, evictions and clears: every value
+    # right, the cache within its bound.
+    f = pmapkit.pmap(lambda x: x * 2)
+    f._set_cache_size(3)
+    inputs = [jnp.full((1, k), float(k)) for k in range(1, 6)]
+    errors = []
+
+    def run(seed):
+        rng = random.Random(seed)
+        for _ in range(150):
+            k = rng.randrange(len(inputs))
+            out = f(inputs[k])
+            if not bool((out == 2.0 * (k + 1)).all()) or out.shape != (1, k + 1):
+                errors.append((k, out))
+            if rng.random() < 0.02:
+                f.clear_cache()
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert f._debug_dispatch_stats()["cache_size"] <= 3

@@ -1,14 +1,14 @@
 """The dispatch core's cache keys: every form round-trips, and the rules
 kept once.
 
-The core (``_dispatch.py``, which imports nothing of pmapkit) signs calls
-and reads its keys back with ``decode_key``, beside the signing; both follow
-``KEY_VERSION``. Each form of key is held here to a literal layout and to
+The core signs calls (``_dispatch.py``, which imports nothing of pmapkit
+but its hit path) and reads its keys back with ``decode_key`` (``_keys.py``,
+the key format); both follow ``KEY_VERSION``. Each form of key is held here to a literal layout and to
 what ``decode_key`` reads out of it, so a change to the signing that the
 decoder does not follow fails here (``KeyFormatError`` or a mismatch),
 never silently in ``_debug_cache_keys``. A static argument is keyed by one
 function (``static_entry``, used by ``_cache_keys`` too) and a donated alias
-found by one (``_dispatch.find_donated_alias``, asked by the hit path and,
+found by one (``_feed.find_donated_alias``, asked by the hit path and,
 with the layout test, the miss path). On the compiled core and
 (``PMAPKIT_PUREPYTHON=1``) the pure one.
 """
@@ -20,7 +20,8 @@ import pytest
 import pmapkit
 from pmapkit.core.keys import _cache_keys
 from pmapkit.core.programs import compiled_program
-from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
+from pmapkit.core.hitpath._compiled import feed as _feed_mod
+from pmapkit.core.hitpath._compiled import keys as _keys_mod
 
 N = len(jax.devices())
 F32 = np.dtype("float32")
@@ -42,7 +43,7 @@ def _round_trip(f, args, kwargs, want_key, want_parts):
     assert key is not None
     assert key == want_key, (key, want_key)
     parts = f._debug_decode_key(key)
-    assert parts["version"] == _dispatch_mod.KEY_VERSION
+    assert parts["version"] == _keys_mod.KEY_VERSION
     for name, value in want_parts.items():
         assert parts[name] == value, (name, parts[name], value)
     # The call runs, hits its entry, and is put into words without error.
@@ -56,8 +57,8 @@ def _round_trip(f, args, kwargs, want_key, want_parts):
 def test_key_format_version():
     # Changing the signing means changing decode_key and the layouts below:
     # bump KEY_VERSION with them.
-    assert _dispatch_mod.KEY_VERSION == 1
-    assert _dispatch_mod.KWARGS_MARK == "**kwargs"
+    assert _keys_mod.KEY_VERSION == 1
+    assert _keys_mod.KWARGS_MARK == "**kwargs"
 
 
 def test_one_leaf_key_round_trips():
@@ -168,24 +169,24 @@ def test_global_bit_and_placed_signatures_are_put_into_words():
     ((1, 1.5), "neither a leaf id"),
 ])
 def test_keys_of_another_format_raise_key_format_error(key, why):
-    with pytest.raises(_dispatch_mod.KeyFormatError, match=why):
-        _dispatch_mod.decode_key(key, False)
-    with pytest.raises(_dispatch_mod.KeyFormatError, match="bump KEY_VERSION"):
-        _dispatch_mod.decode_key(key, False)
+    with pytest.raises(_keys_mod.KeyFormatError, match=why):
+        _keys_mod.decode_key(key, False)
+    with pytest.raises(_keys_mod.KeyFormatError, match="bump KEY_VERSION"):
+        _keys_mod.decode_key(key, False)
 
 
 def test_flattened_keys_of_another_format_raise():
     treedef = jax.tree_util.tree_structure(((0, 0),))
-    with pytest.raises(_dispatch_mod.KeyFormatError, match="2 leaves, the key 1"):
-        _dispatch_mod.decode_key((treedef, 0), False)
-    with pytest.raises(_dispatch_mod.KeyFormatError, match="positional static_entry"):
-        _dispatch_mod.decode_key((treedef, 0, 1), True)
-    with pytest.raises(_dispatch_mod.KeyFormatError, match="KWARGS_MARK or a leaf id"):
-        _dispatch_mod.decode_key((treedef, "k", (), 0, 1), False)
+    with pytest.raises(_keys_mod.KeyFormatError, match="2 leaves, the key 1"):
+        _keys_mod.decode_key((treedef, 0), False)
+    with pytest.raises(_keys_mod.KeyFormatError, match="positional static_entry"):
+        _keys_mod.decode_key((treedef, 0, 1), True)
+    with pytest.raises(_keys_mod.KeyFormatError, match="KWARGS_MARK or a leaf id"):
+        _keys_mod.decode_key((treedef, "k", (), 0, 1), False)
 
 
 def test_every_key_uses_the_one_static_rule():
-    assert _cache_keys.static_entry is _dispatch_mod.static_entry
+    assert _cache_keys.static_entry is _keys_mod.static_entry
     assert {_cache_keys.static_entry(0, v) for v in (1, 1.0, True)} == {
         (0, int, 1), (0, float, 1.0), (0, bool, True)}
     assert _cache_keys.static_keywords_key({"b": 1, "a": 1.0}) == (
@@ -204,7 +205,7 @@ def test_hit_and_miss_paths_ask_the_one_alias_rule():
     f = pmapkit.pmap(lambda a, b, c: a + b + c, donate_argnums=(0, 2))
     a, b, c = (jnp.arange(float(N * 2)).reshape(N, 2) + i for i in range(3))
     fastpath = f._cache_miss(a, b, c)[1]
-    entry = _dispatch_mod.CacheEntry()
+    entry = _feed_mod.CacheEntry()
     entry.populate(fastpath, compiled_program.LEAF_TYPES)
     donated = fastpath.donated
     host = np.ones((N, 2), np.float32)

@@ -23,10 +23,11 @@ import re
 
 import pytest
 
-from pmapkit.core.hitpath import _compiled
+from pmapkit.core.hitpath import _compiled, _source_hash
 
 HITPATH = os.path.dirname(os.path.abspath(_compiled.__file__))
-MODULES = ("_dispatch", "_shard_arg")
+#: Every compiled module of the hit path (setup.py builds exactly these).
+MODULES = _source_hash.MODULES
 
 
 def _read(name, suffix):
@@ -257,24 +258,108 @@ def test_the_pxd_matches_the_py(name):
     assert pxd_drift(_read(name, ".py"), _read(name, ".pxd"), _read(name, ".pyi")) == []
 
 
+def test_every_compiled_module_has_its_three_files_and_is_built():
+    # One list (``_source_hash.MODULES``) names the compiled modules: setup.py
+    # builds those, ``_compiled`` loads those, and each has its .py, .pxd and
+    # .pyi beside it (what the parity checks above read).
+    on_disk = {os.path.splitext(f)[0] for f in os.listdir(HITPATH) if f.endswith(".pxd")}
+    assert on_disk == set(MODULES)
+    for name in MODULES:
+        for suffix in (".py", ".pxd", ".pyi"):
+            assert os.path.isfile(os.path.join(HITPATH, name + suffix)), name + suffix
+    for name in MODULES:
+        module = getattr(_compiled, name.lstrip("_"), None)
+        assert module is not None and module.__name__ == f"pmapkit.core.hitpath.{name}"
+
+
 def test_the_pxd_reader_sees_every_declaration():
     # The reader is checked too: it must find what the .pxd declares, or the
     # parity above would hold vacuously.
     functions, classes = parse_pxd(_read("_dispatch", ".pxd"))
     assert functions["DispatchFunction._dispatch"][:2] == (("self", "args", "kwargs"), 0)
-    assert "cache" in functions["DispatchFunction._evict"][0]
     assert functions["DispatchFunction._sign"][2][:2] == ("nargs", "i")
-    assert functions["static_entry"][:2] == (("where", "value"), 0)
-    assert classes["CacheEntry"]["ready"] == "public"
     assert classes["DispatchFunction"]["_static_set"] is None
+    assert set(classes) == {"DispatchFunction"}
+    functions, classes = parse_pxd(_read("_lru", ".pxd"))
+    assert "cache" in functions["evict"][0]
+    assert set(classes) == {"SharedCaches"}
+    functions, classes = parse_pxd(_read("_keys", ".pxd"))
+    assert functions["static_entry"][:2] == (("where", "value"), 0)
     assert "_identical_items" not in functions and "_built_hash" not in functions
-    assert set(classes) == {"LeafTypes", "CacheEntry", "SharedCaches", "DispatchFunction"}
+    functions, classes = parse_pxd(_read("_feed", ".pxd"))
+    assert classes["CacheEntry"]["ready"] == "public"
+    assert set(classes) == {"FastpathData", "LeafTypes", "CacheEntry"}
+    assert set(parse_pxd(_read("_miss", ".pxd"))[1]) == {"MissPath"}
+    assert set(parse_pxd(_read("_express", ".pxd"))[1]) == {"ExpressCall"}
     for name in MODULES:
         # One per declaration line with a parameter list (outside the
         # ``cdef extern`` blocks, whose lines start otherwise).
         source = _read(name, ".pxd")
         declared = re.findall(r"(?m)^\s*cp?def\s+(?!class\b|extern\b)[^\n]*\(", source)
-        assert len(parse_pxd(source)[0]) == len(declared) > 0
+        assert len(parse_pxd(source)[0]) == len(declared) > 0, name
+
+
+# -- the miss -> hit contract ----------------------------------------------------
+
+def _init_assigned(py_source, cname):
+    cls = next(n for n in ast.parse(py_source).body
+               if isinstance(n, ast.ClassDef) and n.name == cname)
+    init = _functions(cls.body)["__init__"]
+    return [t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for t in n.targets
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+            and t.value.id == "self"]
+
+
+def fastpath_contract_drift(py_source, pxd_source, pyi_source):
+    """How ``FastpathData``'s three descriptions differ: the fields the
+    ``.py`` sets, the ``.pxd`` declares (all Python-visible) and the ``.pyi``
+    annotates must be one set."""
+    assigned = _init_assigned(py_source, "FastpathData")
+    declared = parse_pxd(pxd_source)[1]["FastpathData"]
+    pyi_class = next(n for n in ast.parse(pyi_source).body
+                     if isinstance(n, ast.ClassDef) and n.name == "FastpathData")
+    annotated = {n.target.id for n in pyi_class.body if isinstance(n, ast.AnnAssign)}
+    problems = []
+    if len(assigned) != len(set(assigned)):
+        problems.append(f"the .py sets a field twice: {assigned}")
+    if set(assigned) != set(declared):
+        problems.append(f"the .py sets {sorted(set(assigned) - set(declared))} beyond the "
+                        f".pxd, which declares {sorted(set(declared) - set(assigned))} unset")
+    if set(declared) != annotated:
+        problems.append(f"the .pxd and the .pyi differ: {sorted(set(declared) ^ annotated)}")
+    hidden = sorted(n for n, vis in declared.items() if vis != "public")
+    if hidden:
+        problems.append(f"fields the writer cannot set: {hidden}")
+    return problems
+
+
+def test_the_fastpath_contract_is_declared_once():
+    py, pxd, pyi = (_read("_feed", s) for s in (".py", ".pxd", ".pyi"))
+    assert fastpath_contract_drift(py, pxd, pyi) == []
+    assert len(parse_pxd(pxd)[1]["FastpathData"]) == 17
+
+
+def test_a_field_added_on_one_side_of_the_contract_is_drift():
+    py, pxd, pyi = (_read("_feed", s) for s in (".py", ".pxd", ".pyi"))
+    edited = _plant(py, "        self.host_refusal = \"not decided\"\n",
+                    "        self.host_refusal = \"not decided\"\n        self.extra = None\n")
+    assert any("extra" in p for p in fastpath_contract_drift(edited, pxd, pyi))
+    edited = _plant(pxd, "    cdef public object program\n", "    cdef object program\n")
+    assert any("program" in p for p in fastpath_contract_drift(py, edited, pyi))
+
+
+def test_the_writer_fills_the_declared_contract_only():
+    # The miss path's writer (compiled_program.FastpathData) is the declared
+    # structure: on the compiled build a field it does not declare cannot be
+    # set at all.
+    from pmapkit.core.programs import compiled_program
+    assert issubclass(compiled_program.FastpathData, _compiled.feed.FastpathData)
+    data = _compiled.feed.FastpathData()
+    if _compiled.COMPILED:
+        with pytest.raises(AttributeError):
+            data.not_a_field = 1
+    fields = set(parse_pxd(_read("_feed", ".pxd"))[1]["FastpathData"])
+    assert {f for f in fields if hasattr(data, f)} == fields
 
 
 # -- planted drifts: each is found --------------------------------------------
@@ -286,8 +371,9 @@ def _plant(source, old, new):
 
 def test_a_parameter_added_to_the_py_is_drift():
     py, pyi, pxd = (_read("_dispatch", s) for s in (".py", ".pyi", ".pxd"))
-    edited = _plant(py, "    def _evict(self, cache):", "    def _evict(self, cache, limit):")
-    assert any("DispatchFunction._evict" in p for p in pxd_drift(edited, pxd, pyi))
+    edited = _plant(py, "    def _sign_one(self, x):", "    def _sign_one(self, x, limit):")
+    assert any("DispatchFunction._sign_one" in p for p in pxd_drift(edited, pxd, pyi))
+    py, pyi = _read("_keys", ".py"), _read("_keys", ".pyi")
     edited = _plant(py, "def decode_key(key, has_static_argnums):",
                     "def decode_key(key, has_static_argnums, strict=False):")
     assert any("decode_key" in p for p in pyi_drift(edited, pyi))
@@ -302,7 +388,7 @@ def test_a_renamed_or_missing_declaration_is_drift():
 
 
 def test_a_stale_local_or_attribute_is_drift():
-    py, pyi, pxd = (_read("_dispatch", s) for s in (".py", ".pyi", ".pxd"))
+    py, pyi, pxd = (_read("_lru", s) for s in (".py", ".pyi", ".pxd"))
     edited = _plant(pxd, "@cython.locals(excess=Py_ssize_t, ",
                     "@cython.locals(excess=Py_ssize_t, gone=list, ")
     assert any("'gone'" in p for p in pxd_drift(py, edited, pyi))

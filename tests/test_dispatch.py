@@ -856,3 +856,36 @@ def test_mesh_context_flip_between_cached_pjit_calls():
                 assert out.sharding.is_equivalent_to(theirs.sharding, 1)
         seen.append(f._cache_size)
     assert seen == [1, 2, 2]
+
+
+def test_every_call_form_reaches_the_same_entry_by_vectorcall():
+    # The compiled DispatchFunction is called by vectorcall (its C entry
+    # builds the arguments; no keywords share one empty dict): positional,
+    # keyword, unpacked and bound-method calls give the same values, and a
+    # keyword call never leaves keywords behind for the next call.
+    from pmapkit.core.hitpath import _compiled
+    f = pmapkit.pmap(lambda x, y: x * 10 + y)
+    n = jax.local_device_count()
+    x = np.ones((n, 2), np.float32)
+    y = np.full((n, 2), 2.0, np.float32)
+    want = x * 10 + y
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x, y)), want)
+        np.testing.assert_array_equal(np.asarray(f(x, y=y)), want)
+        np.testing.assert_array_equal(np.asarray(f(y=y, x=x)), want)
+        np.testing.assert_array_equal(np.asarray(f(*(x, y))), want)
+        np.testing.assert_array_equal(np.asarray(f(**{"x": x, "y": y})), want)
+        with pytest.raises(TypeError):
+            f(x)  # the keyword of the call before is not carried over
+
+    class Holder:
+        g = pmapkit.pmap(lambda self, v: v + 1, static_broadcasted_argnums=0)
+
+        def __hash__(self):
+            return 0
+
+        def __eq__(self, other):
+            return isinstance(other, Holder)
+    np.testing.assert_array_equal(np.asarray(Holder().g(x)), x + 1)
+    vectorcall = bool(type(f).__flags__ & (1 << 11))  # Py_TPFLAGS_HAVE_VECTORCALL
+    assert vectorcall == _compiled.COMPILED

@@ -18,9 +18,9 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import pmapkit
-from pmapkit.core.hitpath._compiled import dispatch as _dispatch
+from pmapkit.core.hitpath._compiled import feed as _feed
 
-ArgumentAliasError = _dispatch.ArgumentAliasError
+ArgumentAliasError = _feed.ArgumentAliasError
 
 CALLS = 3  # the miss, then hits
 

@@ -19,7 +19,9 @@ from _export_helpers import sds, values
 #: Exported, the call path and the JAX boundary; not the exporter, shape
 #: polymorphism, the safety checks, or the core's pmap/pjit machinery.
 LOAD_AND_CALL = {
-    "pmapkit", "pmapkit._jax_private", "pmapkit.export", "pmapkit.export._errors",
+    "pmapkit", "pmapkit._jax_private", *(f"pmapkit._jax_private.{m}" for m in (
+        "core", "runtime", "effects", "express", "interop", "probes", "replaced")),
+    "pmapkit.export", "pmapkit.export._errors",
     "pmapkit.export._header", "pmapkit.export._container", "pmapkit.export._exported",
     "pmapkit.export._serialize", "pmapkit.export._call"}
 

@@ -40,6 +40,8 @@ CORE_SUITES = [
     "tests/test_debugging_tools.py",
     # The core's shared caches (wrappers of one function).
     "tests/test_fresh_wrappers.py",
+    # The probes of JAX's internals: features off, the generic path right.
+    "tests/test_jax_probes.py",
 ]
 HOST_SUITES = [
     # Host values on the hit path: JAX's call of the program, HostSpec puts,

@@ -137,3 +137,18 @@ def test_a_hashed_compiled_module_alone_is_accepted(compiled_copy):
     alone = _import_in(compiled_copy)
     assert alone.returncode == 0, alone.stderr
     assert alone.stdout.startswith("True " + os.path.join(core, "_dispatch.")), alone.stdout
+
+
+def test_a_module_is_stale_when_a_pxd_it_cimports_changes(tmp_path):
+    # _dispatch is compiled against the declarations of the rooms it
+    # cimports (their struct layouts, their C functions): an edit there
+    # changes what its binary must be, so it changes _dispatch's hash too.
+    core = tmp_path / "hitpath"
+    shutil.copytree(CORE, core, ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.so"))
+    assert "_feed" in _source_hash.cimported(str(core), "_dispatch")
+    before = {name: _source_hash.source_hash(str(core), name) for name in _source_hash.MODULES}
+    with open(core / "_feed.pxd", "a") as f:
+        f.write("\n# a declaration change\n")
+    after = {name: _source_hash.source_hash(str(core), name) for name in _source_hash.MODULES}
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {"_feed", "_lru", "_express", "_miss", "_dispatch"}

@@ -1,9 +1,13 @@
-"""Chooses the compiled or the pure-Python build of the dispatch modules.
+"""Chooses the compiled or the pure-Python build of the hit-path modules.
 
 ``PMAPKIT_PUREPYTHON=1`` (read once, at import) loads the ``.py`` sources of
-``_dispatch`` and ``_shard_arg`` under private names even when the compiled
-extensions are installed; otherwise the extensions are used, and where they
-are missing Python's import finds the same sources, so behaviour is identical.
+every hit-path module (``_source_hash.MODULES``: ``_keys``, ``_feed``,
+``_lru``, ``_express``, ``_miss``, ``_dispatch``, ``_shard_arg``) even when
+the compiled extensions are installed: each under its own name, in the
+order they import one another, so that a source importing a sibling gets
+the sibling's source too, never a compiled module beside it. Otherwise the
+extensions are used, and where they are missing Python's import finds the
+same sources, so behaviour is identical.
 
 A compiled extension carries the hash of the sources it was built from
 (``BUILT_FROM``, stamped by setup.py). One whose sources beside it hash
@@ -37,9 +41,14 @@ class StaleBuildError(ImportError):
 
 
 def _load_source(name):
-    qualified = f"pmapkit.core.hitpath.{name}_pure"
-    if qualified in sys.modules:
-        return sys.modules[qualified]
+    qualified = f"pmapkit.core.hitpath.{name}"
+    loaded = sys.modules.get(qualified)
+    if loaded is not None:
+        if _is_extension(loaded):
+            raise ImportError(
+                f"pmapkit: PMAPKIT_PUREPYTHON=1, but the compiled {qualified} was "
+                "imported before pmapkit.core.hitpath._compiled chose the build.")
+        return loaded
     spec = importlib.util.spec_from_file_location(qualified, os.path.join(_HERE, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[qualified] = module
@@ -96,11 +105,21 @@ def _is_extension(module):
     return os.path.splitext(getattr(module, "__file__", "") or "")[1] in (".so", ".pyd")
 
 
-dispatch = _load("_dispatch")
-shard_arg = _load("_shard_arg")
+_loaded = {name: _load(name) for name in _source_hash.MODULES}
 
-#: True when both hot-path modules are Cython extensions.
-COMPILED = _is_extension(dispatch) and _is_extension(shard_arg)
+#: The rooms of the hit path (see ARCHITECTURE.md): the key format, feeding
+#: a call, the shared LRU, the express call, the miss path, the call itself,
+#: and the put of host values.
+keys = _loaded["_keys"]
+feed = _loaded["_feed"]
+lru = _loaded["_lru"]
+express = _loaded["_express"]
+miss = _loaded["_miss"]
+dispatch = _loaded["_dispatch"]
+shard_arg = _loaded["_shard_arg"]
+
+#: True when every hit-path module is a Cython extension.
+COMPILED = all(_is_extension(module) for module in _loaded.values())
 
 
 def _say_the_pure_build_runs_unasked():

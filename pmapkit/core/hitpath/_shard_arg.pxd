@@ -24,8 +24,12 @@ cdef extern from *:
     #ifndef PMAPKIT_SOURCE_HASH
     #define PMAPKIT_SOURCE_HASH ""
     #endif
-    static PyObject *pmapkit_source_hash(void) {
+    /* Guarded: a module cimporting another's .pxd gets this block twice. */
+    #ifndef PMAPKIT_SOURCE_HASH_DEFINED
+    #define PMAPKIT_SOURCE_HASH_DEFINED
+    static CYTHON_UNUSED PyObject *pmapkit_source_hash(void) {
         return PyUnicode_FromString(PMAPKIT_SOURCE_HASH);
     }
+    #endif
     """
     object _built_hash "pmapkit_source_hash" ()

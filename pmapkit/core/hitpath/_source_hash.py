@@ -9,16 +9,45 @@ standard library: setup.py loads this file by path, before pmapkit builds.
 import hashlib
 import mmap
 import os
+import re
 
-#: Each compiled module is built from these two files beside it.
+#: The compiled modules of the hit path, each after the modules it cimports
+#: (the order ``_compiled`` loads them in).
+MODULES = ("_keys", "_feed", "_lru", "_express", "_miss", "_dispatch", "_shard_arg")
+
+#: Each compiled module is built from these two files beside it, and from the
+#: ``.pxd`` of every module it cimports (``cimported``): a declaration changed
+#: there changes the C it was compiled against.
 SOURCE_SUFFIXES = (".py", ".pxd")
+
+_CIMPORT = re.compile(r"^from\s+pmapkit\.core\.hitpath\.(\w+)\s+cimport\b", re.M)
 
 #: What rebuilds the extensions in a checkout (ARCHITECTURE.md).
 REBUILD_COMMAND = "python setup.py build_ext --inplace"
 
 
+def cimported(directory, name):
+    """The hit-path modules ``name``'s ``.pxd`` cimports, and theirs, in
+    order of first mention (none when it has no ``.pxd`` there)."""
+    found = []
+    pending = [name]
+    while pending:
+        try:
+            with open(os.path.join(directory, pending.pop(0) + ".pxd")) as f:
+                text = f.read()
+        except FileNotFoundError:
+            continue
+        for other in _CIMPORT.findall(text):
+            if other != name and other not in found:
+                found.append(other)
+                pending.append(other)
+    return found
+
+
 def source_paths(directory, name):
-    return [os.path.join(directory, name + suffix) for suffix in SOURCE_SUFFIXES]
+    own = [os.path.join(directory, name + suffix) for suffix in SOURCE_SUFFIXES]
+    return own + [os.path.join(directory, other + ".pxd")
+                  for other in cimported(directory, name)]
 
 
 def source_hash(directory, name):

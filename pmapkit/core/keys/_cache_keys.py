@@ -9,7 +9,7 @@ and what clears it.
 
 The core keys a call by interned leaf-signature ids (see
 ``_dispatch.DispatchFunction._sign``) and reads its keys back with
-``_dispatch.decode_key``, beside the signing; ``describe`` turns the parts
+``_keys.decode_key``, beside the signing; ``describe`` turns the parts
 into the classic description: a header "The cache contains N elements:"
 and, per element, its static arguments, the signature of every dynamic
 leaf, keyword names, tree structures, the shardings the entry was compiled
@@ -22,13 +22,13 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
+from pmapkit.core.hitpath._compiled import keys as _keys_mod
 
 
 # -- building keys -------------------------------------------------------------
 
 #: ``static_entry(where, value)``: a static argument's key (see the core).
-static_entry = _dispatch_mod.static_entry
+static_entry = _keys_mod.static_entry
 
 
 def same_static(a, b):
@@ -197,7 +197,7 @@ def _is_extended_context(ctx):
 
 
 def _describe_element(ctx, key, entry, signatures, static_argnums, names, varying):
-    parts = _dispatch_mod.decode_key(key, bool(static_argnums))
+    parts = _keys_mod.decode_key(key, bool(static_argnums))
     leaf_ids = parts["leaf_ids"]
     leaves = [_leaf_words(signatures, i) for i in leaf_ids]
     static_words = ", ".join(

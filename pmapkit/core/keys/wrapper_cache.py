@@ -24,7 +24,7 @@ import types
 import weakref
 
 from pmapkit.core.keys import caches
-from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
+from pmapkit.core.hitpath._compiled import lru as _lru_mod
 
 # Distinct parameter sets kept per function; more evict the oldest (they
 # only cost a trace and a compile when used again).
@@ -93,7 +93,7 @@ class _Shared:
     def __init__(self, spec):
         self.cls = type(spec)
         self.template = {k: v for k, v in vars(spec).items() if k != "fun"}
-        self.caches = _dispatch_mod.SharedCaches()
+        self.caches = _lru_mod.SharedCaches()
 
     def spec_for(self, fun):
         spec = self.cls.__new__(self.cls)

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 
 from pmapkit import _jax_private as jp
-from pmapkit.core.hitpath._compiled import dispatch as _dispatch_mod
+from pmapkit.core.hitpath._compiled import express as _express_mod
+from pmapkit.core.hitpath._compiled import feed as _feed_mod
 from pmapkit.core.hitpath._compiled import shard_arg as _shard_arg_mod
 from pmapkit.core.programs import inflight, moves, special_values
 from pmapkit.core.lowering import kinds
@@ -20,25 +21,21 @@ from pmapkit.core.rules.primitives import pmap_p
 from pmapkit.core.sharding.interning import intern_sharding
 
 #: The leaf classes the dispatch core's hit path recognises.
-LEAF_TYPES = _dispatch_mod.LeafTypes(jp.ArrayImpl, np.ndarray, np.generic,
+LEAF_TYPES = _feed_mod.LeafTypes(jp.ArrayImpl, np.ndarray, np.generic,
                                      np.asarray, jp.ARRAY_SHARDING_ATTR,
                                      jp.raise_if_deleted, jp.PRNGKeyArray)
 
 
-class FastpathData:
-    """What the dispatch core needs to run one signature without Python.
+class FastpathData(_feed_mod.FastpathData):
+    """What the dispatch core needs to run one signature without Python:
+    the contract ``_feed.FastpathData`` declares (its seventeen fields, no
+    more), filled from one ``CompiledProgram``."""
 
-    ``in_shardings``/``host_specs`` are per kept input; ``kept`` maps kept
-    input j to flat leaf index (None: all leaves kept, in order).
-    """
-
-    __slots__ = ("version", "executable", "kept", "in_shardings", "host_specs",
-                 "out_handlers", "out_treedef", "shard_fallback", "is_equivalent",
-                 "mover", "program", "donated", "signs_global", "n_inputs",
-                 "host_call", "host_refusal", "make_express")
+    __slots__ = ()
 
     def __init__(self, program, out_treedef):
-        self.version = _dispatch_mod.FASTPATH_VERSION
+        super().__init__()
+        self.version = _feed_mod.FASTPATH_VERSION
         self.program = program
         self.n_inputs = len(program.in_avals)  # flat leaves a call passes
         self.executable = program.executable
@@ -50,20 +47,10 @@ class FastpathData:
         self.shard_fallback = program.shard_fallback
         self.is_equivalent = program.is_equivalent
         self.mover = program.mover()
-        # Whether global arrays must sign apart from local ones of the same
-        # shape (see the core).
         self.signs_global = program.signs_global
-        # Flat indices of donated leaves (None: the program donates nothing,
-        # and the hit path checks nothing).
         self.donated = program.donated
-        # Runs calls carrying host values (see ``CompiledProgram.host_call``);
-        # None: their values are put by ``host_specs``, for the reason
-        # ``host_refusal`` names (one of ``HOST_ROUTE_REFUSALS``).
-        self.host_call = None
-        self.host_refusal = "not decided"
-        # Makes the express call of a signature with one numpy input
-        # (``CompiledProgram.make_express``); None with no host route.
-        self.make_express = None
+        # ``host_call`` and ``make_express`` stay None, and ``host_refusal``
+        # "not decided", until ``CompiledProgram.fastpath`` decides.
 
     def refuse_host_route(self, reason):
         """No calls through JAX's call, for ``reason`` (``HOST_ROUTE_REFUSALS``)."""
@@ -106,16 +93,16 @@ _watched_entries = -1
 def watch_trace_context():
     """Hook every config state of JAX's trace context that JAX's C++ call
     does not key on (``jp.watch_trace_context_states``), so that a change of
-    one makes every express call stale (``_dispatch.new_express_epoch``);
+    one makes every express call stale (``_express.new_express_epoch``);
     again when states were added. False: express calls are unsafe here."""
     global _watched_entries
     if _watched_entries is None:
         return False
     n = len(jp.trace_context())
     if n != _watched_entries:
-        _watched_entries = jp.watch_trace_context_states(_dispatch_mod.new_express_epoch)
+        _watched_entries = jp.watch_trace_context_states(_express_mod.new_express_epoch)
         # A change before the hooks went unheard: nothing made before counts.
-        _dispatch_mod.new_express_epoch()
+        _express_mod.new_express_epoch()
     return _watched_entries is not None and _watched_entries >= 0
 
 
@@ -318,7 +305,7 @@ class CompiledProgram:
     def _run_flat(self, args):
         if self.donated is not None:
             check_donated_aliases(args, self.donated, in_shardings=self.in_shardings)
-        entry = _dispatch_mod.CacheEntry()
+        entry = _feed_mod.CacheEntry()
         data = self.fastpath(None)
         # Not JAX's C++ call: under jax_debug_nans/infs (calls come here
         # then) it would check the outputs itself, with JAX's error, not ours.
@@ -332,7 +319,7 @@ class CompiledProgram:
                     *_all_inputs(arrays, self.kept, args, self))))
             return _checked_run(outs) if self.checks_at_end else outs
         if self.donated is not None:
-            results = _dispatch_mod.execute_donating(entry, list(args))
+            results = _feed_mod.execute_donating(entry, list(args))
             return results.consume_with_handlers(data.out_handlers)
         return list(entry.run(list(args)))
 
@@ -441,7 +428,7 @@ def same_layout(x, want):
 def find_donated_alias(flat, donated, in_shardings=None):
     """``(i, j)``: flat leaves ``i`` and ``j`` are one array, at least one of
     them donated; None when no donated array appears twice
-    (``_dispatch.find_donated_alias``, the one rule, which the hit path
+    (``_feed.find_donated_alias``, the one rule, which the hit path
     asks too).
 
     With ``in_shardings`` (the program's, per flat input), only a donated
@@ -454,7 +441,7 @@ def find_donated_alias(flat, donated, in_shardings=None):
     if in_shardings is not None:
         def in_place(x, i):
             return same_layout(x, in_shardings[i])
-    return _dispatch_mod.find_donated_alias(flat, tuple(donated), LEAF_TYPES, in_place)
+    return _feed_mod.find_donated_alias(flat, tuple(donated), LEAF_TYPES, in_place)
 
 
 def check_donated_aliases(flat, donated, describe=None, api="pmapkit",
@@ -471,7 +458,7 @@ def check_donated_aliases(flat, donated, describe=None, api="pmapkit",
     i, j = found
     which = ("both are" if i in donated and j in donated
              else f"{describe(i if i in donated else j)} is")
-    raise _dispatch_mod.ArgumentAliasError(
+    raise _feed_mod.ArgumentAliasError(
         f"{api}: the same array is passed as {describe(i)} and as {describe(j)}, "
         f"and {which} donated (donate_argnums). A donated buffer is handed "
         "to the program to overwrite, so it cannot also be another argument "
