@@ -425,3 +425,43 @@ def sharding_spec(self):
                       for d in range(self.ndim))
         return ss.ShardingSpec(sharding=parts, mesh_mapping=(ss.ShardedAxis(0),))
     return ss.named_sharding_to_sharding_spec(sharding, self.ndim)
+
+
+# -- issue 56: names one repository used ---------------------------------------
+
+def prod():
+    """Classic ``jax.util.prod`` / ``jax._src.util.prod``: the product of an
+    iterable, 1 for an empty one -- what ``math.prod`` computes (served as
+    that function)."""
+    import math
+    return math.prod
+
+
+def pdot():
+    def pdot(x, y, axis_name, pos_contract=((), ()), pos_batch=((), ()), precision=None):
+        """Classic ``jax.lax.pdot`` (JAX 0.2.x-0.4.30): the local
+        ``lax.dot_general`` of ``x`` and ``y`` over the positional contracting
+        and batch dimensions, summed over the mapped axes ``axis_name`` --
+        what 0.4.30 lowered it to. Its gradient is the local product's (no
+        sum over the axes), as classic pdot's transpose rules were."""
+        names = tuple(axis_name) if isinstance(axis_name, (list, tuple)) else (axis_name,)
+        dims = (tuple(map(tuple, pos_contract)), tuple(map(tuple, pos_batch)))
+
+        def local(p, q):
+            return jax.lax.dot_general(p, q, dims, precision=precision)
+
+        @jax.custom_vjp
+        def summed(p, q):
+            return jax.lax.psum(local(p, q), names) if names else local(p, q)
+
+        def forward(p, q):
+            return summed(p, q), (p, q)
+
+        def backward(residuals, cotangent):
+            return jax.vjp(local, *residuals)[1](cotangent)
+
+        summed.defvjp(forward, backward)
+        return summed(x, y)
+    pdot.__module__ = "jax.lax"
+    return pdot
+

@@ -30,8 +30,8 @@ from pmapkit.legacy.served_values import (  # noqa: F401
     device_buffer as _device_buffer, device_buffers as _device_buffers,
     import_module as _import, index_op as _index_op, local_shards as _local_shards,
     optix_module as _optix_module, profiler_alias as _profiler_alias, refused as _refused,
-    served as _served, shuffle as _shuffle, stand_in_module, tie_in as _tie_in,
-    tree_function as _tree)
+    refuse_assignment, served as _served, shuffle as _shuffle, stand_in_module,
+    tie_in as _tie_in, tree_function as _tree)
 
 __all__ = ["INTERNAL", "INDEX_METHODS", "census_records", "REAL_USE", "CONFIG_ATTRS", "ARRAY_METHODS",
            "ARRAY_PROPERTIES", "REFUSED_REAL_USE", "UNSERVABLE", "CONFIG_OPTIONS", "ConfigOption",
@@ -277,8 +277,12 @@ REFUSED_NAMES = (
             "jax.lax.map(f, xs, batch_size=8)"),
     Removed("jax.xla_computation", "the AOT API",
             "jax.jit(f).lower(*args).as_text()"),
-    Removed("jax.soft_pmap", "jax.vmap, or jax.shard_map over a mesh",
-            "jax.shard_map(f, mesh=mesh, in_specs=P('i'), out_specs=P('i'))"),
+    Removed("jax.soft_pmap", "jax.vmap(f, in_axes, axis_name=axis_name)",
+            "jax.vmap(f, axis_name='i')(xs)  # soft_pmap(f, 'i')(xs)'s values, "
+            "collectives over 'i' included",
+            why="soft_pmap spread the mapped axis over the local devices (a pmap of "
+                "vmaps); a vmap with the same axis_name gives its values on one device, "
+                "and jax.jit with in_shardings=NamedSharding(mesh, P('i')) spreads it"),
     Removed("jax.custom_transforms", "jax.custom_jvp / jax.custom_vjp",
             "f = jax.custom_jvp(f); f.defjvp(f_jvp)"),
     Removed("jax.interpreters.pxla.make_sharded_device_array",
@@ -303,8 +307,6 @@ REFUSED_NAMES = (
      "jax.experimental.io_callback(read_host, jax.ShapeDtypeStruct(shape, dtype))"),
     ("jax.lax.outfeed", "jax.experimental.io_callback / jax.debug.callback",
      "jax.debug.callback(write_host, x)"),
-    ("jax.lax.pdot", "jnp.dot under jax.shard_map, then jax.lax.psum",
-     "jax.lax.psum(jnp.dot(x, y), 'i')  # inside jax.shard_map"),
     ("jax.lax.xeinsum", "jnp.einsum under jax.shard_map, then jax.lax.psum",
      "jax.lax.psum(jnp.einsum('ij,jk->ik', x, y), 'i')  # inside jax.shard_map"),
     ("jax.lax.all_gather_start", "jax.lax.all_gather", "jax.lax.all_gather(x, 'i')"),

@@ -13,6 +13,7 @@ from pmapkit.legacy import classic_config
 from pmapkit.legacy import classic_test_util
 from pmapkit.legacy import classic_values as cv
 from pmapkit.legacy.removed import INTERNAL, Removed
+from pmapkit.legacy import served_values
 from pmapkit.legacy.served_values import array_type_value, sharding_spec_property
 
 def _same(owner_attr, module, attr=None, note=""):
@@ -31,6 +32,27 @@ def _test_util_record(attr, make=None):
 
 
 REAL_USE = (
+    # issue 56: names one repository (or JAX's own tests) used
+    Removed("jax.ad_checkpoint.checkpoint", "jax.checkpoint", "jax.checkpoint(f)",
+            "jax.checkpoint (the function JAX 0.10 holds as jax._src.ad_checkpoint's "
+            "checkpoint, as 0.4's jax.ad_checkpoint did)",
+            lambda: jax.checkpoint, rename=True),
+    Removed("jax.ad_checkpoint.remat", "jax.checkpoint", "jax.checkpoint(f)",
+            "jax.checkpoint (0.4's jax.ad_checkpoint.remat was its checkpoint)",
+            lambda: jax.checkpoint, rename=True),
+    Removed("jax.interpreters.pxla.axis_index", "jax.lax.axis_index",
+            "jax.lax.axis_index('i')", "jax.lax.axis_index (the same function)",
+            lambda: jax.lax.axis_index, rename=True),
+    Removed("jax.util.prod", "math.prod", "math.prod(x.shape)",
+            "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
+            rename=True),
+    Removed("jax._src.util.prod", "math.prod", "math.prod(x.shape)",
+            "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
+            rename=True),
+    Removed("jax.lax.pdot", "jax.lax.psum of jax.lax.dot_general",
+            "jax.lax.psum(jax.lax.dot_general(x, y, (((1,), (0,)), ((), ()))), 'i')",
+            "lax.psum(lax.dot_general(x, y, (pos_contract, pos_batch)), axis_name): "
+            "what 0.4.30 lowered it to", cv.pdot),
     Removed("jax.ShapedArray", "jax.core.ShapedArray",
             "jax.core.ShapedArray((2, 3), jnp.float32)", "jax.core.ShapedArray (the same class)",
             lambda: jax.core.ShapedArray, rename=True),
@@ -131,6 +153,9 @@ CONFIG_ATTRS = (
 ARRAY_METHODS = (
     Removed("jax.Array.to_py", "numpy.asarray(x)", "np.asarray(x)",
             "the value as a NumPy array", lambda: cv.to_py),
+    Removed("jax.Array.local_data", "x.addressable_shards[i].data",
+            "x.addressable_shards[0].data", "GlobalDeviceArray.local_data: the data of "
+            "the i-th addressable shard", served_values.local_data),
 )
 
 ARRAY_PROPERTIES = (

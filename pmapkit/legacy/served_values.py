@@ -19,7 +19,7 @@ from pmapkit.legacy.removed import (Removed, RemovedAttributeError, RemovedModul
 
 __all__ = ["abstract_arrays_module", "api_module", "array_type", "array_type_value",
            "config_module", "device_buffer", "device_buffers", "import_module", "index_op",
-           "local_shards", "optix_module", "profiler_alias", "refused", "served",
+           "local_data", "local_shards", "optix_module", "profiler_alias", "refuse_assignment", "refused", "served",
            "sharding_spec_property", "shuffle", "stand_in_module", "tie_in",
            "tree_function"]
 
@@ -83,6 +83,22 @@ def device_buffers(self):
 def local_shards():
     from pmapkit.legacy import global_device_array
     return global_device_array.local_shards
+
+
+def refuse_assignment(name, modern):
+    """The setter of classic array property ``name``: assigning it raises an
+    AttributeError that says why (a jax.Array is immutable) and ``modern``."""
+    def assign(self, value):
+        raise RemovedAttributeError(
+            f"{name} cannot be assigned on JAX {jax.__version__}: a jax.Array is "
+            f"immutable (classic arrays let code swap their buffers); make a new array "
+            f"instead, e.g. {modern}")
+    return assign
+
+
+def local_data():
+    from pmapkit.legacy import global_device_array
+    return global_device_array.local_data
 
 
 def device_buffer(self):
