@@ -324,13 +324,15 @@ def clear_error(error: BaseException, full_name: str) -> bool:
     """Whether ``error`` names ``full_name`` (or the module holding it), a
     JAX release that removed it, and what to use instead."""
     text = str(error)
-    module = full_name.rpartition(".")[0]
     if isinstance(error, ModuleNotFoundError) and full_name in text \
             and " needs " in text and "pip install " in text:
         # Served, but on a package classic JAX needed for it too (absl-py for
         # jax.test_util): the error names the name and the install.
         return True
-    named = full_name in text or (module and f"{module} was removed" in text)
+    # the name itself, or a removed module that held it (a name of
+    # jax.experimental.array_api.fft is refused by its package's import)
+    owners = [full_name.rsplit(".", k)[0] for k in range(1, full_name.count("."))]
+    named = full_name in text or any(f"{owner} was removed" in text for owner in owners)
     says_what = ("instead" in text or "no public replacement" in text
                  or "use " in text.lower())
     return bool(named and _RELEASE.search(text) and "removed" in text and says_what)

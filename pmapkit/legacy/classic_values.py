@@ -465,3 +465,40 @@ def pdot():
     pdot.__module__ = "jax.lax"
     return pdot
 
+
+
+def array_device(self):
+    """Classic ``DeviceArray._device``: the device a single-device array is
+    committed to, None for an uncommitted one (``jax.device_put(x)`` without
+    a device)."""
+    devices = self.devices()
+    if len(devices) != 1:
+        raise AttributeError(f"_device: an array on {len(devices)} devices has no one "
+                             "device (classic ShardedDeviceArrays had none): use "
+                             "x.devices() or x.sharding")
+    return next(iter(devices)) if self.committed else None
+
+
+def effect_set_add():
+    """``lowerable_effects.add`` / ``allowed_effects.add``: until JAX 0.4.4
+    these were Python sets of effects; since 0.4.5 they are EffectTypeSets of
+    effect types, with ``add_type``. A property that refuses, saying so."""
+    from pmapkit.legacy.removed import RemovedAttributeError
+
+    def add(self):
+        raise RemovedAttributeError(
+            "jax.interpreters.mlir.lowerable_effects.add (and "
+            "jax._src.lax.control_flow.allowed_effects.add) was removed in JAX 0.4.5: "
+            "the effect sets hold effect types since then; use add_type instead, e.g. "
+            "jax.interpreters.mlir.lowerable_effects.add_type(type(effect))")
+    return property(add)
+
+
+def nn_functions_module():
+    """``jax.nn.functions`` (JAX 0.1-0.2.0): the module of jax.nn's
+    activation functions, the same objects jax.nn holds."""
+    import jax.nn
+    names = {n: getattr(jax.nn, n) for n in dir(jax.nn)
+             if not n.startswith("_") and callable(getattr(jax.nn, n))}
+    return _module("jax.nn.functions", "jax.nn.functions as JAX 0.1-0.2.0 had it: "
+                   "jax.nn's functions (the same objects).", **names)

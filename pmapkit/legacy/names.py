@@ -263,6 +263,8 @@ MODULES = (
             "isinstance(d, jax.Device) and d.platform == 'cpu'",
             "jaxlib._jax's objects with per-platform device classes (isinstance by "
             "platform)", lambda: classic_devices.xla_extension_module("jax.lib.xla_extension")),
+    _served("jax.nn.functions", "jax.nn", "jax.nn.relu(x)",
+            "a module of jax.nn's functions (the same objects)", cv.nn_functions_module),
     _served("jax.extend.ffi", "jax.ffi", "jax.ffi.ffi_call(...)",
             "a module of jax.ffi's functions (the same objects)", cv.extend_ffi_module),
 )
@@ -330,6 +332,10 @@ REFUSED_NAMES = (
 ))
 
 REFUSED_MODULES = (
+    Removed("jax.experimental.array_api", "jax.numpy (array-API compliant)",
+            "import jax.numpy as xp"),
+    Removed("jax.experimental.array_api.fft", "jax.numpy.fft", "jnp.fft.fft(x)"),
+    Removed("jax.experimental.array_api.linalg", "jax.numpy.linalg", "jnp.linalg.inv(x)"),
     Removed("jax.experimental.gda_serialization", "orbax-checkpoint, or "
             "jax.experimental.array_serialization.serialization",
             "orbax.checkpoint.PyTreeCheckpointer().save(path, tree)",

@@ -49,6 +49,27 @@ REAL_USE = (
     Removed("jax._src.util.prod", "math.prod", "math.prod(x.shape)",
             "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
             rename=True),
+    Removed("jax.ad.primitive_jvps", "jax.interpreters.ad.primitive_jvps",
+            "jax.interpreters.ad.primitive_jvps[prim] = jvp_rule",
+            "jax.interpreters.ad.primitive_jvps (the same dict; classic jax.ad was "
+            "jax.interpreters.ad)", cv.private_object("jax._src.interpreters.ad",
+                                                      "primitive_jvps"), rename=True),
+    Removed("jax.ad.primitive_transposes", "jax.interpreters.ad.primitive_transposes",
+            "jax.interpreters.ad.primitive_transposes[prim] = transpose_rule",
+            "jax.interpreters.ad.primitive_transposes (the same dict)",
+            cv.private_object("jax._src.interpreters.ad", "primitive_transposes"),
+            rename=True),
+    Removed("jax._src.lax.control_flow.allowed_effects", INTERNAL, "",
+            "jax._src.effects.control_flow_allowed_effects (the same object, as 0.4.5-0.4.x "
+            "held it there)", cv.private_object("jax._src.effects",
+                                                 "control_flow_allowed_effects")),
+    Removed("jax._src.effects.EffectTypeSet.add", "EffectTypeSet.add_type",
+            "jax.interpreters.mlir.lowerable_effects.add_type(type(effect))",
+            "a property refusing it: the effect sets are of types since 0.4.5",
+            cv.effect_set_add),
+    Removed("jax._src.numpy.lax_numpy.ndarray", "jax.Array", "isinstance(x, jax.Array)",
+            "jax.Array (jnp.ndarray, the class classic lax_numpy re-exported)",
+            array_type_value, rename=True),
     Removed("jax.lax.pdot", "jax.lax.psum of jax.lax.dot_general",
             "jax.lax.psum(jax.lax.dot_general(x, y, (((1,), (0,)), ((), ()))), 'i')",
             "lax.psum(lax.dot_general(x, y, (pos_contract, pos_batch)), axis_name): "
@@ -159,6 +180,10 @@ ARRAY_METHODS = (
 )
 
 ARRAY_PROPERTIES = (
+    Removed("jax.Array._device", "x.devices() / x.committed",
+            "next(iter(x.devices())) if x.committed else None",
+            "the committed device of a one-device array, None when uncommitted "
+            "(classic DeviceArray._device)", lambda: cv.array_device),
     Removed("jax.Array.sharding_spec", "x.sharding", "x.sharding",
             "the layout as a classic ShardingSpec (pmapkit.sharding_specs)",
             lambda: sharding_spec_property),
@@ -220,6 +245,12 @@ REFUSED_REAL_USE = (
           "jax.make_array_from_process_local_data"),
     _gone("jax.util.extend_name_stack", "name stacks are source_info_util's since JAX "
           "0.2", "jax.named_scope", "with jax.named_scope('name'): ..."),
+    _gone("jax._src.lax.control_flow.for_loop", "the Ref-based for_loop prototype left "
+          "JAX: loops carry their state functionally", "jax.lax.fori_loop",
+          "jax.lax.fori_loop(0, n, lambda i, carry: body(i, carry), init)"),
+    _gone("jax._src.lax.control_flow.for_loop.for_loop", "the Ref-based for_loop "
+          "prototype left JAX: loops carry their state functionally", "jax.lax.fori_loop",
+          "jax.lax.fori_loop(0, n, lambda i, carry: body(i, carry), init)"),
     _gone("jax.defvjp_all", "custom differentiation rules are custom_vjp's since JAX "
           "0.2", "jax.custom_vjp", "f = jax.custom_vjp(f); f.defvjp(fwd, bwd)"),
 )

@@ -124,6 +124,29 @@ OVERRIDES = {
     "jax.experimental.jax2tf.jax_export": ("0.4.22", "jax2tf needs TensorFlow: not probed"),
     "jax.experimental.jax2tf.jax_export.serialize": ("0.4.22", "as the module above"),
 }
+# facts read from the sources of the releases between the collected ones
+# (issue 56: jax sdists 0.2.0-0.4.12) or a module's own names' window
+OVERRIDES.update({
+    "jax.experimental.array_api": ("0.5.0..0.6.2", "a module with no pair of its own: "
+                                   "the census window of its names"),
+    "jax.experimental.array_api.fft": ("0.5.0..0.6.2", "as the module above"),
+    "jax.experimental.array_api.linalg": ("0.5.0..0.6.2", "as the module above"),
+    "jax._src.util.prod": ("0.4.5", "the sdists: in jax/_src/util.py to 0.4.4"),
+    "jax._src.numpy.lax_numpy.ndarray": ("0.4.5", "the sdists: imported to 0.4.4"),
+    "jax._src.lax.control_flow.allowed_effects": ("0.4.13..0.4.30", "probed: 0.4.13 "
+                                                  "has it, 0.4.30 does not"),
+    "jax._src.effects.EffectTypeSet.add": ("0.4.5", "the sdists: a set to 0.4.4"),
+    "jax._src.lax.control_flow.for_loop": ("0.7.0..0.9.2", "the installed releases: "
+                                           "0.6.2 has the module, 0.9.2 not"),
+    "jax._src.lax.control_flow.for_loop.for_loop": ("0.7.0..0.9.2", "as the module above"),
+    "jax.Array._device": ("0.4.14", "DeviceArray's attribute; jax.Array took its place"),
+    "jax.interpreters.pxla.axis_index": ("0.1.77 at the latest", "not in the sources of "
+                                         "0.1.77, the oldest release the census reads"),
+    "jax.ad.primitive_jvps": ("0.4.14..0.4.30", "probed: jax.ad, jax.interpreters.ad as an "
+                              "attribute, answers in 0.4.13, not in 0.4.30"),
+    "jax.ad.primitive_transposes": ("0.4.14..0.4.30", "as jax.ad.primitive_jvps"),
+})
+
 # The release notes name the very release inside a census window (releases
 # between the read or installable ones): each must lie in its window.
 _NARROWED = {
