@@ -30,7 +30,7 @@ import warnings
 
 __all__ = ["RELEASES", "COLLECTED", "ERAS", "TARGET_RELEASE", "release_names", "union", "history",
            "removed_in", "module_removed_in", "config_removed_in", "origin", "classify", "clear_error", "counts",
-           "OUTCOMES", "public_homes", "RealUse", "RealUseSource", "real_use", "real_use_sources"]
+           "OUTCOMES", "public_homes", "real_use_missing", "RealUse", "RealUseSource", "real_use", "real_use_sources"]
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
@@ -247,6 +247,18 @@ def removed_in(full_name: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
+def real_use_missing() -> frozenset:
+    """Names of the census of real use this JAX lacks whose module it still
+    has, outside the release census (``census_data/real_use_missing.txt``,
+    written by ``python -m pmapkit.legacy.census_check --write-missing``)."""
+    path = os.path.join(_DATA, "real_use_missing.txt")
+    if not os.path.exists(path):
+        return frozenset()
+    with open(path) as f:
+        return frozenset(line.strip() for line in f if line.strip() and line[0] != "#")
+
+
+@functools.lru_cache(maxsize=None)
 def public_homes() -> dict[str, str]:
     """``{classic name: public name}`` for census names whose object JAX
     still exports publicly under another name (``census_data/public_homes.txt``,
@@ -338,14 +350,43 @@ def clear_error(error: BaseException, full_name: str) -> bool:
     return bool(named and _RELEASE.search(text) and "removed" in text and says_what)
 
 
+def _outside_package(module_name, error):
+    """Whether importing ``module_name`` failed for want of a package outside
+    JAX (TensorFlow for jax2tf, tensorstore, xprof) while this JAX has the
+    module: JAX's name all the same; the program brings the package."""
+    if not isinstance(error, ImportError):
+        return False
+    if isinstance(error, ModuleNotFoundError) and error.name \
+            and error.name.partition(".")[0] not in ("jax", "jaxlib"):
+        return True
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except ImportError as above:     # the package above it fails to import
+        parent = module_name.rpartition(".")[0]
+        return bool(parent) and _outside_package(parent, above)
+    except Exception:
+        return False
+    # this JAX has the module's file, and importing it raised an ImportError
+    # of its own ("requires xprof"): not a module JAX lacks
+    return spec is not None and not (isinstance(error, ModuleNotFoundError)
+                                     and error.name == module_name)
+
+
 def _probe(module_name, name):
-    """``(True, None)`` when ``module.name`` is reachable, else ``(False, error)``."""
+    """``(True, None)`` when ``module.name`` is reachable (or its module is
+    this JAX's but needs a package outside JAX), else ``(False, error)``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             module = importlib.import_module(module_name)
-            getattr(module, name)
         except Exception as e:      # every failure is classified, none escapes
+            return (True, None) if _outside_package(module_name, e) else (False, e)
+        try:
+            getattr(module, name)
+        except Exception as e:      # a submodule read as an attribute too
+            if _outside_package(f"{module_name}.{name}", e):
+                return True, None
             return False, e
     return True, None
 

@@ -46,6 +46,8 @@ import os
 import subprocess
 import sys
 
+from pmapkit.legacy.census_sources import SKIP_PARTS
+
 __all__ = ["SKIP_PARTS", "WALKED", "collect", "probe", "main"]
 
 # Runs in the classic environment (as ``python -c``): prints one JSON object.
@@ -62,6 +64,7 @@ def public(parts):
         and not parts[-1].endswith("_test")
 
 MODULES = []
+ONLY = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
 root = os.path.dirname(jax.__file__)
 for folder, dirs, files in os.walk(root):
     dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
@@ -73,6 +76,8 @@ for folder, dirs, files in os.walk(root):
         if public(parts):
             MODULES.append(".".join(parts))
 MODULES.sort()
+if ONLY is not None:
+    MODULES = [m for m in MODULES if m in ONLY]
 TYPING = {"typing", "typing_extensions", "collections.abc", "abc"}
 
 STDLIB = set(sys.stdlib_module_names) - {"__future__"}
@@ -164,8 +169,6 @@ def probe(python: str, pairs) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-#: Folders of the installed package that hold no API: tests and examples.
-SKIP_PARTS = ("tests", "examples", "testdata")
 
 
 def collect(python: str) -> dict:
@@ -181,7 +184,22 @@ def collect(python: str) -> dict:
                           cwd=os.path.dirname(os.path.abspath(python)))
     if proc.returncode != 0:
         raise RuntimeError(f"collecting with {python} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    # A module whose import failed after the others is read again alone, in
+    # a fresh interpreter: an earlier module's failed import can leave a
+    # package half-initialised (0.4.13's jax.scipy.linalg then misses tril).
+    for module in sorted(result["missing"]):
+        alone = subprocess.run([python, "-I", "-c", _COLLECTOR, json.dumps(SKIP_PARTS),
+                                json.dumps([module])], capture_output=True, text=True,
+                               env=env, timeout=900, cwd=os.path.dirname(os.path.abspath(python)))
+        if alone.returncode == 0:
+            again = json.loads(alone.stdout.strip().splitlines()[-1])
+            if module in again["modules"]:
+                result["modules"][module] = again["modules"][module]
+                del result["missing"][module]
+            else:
+                result["missing"][module] = again["missing"].get(module, result["missing"][module])
+    return result
 
 
 def _write(result: dict, out_dir: str) -> str:

@@ -70,6 +70,9 @@ REAL_USE = (
     Removed("jax._src.numpy.lax_numpy.ndarray", "jax.Array", "isinstance(x, jax.Array)",
             "jax.Array (jnp.ndarray, the class classic lax_numpy re-exported)",
             array_type_value, rename=True),
+    Removed("jax._src.numpy.lax_numpy.float32", "jax.numpy.float32", "jnp.float32(1.5)",
+            "jax.numpy.float32 (the scalar type classic lax_numpy defined)",
+            lambda: jnp.float32, rename=True),
     Removed("jax.lax.pdot", "jax.lax.psum of jax.lax.dot_general",
             "jax.lax.psum(jax.lax.dot_general(x, y, (((1,), (0,)), ((), ()))), 'i')",
             "lax.psum(lax.dot_general(x, y, (pos_contract, pos_batch)), axis_name): "
