@@ -277,7 +277,7 @@ REFUSED_NAMES = (
             "jax.lax.map(f, xs, batch_size=8)"),
     Removed("jax.experimental.maps.SerialLoop", "jax.lax.scan / jax.lax.map",
             "jax.lax.map(f, xs, batch_size=8)"),
-    Removed("jax.xla_computation", "the AOT API",
+    Removed("jax.xla_computation", "jax.jit(f).lower(*args), the AOT API",
             "jax.jit(f).lower(*args).as_text()"),
     Removed("jax.soft_pmap", "jax.vmap(f, in_axes, axis_name=axis_name)",
             "jax.vmap(f, axis_name='i')(xs)  # soft_pmap(f, 'i')(xs)'s values, "

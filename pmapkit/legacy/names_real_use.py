@@ -223,7 +223,8 @@ REFUSED_REAL_USE = (
     _gone("jax.core.new_main", _STACKLESS, "jax.make_jaxpr / primitives with rules"),
     _gone("jax.core.thread_local_state", _STACKLESS, "jax.make_jaxpr / primitives with rules"),
     _gone("jax.core.extract_call_jaxpr", "call primitives carry their jaxpr in their "
-          "params", "eqn.params['jaxpr']"),
+          "params", "the params['jaxpr'] of a call's jax.extend.core.JaxprEqn",
+          "eqn.params['jaxpr']"),
     _gone("jax.interpreters.partial_eval.trace_to_jaxpr", _STACKLESS, "jax.make_jaxpr",
           "jax.make_jaxpr(f)(*args)"),
     _gone("jax.interpreters.partial_eval.trace_to_jaxpr_final", _STACKLESS, "jax.make_jaxpr",
