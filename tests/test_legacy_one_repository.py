@@ -156,3 +156,9 @@ def test_the_records_name_math_prod_and_the_real_release():
         assert record.modern == "math.prod" and record.served_by.startswith("math.prod")
         assert record.make()([2, 3]) == 6
     assert names.by_name("jax.util.prod").removed_in == "0.2.1..0.2.10"
+    # `pmapkit migrate` reads the same table: it renames to math.prod, as
+    # `pmapkit run` serves it (one text, not two)
+    from pmapkit.tools.migrate import rules_trees_ops
+    moves, reasons = rules_trees_ops.census_tables()
+    assert moves["jax.util.prod"] == moves["jax._src.util.prod"] == "math.prod"
+    assert "jax.util.prod" not in reasons

@@ -214,10 +214,10 @@ def test_the_leftover_scan_flags_config_attributes_options_and_array_members():
 
 
 def test_the_docs_section_is_the_census_as_it_stands():
-    """docs/classic-names.md's census-of-real-use section is what
-    docs/_tools/real_use_table.py writes from the table and this JAX."""
+    """docs/classic-names.md's census tables (per release, and of real use)
+    are what docs/_tools/census_tables.py writes from the data and this JAX."""
     from _install import REPO     # the checkout, also when the tests run from a copy
-    tool = os.path.join(REPO, "docs", "_tools", "real_use_table.py")
+    tool = os.path.join(REPO, "docs", "_tools", "census_tables.py")
     if not os.path.isfile(tool):
         import pytest
         pytest.skip("no docs/ in the checkout; set PMAPKIT_CHECKOUT")

@@ -230,6 +230,12 @@ def _install_removed_names():
     array properties, and the modules served by the finder; each only where
     this JAX lacks it."""
     new = []
+    # the served modules first: a name may go on one (jax.util.prod)
+    for record in legacy_names.MODULES:
+        if record.name == "jax.config":
+            new += _install_config_module(record)
+        else:
+            new += _install_module(record.name, record.make)
     for record in legacy_names.NAMES:
         if record.owner not in sys.modules and _module_exists(record.owner):
             # set when the program imports its module (install imports nothing)
@@ -251,11 +257,6 @@ def _install_removed_names():
             if served is not None:
                 setattr(cls, record.attr, served)
                 new.append(record.name)
-    for record in legacy_names.MODULES:
-        if record.name == "jax.config":
-            new += _install_config_module(record)
-        else:
-            new += _install_module(record.name, record.make)
     return new
 
 

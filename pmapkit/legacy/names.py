@@ -98,6 +98,14 @@ NAMES = tuple(
                "NamedSharding(Mesh(devices, ('i',)), P('i'))",
                "pmapkit.legacy.pmap_sharding.PmapSharding (pmap layouts as NamedSharding)",
                lambda: pmap_sharding.PmapSharding),
+       # the classic product of an iterable (1 when empty): what math.prod is;
+       # in NAMES so that `pmapkit migrate` and `pmapkit run` say the same
+       Removed("jax.util.prod", "math.prod", "math.prod(x.shape)",
+               "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
+               rename=True),
+       Removed("jax._src.util.prod", "math.prod", "math.prod(x.shape)",
+               "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
+               rename=True),
        Removed("jax.lax.tie_in", "nothing (a no-op since JAX 0.2.0)",
                "y  # instead of lax.tie_in(x, y)", "a no-op returning y", _tie_in)]
     + [_served(n, modern, example, by, make) for n, modern, example, by, make in (

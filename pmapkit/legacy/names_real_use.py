@@ -43,12 +43,6 @@ REAL_USE = (
     Removed("jax.interpreters.pxla.axis_index", "jax.lax.axis_index",
             "jax.lax.axis_index('i')", "jax.lax.axis_index (the same function)",
             lambda: jax.lax.axis_index, rename=True),
-    Removed("jax.util.prod", "math.prod", "math.prod(x.shape)",
-            "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
-            rename=True),
-    Removed("jax._src.util.prod", "math.prod", "math.prod(x.shape)",
-            "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
-            rename=True),
     Removed("jax.ad.primitive_jvps", "jax.interpreters.ad.primitive_jvps",
             "jax.interpreters.ad.primitive_jvps[prim] = jvp_rule",
             "jax.interpreters.ad.primitive_jvps (the same dict; classic jax.ad was "
