@@ -139,6 +139,7 @@ OVERRIDES.update({
     "jax._src.lax.control_flow.for_loop": ("0.7.0..0.9.2", "the installed releases: "
                                            "0.6.2 has the module, 0.9.2 not"),
     "jax._src.lax.control_flow.for_loop.for_loop": ("0.7.0..0.9.2", "as the module above"),
+    "jax.Array.local_data": ("0.4.7", "GlobalDeviceArray's method, as local_shards"),
     "jax.Array._device": ("0.4.14", "DeviceArray's attribute; jax.Array took its place"),
     "jax.interpreters.pxla.axis_index": ("0.1.77 at the latest", "not in the sources of "
                                          "0.1.77, the oldest release the census reads"),
