@@ -510,6 +510,8 @@ def _install_refusals():
     for name in sorted(census_modules - known):
         if not _module_exists(name) and name.partition(".")[0] == "jax":
             record = legacy_names.by_name(name) if legacy_names.known(name) else None
+            if record is not None and record.make is not None:
+                continue    # served as a name (jax.lib.xla_client): never refused
             modules.append(record or internal_module_record(name))
     for record in modules:
         if not _module_exists(record.name):

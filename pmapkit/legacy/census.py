@@ -350,27 +350,28 @@ def clear_error(error: BaseException, full_name: str) -> bool:
     return bool(named and _RELEASE.search(text) and "removed" in text and says_what)
 
 
+def _file_spec(name):
+    """The spec of module ``name`` found from the files alone (no package
+    above it imported), or None: whether this JAX has the module's file."""
+    import importlib.machinery
+    parts = name.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0])
+    for k in range(1, len(parts)):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:k + 1]),
+                                                       spec.submodule_search_locations)
+    return spec
+
+
 def _outside_package(module_name, error):
-    """Whether importing ``module_name`` failed for want of a package outside
-    JAX (TensorFlow for jax2tf, tensorstore, xprof) while this JAX has the
-    module: JAX's name all the same; the program brings the package."""
-    if not isinstance(error, ImportError):
+    """Whether importing ``module_name`` failed while this JAX has the
+    module's file: it needs a package outside JAX (TensorFlow for jax2tf,
+    tensorstore, xprof). JAX's name all the same; the program brings the
+    package."""
+    if not isinstance(error, ImportError) or _file_spec(module_name) is None:
         return False
-    if isinstance(error, ModuleNotFoundError) and error.name \
-            and error.name.partition(".")[0] not in ("jax", "jaxlib"):
-        return True
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except ImportError as above:     # the package above it fails to import
-        parent = module_name.rpartition(".")[0]
-        return bool(parent) and _outside_package(parent, above)
-    except Exception:
-        return False
-    # this JAX has the module's file, and importing it raised an ImportError
-    # of its own ("requires xprof"): not a module JAX lacks
-    return spec is not None and not (isinstance(error, ModuleNotFoundError)
-                                     and error.name == module_name)
+    return not (isinstance(error, ModuleNotFoundError) and error.name == module_name)
 
 
 def _probe(module_name, name):

@@ -309,9 +309,12 @@ def removals_added(out_dir: str) -> str:
     import jax
     every = sorted(set(_all_releases(sys.executable)) | set(order) | {jax.__version__},
                    key=_version_key)
+    from pmapkit.legacy.census import _probe
     added = []
     for name in candidates:
-        if name in here:
+        if name in here or _probe(*name.rsplit(".", 1))[0]:
+            # answers here, or its module is this JAX's and needs a package
+            # outside JAX (TensorFlow, tensorstore, xprof): not removed
             continue
         last = max((v for v in order if name in found[v]), key=_version_key)
         later = [v for v in order if _version_key(v) > _version_key(last)]
@@ -382,6 +385,10 @@ def sources(sdists, out_dir):
     unknown = [p for p in pairs if p not in collected]
     here = probe(sys.executable, unknown)["modules"]
     answers = {(m, n) for m, names in here.items() for n in names}
+    # a module this JAX has that needs a package outside JAX (TensorFlow,
+    # tensorstore, xprof) does not import in the probe: not removed
+    from pmapkit.legacy.census import _probe
+    answers |= {p for p in unknown if p not in answers and _probe(*p)[0]}
     every = _all_releases(sys.executable) or order
     everything = sorted(set(every) | set(order) | set(census.COLLECTED), key=_version_key)
 
