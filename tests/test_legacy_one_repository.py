@@ -150,15 +150,18 @@ def test_pmapkit_run_serves_the_0_4_module_jax_ad_checkpoint(tmp_path):
 
 
 def test_the_records_name_math_prod_and_the_real_release():
+    """One text for ``jax.util.prod`` whoever reads it: ``pmapkit run``
+    serves math.prod (in the served jax.util module, and on jax._src.util),
+    ``pmapkit migrate`` renames ``jax._src.util.prod`` to it and says it for
+    ``jax.util``'s names, each with its own release."""
     from pmapkit.legacy import names
-    for name in ("jax.util.prod", "jax._src.util.prod"):
-        record = names.by_name(name)
-        assert record.modern == "math.prod" and record.served_by.startswith("math.prod")
-        assert record.make()([2, 3]) == 6
-    assert names.by_name("jax.util.prod").removed_in == "0.2.1..0.2.10"
-    # `pmapkit migrate` reads the same table: it renames to math.prod, as
-    # `pmapkit run` serves it (one text, not two)
+    record = names.by_name("jax._src.util.prod")
+    assert record.modern == "math.prod" and record.served_by.startswith("math.prod")
+    assert record.make()([2, 3]) == 6 and record.removed_in == "0.4.5"
+    classic = names.by_name("jax.util.prod")
+    assert "math.prod" in classic.modern and classic.removed_in == "0.2.1..0.2.10"
     from pmapkit.tools.migrate import rules_trees_ops
     moves, reasons = rules_trees_ops.census_tables()
-    assert moves["jax.util.prod"] == moves["jax._src.util.prod"] == "math.prod"
-    assert "jax.util.prod" not in reasons
+    assert moves["jax._src.util.prod"] == "math.prod"
+    assert "use math.prod for prod" in reasons["jax.util"]
+    assert "JAX internal; no public replacement, e.g." not in reasons["jax.util"]

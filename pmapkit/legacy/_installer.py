@@ -230,12 +230,6 @@ def _install_removed_names():
     array properties, and the modules served by the finder; each only where
     this JAX lacks it."""
     new = []
-    # the served modules first: a name may go on one (jax.util.prod)
-    for record in legacy_names.MODULES:
-        if record.name == "jax.config":
-            new += _install_config_module(record)
-        else:
-            new += _install_module(record.name, record.make)
     for record in legacy_names.NAMES:
         if record.owner not in sys.modules and _module_exists(record.owner):
             # set when the program imports its module (install imports nothing)
@@ -257,6 +251,11 @@ def _install_removed_names():
             if served is not None:
                 setattr(cls, record.attr, served)
                 new.append(record.name)
+    for record in legacy_names.MODULES:
+        if record.name == "jax.config":
+            new += _install_config_module(record)
+        else:
+            new += _install_module(record.name, record.make)
     return new
 
 
@@ -510,8 +509,6 @@ def _install_refusals():
     for name in sorted(census_modules - known):
         if not _module_exists(name) and name.partition(".")[0] == "jax":
             record = legacy_names.by_name(name) if legacy_names.known(name) else None
-            if record is not None and record.make is not None:
-                continue    # served as a name (jax.lib.xla_client): never refused
             modules.append(record or internal_module_record(name))
     for record in modules:
         if not _module_exists(record.name):

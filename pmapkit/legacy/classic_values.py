@@ -156,8 +156,10 @@ def util_module():
             values[name] = jp.util_helper(name)
         except AttributeError:
             pass
+    import math
+    values.setdefault("prod", math.prod)    # jax.util.prod (JAX 0.1-0.2.0): math.prod
     return _module("jax.util", "jax.util as JAX before 0.5 had it: the helpers "
-                   "JAX still has (the same objects).", **values)
+                   "JAX still has (the same objects), and prod (math.prod).", **values)
 
 
 # -- sharding -------------------------------------------------------------------

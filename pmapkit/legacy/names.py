@@ -98,11 +98,8 @@ NAMES = tuple(
                "NamedSharding(Mesh(devices, ('i',)), P('i'))",
                "pmapkit.legacy.pmap_sharding.PmapSharding (pmap layouts as NamedSharding)",
                lambda: pmap_sharding.PmapSharding),
-       # the classic product of an iterable (1 when empty): what math.prod is;
-       # in NAMES so that `pmapkit migrate` and `pmapkit run` say the same
-       Removed("jax.util.prod", "math.prod", "math.prod(x.shape)",
-               "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
-               rename=True),
+       # the classic product of an iterable (1 when empty): what math.prod is
+       # (jax.util.prod: in the served jax.util module, classic_values)
        Removed("jax._src.util.prod", "math.prod", "math.prod(x.shape)",
                "math.prod (the classic product of an iterable, 1 when empty)", cv.prod,
                rename=True),
@@ -247,9 +244,9 @@ MODULES = (
             "from jax.extend import linear_util as lu",
             "a module of jax.extend.linear_util's objects (the same ones)",
             cv.linear_util_module),
-    _served("jax.util", INTERNAL,
-            "", "a module of the helpers JAX "
-            "still has (jax._src.util: the same objects)", cv.util_module),
+    _served("jax.util", "math.prod for prod; the other helpers are JAX internals",
+            "math.prod(x.shape)", "a module of the helpers JAX still has (jax._src.util: "
+            "the same objects) and prod (math.prod)", cv.util_module),
     _served("jax.experimental.x64_context", "jax.enable_x64",
             "with jax.enable_x64(True): ...", "a module with enable_x64/disable_x64",
             cv.x64_context_module),
@@ -273,6 +270,10 @@ MODULES = (
             "platform)", lambda: classic_devices.xla_extension_module("jax.lib.xla_extension")),
     _served("jax.nn.functions", "jax.nn", "jax.nn.relu(x)",
             "a module of jax.nn's functions (the same objects)", cv.nn_functions_module),
+    # a module of the walked releases too (jax/lib/xla_client.py): importable
+    # as one, as well as the attribute NAMES sets on jax.lib
+    _served("jax.lib.xla_client", "jaxlib.xla_client (internal)",
+            "from jaxlib import xla_client", "jaxlib.xla_client", cv.xla_client),
     _served("jax.extend.ffi", "jax.ffi", "jax.ffi.ffi_call(...)",
             "a module of jax.ffi's functions (the same objects)", cv.extend_ffi_module),
 )
@@ -466,7 +467,9 @@ def census_records():
             source = sources.get(module)
             ours = _ALL.get(module)
             outside = _outside_object(census.origin(name))
-            owner_here = not census.missing_here(module) or (
+            refused_owner = any(module == r.name or module.startswith(r.name + ".")
+                                for r in REFUSED_MODULES)
+            owner_here = (not census.missing_here(module) and not refused_owner) or (
                 ours is not None and (ours.make is not None
                                       or ours.served_by.startswith("pmapkit.")))
             if outside is not None and owner_here:
