@@ -89,7 +89,13 @@ def xla_bridge_module():
 
 
 def xla_client():
+    """``jax.lib.xla_client``: jaxlib's module. Classic releases had it as a
+    module file too (``import jax.lib.xla_client``): the module is listed
+    under that name as well when it is served, so the import finds it
+    without pmapkit's finder building anything."""
+    import sys
     import jaxlib.xla_client
+    sys.modules.setdefault("jax.lib.xla_client", jaxlib.xla_client)
     return jaxlib.xla_client
 
 

@@ -270,10 +270,6 @@ MODULES = (
             "platform)", lambda: classic_devices.xla_extension_module("jax.lib.xla_extension")),
     _served("jax.nn.functions", "jax.nn", "jax.nn.relu(x)",
             "a module of jax.nn's functions (the same objects)", cv.nn_functions_module),
-    # a module of the walked releases too (jax/lib/xla_client.py): importable
-    # as one, as well as the attribute NAMES sets on jax.lib
-    _served("jax.lib.xla_client", "jaxlib.xla_client (internal)",
-            "from jaxlib import xla_client", "jaxlib.xla_client", cv.xla_client),
     _served("jax.extend.ffi", "jax.ffi", "jax.ffi.ffi_call(...)",
             "a module of jax.ffi's functions (the same objects)", cv.extend_ffi_module),
 )
