@@ -456,6 +456,7 @@ def census_records():
         for owner, source in _SAME_OBJECTS:
             sources[owner] = importlib.import_module(source)
         homes = census.public_homes()
+        module_here = {}
         for module, attr in census.union():
             name = f"{module}.{attr}"
             if name in _ALL or not census.missing_here(name):
@@ -463,9 +464,12 @@ def census_records():
             source = sources.get(module)
             ours = _ALL.get(module)
             outside = _outside_object(census.origin(name))
-            refused_owner = any(module == r.name or module.startswith(r.name + ".")
-                                for r in REFUSED_MODULES)
-            owner_here = (not census.missing_here(module) and not refused_owner) or (
+            if module not in module_here:
+                # its file on this JAX, and not refused by the table
+                module_here[module] = census._file_spec(module) is not None and not any(
+                    module == r.name or module.startswith(r.name + ".")
+                    for r in REFUSED_MODULES)
+            owner_here = (not census.missing_here(module) and module_here[module]) or (
                 ours is not None and (ours.make is not None
                                       or ours.served_by.startswith("pmapkit.")))
             if outside is not None and owner_here:
