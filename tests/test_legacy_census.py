@@ -342,7 +342,8 @@ def test_refused_names_raise_a_clear_error_where_touched(tmp_path):
     v = jax.__version__
     expect = {
         "jax.xla_computation": ("AttributeError", "0.4.34", "jax.jit(f).lower(*args).as_text()"),
-        "jax.soft_pmap": ("AttributeError", "0.3.18", "jax.shard_map"),
+        "jax.soft_pmap": ("AttributeError", "0.3.18",
+                          "jax.vmap(f, in_axes, axis_name=axis_name)"),
         "jax.custom_transforms": ("AttributeError", "0.2.12", "jax.custom_jvp"),
         "jax.interpreters.pxla.make_sharded_device_array":
             ("AttributeError", "0.4.14", "jax.make_array_from_single_device_arrays"),

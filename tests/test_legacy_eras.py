@@ -141,7 +141,9 @@ def test_the_sources_reader_takes_a_release_s_public_names(tmp_path):
     # (jax.api and jax.util: public modules of the list, names of the package)
     assert modules["jax"] == {"partial": "functools.partial", "jit": None, "grad": None,
                               "lax": None, "config": None, "api": None, "util": None}
-    assert modules["jax.lax"] == {"add": None}
+    # every public module of the files is walked: jax/lax/lax.py is jax.lax.lax
+    assert modules["jax.lax"] == {"add": None, "lax": None}
+    assert modules["jax.lax.lax"] == {"add": None}
     assert modules["jax.config"] == {"config": None}
     assert census_sources.config_options(path) == ("9.9.9", {"jax_old_option"})
     with pytest.raises(ValueError, match="sdist_path must be a jax source distribution"):

@@ -176,9 +176,11 @@ def test_census_check_holds_every_name_two_repositories_reach(tmp_path):
                  "jax.Array.to_py", "jaxlib.xla_extension.DeviceArray",
                  "jax.test_util.cases_from_list", "jax.core.get_aval"):
         assert held["real_use_names"][name][0] == "served", (name, held["real_use_names"][name])
+    # each refusal names the release; what it names to use instead is held
+    # as a fact (it exists and does the job) by test_legacy_refusal_facts.py
     for name, (outcome, text, repos) in held["real_use_names"].items():
         if outcome == "clear" and repos >= 2:
-            assert "removed in JAX" in text and ("instead" in text or "use " in text), name
+            assert "removed in JAX" in text, name
 
 
 def test_the_report_says_how_many_repositories_reach_each_name(tmp_path):
@@ -192,9 +194,11 @@ def test_the_report_says_how_many_repositories_reach_each_name(tmp_path):
     rows = {e["name"]: e for e in json.loads(line)["names"]}
     by_name = {r.name: r.repos for r in census.real_use()}
     assert rows["jax.tree_map"]["real_use"] == by_name["jax.tree_map"] > 40
-    assert rows["jax.config.enable_omnistaging"]["real_use"] == 3
+    assert rows["jax.config.enable_omnistaging"]["real_use"] == by_name[
+        "jax.config.enable_omnistaging"] >= 3
     from pmapkit.legacy import report
-    assert "of 85 public repositories" in report.real_use_text("jax.tree_map")
+    repositories = len({s.repository for s in census.real_use_sources()})
+    assert f"of {repositories} public repositories" in report.real_use_text("jax.tree_map")
 
 
 def test_the_leftover_scan_flags_config_attributes_options_and_array_members():
@@ -213,10 +217,10 @@ def test_the_leftover_scan_flags_config_attributes_options_and_array_members():
 
 
 def test_the_docs_section_is_the_census_as_it_stands():
-    """docs/classic-names.md's census-of-real-use section is what
-    docs/_tools/real_use_table.py writes from the table and this JAX."""
+    """docs/classic-names.md's census tables (per release, and of real use)
+    are what docs/_tools/census_tables.py writes from the data and this JAX."""
     from _install import REPO     # the checkout, also when the tests run from a copy
-    tool = os.path.join(REPO, "docs", "_tools", "real_use_table.py")
+    tool = os.path.join(REPO, "docs", "_tools", "census_tables.py")
     if not os.path.isfile(tool):
         import pytest
         pytest.skip("no docs/ in the checkout; set PMAPKIT_CHECKOUT")

@@ -283,7 +283,8 @@ def _classic_property(cls, record):
         return None
     functools.update_wrapper(read, classic)
     read._pmapkit_classic = True
-    return property(read)
+    return property(read, legacy_names.refuse_assignment(
+        record.name, "jax.make_array_from_single_device_arrays(x.shape, x.sharding, buffers)"))
 
 
 def _install_real_use():

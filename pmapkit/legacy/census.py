@@ -30,7 +30,7 @@ import warnings
 
 __all__ = ["RELEASES", "COLLECTED", "ERAS", "TARGET_RELEASE", "release_names", "union", "history",
            "removed_in", "module_removed_in", "config_removed_in", "origin", "classify", "clear_error", "counts",
-           "OUTCOMES", "public_homes", "RealUse", "RealUseSource", "real_use", "real_use_sources"]
+           "OUTCOMES", "public_homes", "real_use_missing", "RealUse", "RealUseSource", "real_use", "real_use_sources"]
 
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "census_data")
 
@@ -247,6 +247,18 @@ def removed_in(full_name: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
+def real_use_missing() -> frozenset:
+    """Names of the census of real use this JAX lacks whose module it still
+    has, outside the release census (``census_data/real_use_missing.txt``,
+    written by ``python -m pmapkit.legacy.census_check --write-missing``)."""
+    path = os.path.join(_DATA, "real_use_missing.txt")
+    if not os.path.exists(path):
+        return frozenset()
+    with open(path) as f:
+        return frozenset(line.strip() for line in f if line.strip() and line[0] != "#")
+
+
+@functools.lru_cache(maxsize=None)
 def public_homes() -> dict[str, str]:
     """``{classic name: public name}`` for census names whose object JAX
     still exports publicly under another name (``census_data/public_homes.txt``,
@@ -324,26 +336,58 @@ def clear_error(error: BaseException, full_name: str) -> bool:
     """Whether ``error`` names ``full_name`` (or the module holding it), a
     JAX release that removed it, and what to use instead."""
     text = str(error)
-    module = full_name.rpartition(".")[0]
     if isinstance(error, ModuleNotFoundError) and full_name in text \
             and " needs " in text and "pip install " in text:
         # Served, but on a package classic JAX needed for it too (absl-py for
         # jax.test_util): the error names the name and the install.
         return True
-    named = full_name in text or (module and f"{module} was removed" in text)
+    # the name itself, or a removed module that held it (a name of
+    # jax.experimental.array_api.fft is refused by its package's import)
+    owners = [full_name.rsplit(".", k)[0] for k in range(1, full_name.count("."))]
+    named = full_name in text or any(f"{owner} was removed" in text for owner in owners)
     says_what = ("instead" in text or "no public replacement" in text
                  or "use " in text.lower())
     return bool(named and _RELEASE.search(text) and "removed" in text and says_what)
 
 
+def _file_spec(name):
+    """The spec of module ``name`` found from the files alone (no package
+    above it imported), or None: whether this JAX has the module's file."""
+    import importlib.machinery
+    parts = name.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0])
+    for k in range(1, len(parts)):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:k + 1]),
+                                                       spec.submodule_search_locations)
+    return spec
+
+
+def _outside_package(module_name, error):
+    """Whether importing ``module_name`` failed while this JAX has the
+    module's file: it needs a package outside JAX (TensorFlow for jax2tf,
+    tensorstore, xprof). JAX's name all the same; the program brings the
+    package."""
+    if not isinstance(error, ImportError) or _file_spec(module_name) is None:
+        return False
+    return not (isinstance(error, ModuleNotFoundError) and error.name == module_name)
+
+
 def _probe(module_name, name):
-    """``(True, None)`` when ``module.name`` is reachable, else ``(False, error)``."""
+    """``(True, None)`` when ``module.name`` is reachable (or its module is
+    this JAX's but needs a package outside JAX), else ``(False, error)``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             module = importlib.import_module(module_name)
-            getattr(module, name)
         except Exception as e:      # every failure is classified, none escapes
+            return (True, None) if _outside_package(module_name, e) else (False, e)
+        try:
+            getattr(module, name)
+        except Exception as e:      # a submodule read as an attribute too
+            if _outside_package(f"{module_name}.{name}", e):
+                return True, None
             return False, e
     return True, None
 

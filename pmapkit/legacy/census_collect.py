@@ -4,22 +4,29 @@
     python -m pmapkit.legacy.census_collect --out DIR VENV_PYTHON ...
     python -m pmapkit.legacy.census_collect --probe VENV_PYTHON --out DIR
     python -m pmapkit.legacy.census_collect --removals DIR [--gaps V1,V2]
+    python -m pmapkit.legacy.census_collect --removals-added
     python -m pmapkit.legacy.census_collect --sources SDIST [SDIST ...]
 
 Each ``VENV_PYTHON`` is the interpreter of a scratch virtual environment with
-one classic jax/jaxlib installed. In it, each module of ``PUBLIC_MODULES`` the
-release has is imported and its ``dir()`` read, leaving out private names,
+one classic jax/jaxlib installed. In it, every public module of the installed
+package (each ``.py`` file outside private folders such as ``_src`` and
+outside test and example folders; no fixed list) is imported and its
+``dir()`` read, leaving out private names,
 typing re-exports, the standard library's classes and functions, modules a
 module merely imported (a package's submodules and ``jax.lib``'s jaxlib
 modules stay), and names whose ``getattr`` already raises there (a release
 lists some removed names in ``dir()`` through its deprecation hook). The
-names are written, one ``module name`` pair a line, to ``pmapkit/legacy/census_data/jax-VERSION.txt`` (or ``--out DIR``).
+names are written, one ``module name`` pair a line, to ``pmapkit/legacy/census_data/jax-VERSION.txt`` (or ``--out DIR``),
+and each module walked, with ``read`` or the error its import raised there, to
+``walked.txt`` beside it.
 ``--probe`` writes which census names answer in a release (listed or not:
 deprecated names reached through a module ``__getattr__`` count) and
 ``--removals DIR`` reads the releases probed into ``DIR`` (every installable
 release from the census's first up to this JAX) and writes
 ``census_data/removed_in.txt``: the release that removed each census name
 this JAX lacks.
+``--removals-added`` adds the collected names ``removed_in.txt`` lacks
+that this JAX does not answer (``removals_added``).
 ``--sources`` reads ``jax`` source distributions (``pip download --no-deps
 --no-binary :all: jax==0.2.28``) of releases whose jaxlib no longer installs
 (``pmapkit.legacy.census_sources``) and writes ``census_data/eras.txt``: the
@@ -39,15 +46,38 @@ import os
 import subprocess
 import sys
 
-from pmapkit.legacy.census_modules import PUBLIC_MODULES
+from pmapkit.legacy.census_sources import SKIP_PARTS
 
-__all__ = ["PUBLIC_MODULES", "collect", "main"]
+__all__ = ["SKIP_PARTS", "WALKED", "collect", "probe", "main"]
 
 # Runs in the classic environment (as ``python -c``): prints one JSON object.
 _COLLECTOR = r'''
-import __future__, importlib, io, json, sys, types, typing, warnings, contextlib
+import __future__, importlib, io, json, os, sys, types, typing, warnings, contextlib
 warnings.simplefilter("ignore")
-MODULES = json.loads(sys.argv[1])
+import jax
+SKIP_PARTS = set(json.loads(sys.argv[1]))
+
+def public(parts):
+    """A module of the package's files that is public API: no part private
+    (``_src``, ``_version``), no test or example folder, no ``*_test``."""
+    return not any(p.startswith("_") or p in SKIP_PARTS for p in parts) \
+        and not parts[-1].endswith("_test")
+
+MODULES = []
+ONLY = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
+root = os.path.dirname(jax.__file__)
+for folder, dirs, files in os.walk(root):
+    dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+    inner = os.path.relpath(folder, os.path.dirname(root)).split(os.sep)
+    for file in sorted(files):
+        if not file.endswith(".py"):
+            continue
+        parts = inner if file == "__init__.py" else inner + [file[:-3]]
+        if public(parts):
+            MODULES.append(".".join(parts))
+MODULES.sort()
+if ONLY is not None:
+    MODULES = [m for m in MODULES if m in ONLY]
 TYPING = {"typing", "typing_extensions", "collections.abc", "abc"}
 
 STDLIB = set(sys.stdlib_module_names) - {"__future__"}
@@ -70,13 +100,14 @@ def skipped(module, attr, value):
         return (getattr(value, "__module__", None) or "").partition(".")[0] in STDLIB
     return False
 
-found, missing = {}, []
+found, missing = {}, {}
 for name in MODULES:
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             module = importlib.import_module(name)
-    except Exception as e:
-        missing.append(name)
+    except BaseException as e:      # SystemExit of a script-like module too
+        # the error's kind, and the module it could not find (tensorflow)
+        missing[name] = type(e).__name__ + (f":{e.name}" if getattr(e, "name", None) else "")
         continue
     names = []
     for attr in dir(module):
@@ -89,7 +120,6 @@ for name in MODULES:
         if not skipped(module, attr, value):
             names.append(attr)
     found[name] = names
-import jax
 print(json.dumps({"version": jax.__version__, "modules": found, "missing": missing}))
 '''
 
@@ -139,18 +169,37 @@ def probe(python: str, pairs) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+
+
 def collect(python: str) -> dict:
-    """``{"version", "modules": {module: [names]}, "missing": [modules]}`` of
-    the JAX installed for interpreter ``python``."""
+    """``{"version", "modules": {module: [names]}, "missing": {module: the
+    error its import raised}}`` of the JAX installed for interpreter
+    ``python``: every public module of the installed package is read (its
+    ``.py`` files not under a private folder such as ``_src``, nor a test or
+    example one)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run([python, "-I", "-c", _COLLECTOR,
-                           json.dumps(list(dict.fromkeys(PUBLIC_MODULES)))],
+    proc = subprocess.run([python, "-I", "-c", _COLLECTOR, json.dumps(SKIP_PARTS)],
                           capture_output=True, text=True, env=env, timeout=900,
                           cwd=os.path.dirname(os.path.abspath(python)))
     if proc.returncode != 0:
         raise RuntimeError(f"collecting with {python} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    # A module whose import failed after the others is read again alone, in
+    # a fresh interpreter: an earlier module's failed import can leave a
+    # package half-initialised (0.4.13's jax.scipy.linalg then misses tril).
+    for module in sorted(result["missing"]):
+        alone = subprocess.run([python, "-I", "-c", _COLLECTOR, json.dumps(SKIP_PARTS),
+                                json.dumps([module])], capture_output=True, text=True,
+                               env=env, timeout=900, cwd=os.path.dirname(os.path.abspath(python)))
+        if alone.returncode == 0:
+            again = json.loads(alone.stdout.strip().splitlines()[-1])
+            if module in again["modules"]:
+                result["modules"][module] = again["modules"][module]
+                del result["missing"][module]
+            else:
+                result["missing"][module] = again["missing"].get(module, result["missing"][module])
+    return result
 
 
 def _write(result: dict, out_dir: str) -> str:
@@ -161,7 +210,35 @@ def _write(result: dict, out_dir: str) -> str:
         f.write(f"# public names of jax {result['version']}: "
                 "python -m pmapkit.legacy.census_collect\n")
         f.write("\n".join(lines) + "\n")
+    if isinstance(result.get("missing"), dict):
+        _write_walked(result, out_dir)
     return path
+
+
+WALKED = "walked.txt"
+
+
+def _write_walked(result, out_dir):
+    """Records in ``walked.txt`` which modules the release's package has and
+    how each was read (``read``, or the error its import raised there),
+    replacing that release's lines only."""
+    path = os.path.join(out_dir, WALKED)
+    version = result["version"]
+    kept = []
+    if os.path.exists(path):
+        with open(path) as f:
+            kept = [line.rstrip("\n") for line in f
+                    if line.strip() and line[0] != "#" and line.split()[0] != version]
+    outcome = {m: "read" for m in result["modules"]}
+    outcome.update(result["missing"])
+    kept += [f"{version} {module} {outcome[module]}" for module in sorted(outcome)]
+    kept.sort(key=lambda line: (_version_key(line.split()[0]), line.split()[1]))
+    with open(path, "w") as f:
+        f.write("# the public modules of each collected release's installed package (its "
+                ".py files outside private, test and example folders) and how each was "
+                "read: 'read', or the error its import raised there: python -m "
+                "pmapkit.legacy.census_collect\n")
+        f.write("\n".join(kept) + "\n")
 
 
 def _names(path):
@@ -205,6 +282,52 @@ def removals(releases_dir: str, out_dir: str, gaps=()) -> str:
                 f"A..B where releases A.. before B could not be installed "
                 f"({', '.join(gaps) or 'none'}). python -m "
                 "pmapkit.legacy.census_collect --removals DIR --gaps A,B\n")
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def removals_added(out_dir: str) -> str:
+    """Adds to ``removed_in.txt`` the collected names it lacks (names of
+    modules the walk reads that the fixed list did not) that do not answer
+    on this JAX (probed here, without pmapkit): each with the window
+    between the last collected release that has it and the next collected
+    one (or this JAX) -- the collected releases alone, not every
+    installable one as ``--removals`` probes. Returns the file's path."""
+    path = os.path.join(out_dir, "removed_in.txt")
+    with open(path) as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    known = {line.split()[0] for line in lines if line[0] != "#"}
+    found = {}
+    for entry in os.listdir(out_dir):
+        if entry.startswith("jax-") and entry.endswith(".txt"):
+            found[entry[4:-4]] = _names(os.path.join(out_dir, entry))
+    order = sorted(found, key=_version_key)
+    candidates = sorted(set().union(*found.values()) - known)
+    pairs = [tuple(name.rsplit(".", 1)) for name in candidates]
+    answers = probe(sys.executable, pairs)["modules"]
+    here = {f"{m}.{n}" for m, names in answers.items() for n in names}
+    import jax
+    every = sorted(set(_all_releases(sys.executable)) | set(order) | {jax.__version__},
+                   key=_version_key)
+    from pmapkit.legacy.census import _probe
+    added = []
+    for name in candidates:
+        if name in here or _probe(*name.rsplit(".", 1))[0]:
+            # answers here, or its module is this JAX's and needs a package
+            # outside JAX (TensorFlow, tensorstore, xprof): not removed
+            continue
+        last = max((v for v in order if name in found[v]), key=_version_key)
+        later = [v for v in order if _version_key(v) > _version_key(last)]
+        first_without = later[0] if later else jax.__version__
+        after = every[every.index(last) + 1]
+        added.append(f"{name} {first_without if after == first_without else f'{after}..{first_without}'}")
+    marker = ("# added by --removals-added: the window between the collected releases "
+              f"({', '.join(order)}) and this JAX ({jax.__version__}) only")
+    if added:
+        if marker not in lines:
+            lines.append(marker)
+        lines += added
+    with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return path
 
@@ -262,6 +385,10 @@ def sources(sdists, out_dir):
     unknown = [p for p in pairs if p not in collected]
     here = probe(sys.executable, unknown)["modules"]
     answers = {(m, n) for m, names in here.items() for n in names}
+    # a module this JAX has that needs a package outside JAX (TensorFlow,
+    # tensorstore, xprof) does not import in the probe: not removed
+    from pmapkit.legacy.census import _probe
+    answers |= {p for p in unknown if p not in answers and _probe(*p)[0]}
     every = _all_releases(sys.executable) or order
     everything = sorted(set(every) | set(order) | set(census.COLLECTED), key=_version_key)
 
@@ -343,6 +470,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["--removals"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--gaps"]):
         gaps = argv[3].split(",") if len(argv) == 4 else ()
         print(removals(argv[1], out_dir, gaps))
+        return 0
+    if argv[:1] == ["--removals-added"]:
+        print(removals_added(out_dir))
         return 0
     if argv[:1] == ["--probe"]:
         if len(argv) < 4 or argv[2] != "--out":

@@ -1,6 +1,10 @@
-"""Which modules of a classic JAX release the census reads (one list for
-the collector that runs releases, ``census_collect``, and the reader of
-their sources, ``census_sources``)."""
+"""Named modules of classic JAX: ``PUBLIC_MODULES``, the documented API
+that ``census_public_homes`` searches for a classic object's public name
+today, and ``ERA_MODULES``, modules of the 0.1-0.4.12 releases. The release
+census itself reads no list: the collector and the sdist reader walk every
+public module of each release (``census_collect``, ``census_sources``);
+``census_real_use`` takes both lists as modules when it tells a module
+from a name."""
 
 __all__ = ["PUBLIC_MODULES", "ERA_MODULES"]
 

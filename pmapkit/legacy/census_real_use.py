@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import ast
 import collections
+import re
 import sys
 
 from pmapkit.legacy.census_git import commit_date, dotted, parse_target, python_files
 
-__all__ = ["ARRAY_MEMBERS", "KINDS", "names_of", "census", "write", "main"]
+__all__ = ["ARRAY_MEMBERS", "KINDS", "names_of", "census", "read", "extend", "write", "main"]
 
 KINDS = ("module", "name", "config_attr", "config_option", "array_member", "jaxlib_class")
 
@@ -291,16 +292,17 @@ def _census_modules():
     return known
 
 
-def census(targets):
+def census(targets, first=0):
     """``(sources, rows, files not parsed)``: ``sources`` one ``(OWNER/NAME,
     commit, date)`` per target (a repository may be read at several
-    commits), ``rows`` ``{name: (kind, [source indices])}``."""
+    commits), ``rows`` ``{name: (kind, [source indices])}``; the indices
+    start at ``first`` (targets added to a table of ``first`` sources)."""
     sources = []
     reached = collections.defaultdict(set)
     stated = {}
     modules = _census_modules()
     unparsed = 0
-    for index, (git_dir, commit, name) in enumerate(targets):
+    for index, (git_dir, commit, name) in enumerate(targets, first):
         sources.append((name, commit, commit_date(git_dir, commit)))
         for _, text in python_files(git_dir, commit):
             if "jax" not in text:
@@ -318,6 +320,52 @@ def census(targets):
     rows = {full: (_kind(full, stated.get(full), modules), sorted(repos))
             for full, repos in reached.items()}
     return sources, rows, unparsed
+
+
+def read(path):
+    """``(sources, rows, files not parsed)`` of a table ``write`` wrote."""
+    sources, rows, unparsed = [], {}, 0
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            found = re.search(r"; (\d+) files not parsed", line) if line[0] == "#" else None
+            if found:
+                unparsed = int(found.group(1))
+            if line[0] == "#" or not line.strip():
+                continue
+            if fields[0] == "source":
+                sources.append(tuple(fields[2:5]))
+            elif fields[0] != "name":
+                rows[fields[0]] = (fields[1], _indices(fields[3]))
+    return sources, rows, unparsed
+
+
+def _indices(spans):
+    out = []
+    for run in spans.split(","):
+        first, _, last = run.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+def extend(path, targets):
+    """The table at ``path`` with ``targets`` read and added (their sources
+    after the ones it has): ``(sources, rows, files not parsed)``. A
+    repository the table already reads is not read again, and a new one
+    whose code reaches no JAX name is not counted as read."""
+    sources, rows, unparsed = read(path)
+    have = {s[0] for s in sources}
+    targets = [t for t in targets if t.name not in have]
+    added, new_rows, new_unparsed = census(targets, len(sources))
+    reaching = {i for _, ids in new_rows.values() for i in ids}
+    keep = [k for k in range(len(added)) if len(sources) + k in reaching]
+    renumber = {len(sources) + k: len(sources) + j for j, k in enumerate(keep)}
+    sources = sources + [added[k] for k in keep]
+    for name, (kind, ids) in new_rows.items():
+        old_kind, old_ids = rows.get(name, (kind, []))
+        rows[name] = (old_kind if name in rows else kind,
+                      sorted(set(old_ids) | {renumber[i] for i in ids}))
+    return sources, rows, unparsed + new_unparsed
 
 
 def _spans(indices):
@@ -378,21 +426,25 @@ def _last_before(git_dir, date):
 
 
 def main(argv=None):
-    """``census_real_use OUT.tsv OWNER/NAME=GIT_DIR[@COMMIT] ...``: a target
-    without a commit is read at its era commits (``era_targets``)."""
+    """``census_real_use [--add] OUT.tsv OWNER/NAME=GIT_DIR[@COMMIT] ...``: a
+    target without a commit is read at its era commits (``era_targets``);
+    ``--add``: the repositories are added to the table OUT.tsv holds."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    add = argv[:1] == ["--add"]
+    argv = argv[1:] if add else argv
     if len(argv) < 2:
-        print("usage: python -m pmapkit.legacy.census_real_use OUT.tsv "
+        print("usage: python -m pmapkit.legacy.census_real_use [--add] OUT.tsv "
               "OWNER/NAME=GIT_DIR[@COMMIT] ...", file=sys.stderr)
         return 2
     out, *specs = argv
     targets = []
     for spec in specs:
         targets += [parse_target(spec)] if "@" in spec.partition("=")[2] else era_targets(spec)
-    sources, rows, unparsed = census(targets)
+    sources, rows, unparsed = extend(out, targets) if add else census(targets)
     write(out, sources, rows, unparsed,
-          "python -m pmapkit.legacy.census_real_use OUT.tsv OWNER/NAME=GIT_DIR ... "
-          "(each at its era commits; OWNER/NAME=GIT_DIR@COMMIT for one commit)")
+          "python -m pmapkit.legacy.census_real_use [--add] OUT.tsv OWNER/NAME=GIT_DIR ... "
+          "(each at its era commits; OWNER/NAME=GIT_DIR@COMMIT for one commit; --add: "
+          "added to the table OUT.tsv holds)")
     print(f"{len({s[0] for s in sources})} repositories at {len(sources)} commits, "
           f"{len(rows)} names, {unparsed} files not parsed "
           f"-> {out}")

@@ -2,8 +2,9 @@
 distribution without running it.
 
 jaxlib wheels of the releases before 0.4.13 do not install here, so their
-names are taken statically: each module of ``MODULES`` that the release's
-``jax`` sdist has is parsed with ``ast``, and its exports are its
+names are taken statically: every public module of the release's ``jax``
+sdist (``public_module``: its files outside private, test and example
+folders; no fixed list) is parsed with ``ast``, and its exports are its
 ``__all__`` where it has a literal one, else every top-level binding (defs,
 classes, assignments, imports, ``from m import *`` of another JAX module,
 expanded), inside top-level ``if``/``try`` blocks too. As for the collected
@@ -19,14 +20,22 @@ import ast
 import re
 import tarfile
 
-from pmapkit.legacy.census_modules import ERA_MODULES, PUBLIC_MODULES
-
-__all__ = ["ERA_MODULES", "MODULES", "release_modules", "config_options"]
+__all__ = ["SKIP_PARTS", "public_module", "release_modules", "config_options"]
 
 _TYPING = {"typing", "typing_extensions", "abc", "collections.abc", "__future__", "types"}
 
+#: Folders of a release's package that hold no API: tests and examples.
+SKIP_PARTS = ("tests", "examples", "testdata")
 
-MODULES = tuple(dict.fromkeys(PUBLIC_MODULES + ERA_MODULES))
+
+def public_module(dotted):
+    """Whether module ``dotted`` of a release's files is public API: no part
+    private (``_src``, ``_version``), none a test or example folder, not a
+    ``*_test`` module (the collector in ``census_collect`` applies the same
+    rule to an installed release)."""
+    parts = dotted.split(".")
+    return (not any(p.startswith("_") or p in SKIP_PARTS for p in parts)
+            and not parts[-1].endswith("_test"))
 
 
 class _Source:
@@ -181,20 +190,20 @@ class _Source:
         # import lax_linalg`` imports one whether or not the package did)
         for other in self.files:
             parent, _, child = other.rpartition(".")
-            if parent == module and other in MODULES and not child.startswith("_"):
+            if parent == module and public_module(other):
                 out.setdefault(child, None)
         return out
 
 
 def release_modules(sdist_path):
     """``(version, {module: {name: origin or None}})`` of a ``jax`` sdist:
-    every module of ``MODULES`` it has."""
+    every public module of its files (``public_module``; no fixed list)."""
     source = _Source(sdist_path)
     version = source.version
     if version is None:
         raise ValueError(f"sdist_path must be a jax source distribution; {sdist_path!r} "
                          "has no jax-VERSION/ folder")
-    modules = {m: source.public_names(m) for m in MODULES if m in source.files}
+    modules = {m: source.public_names(m) for m in sorted(source.files) if public_module(m)}
     return version, modules
 
 

@@ -9,12 +9,17 @@ importing it.
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import jax
 
+from pmapkit.legacy import census
+from pmapkit.legacy.removed import RemovedFromJax
+
 __all__ = ["ConfigNamespace", "flags", "enable_omnistaging", "omnistaging_enabled",
-           "classic_update_value"]
+           "classic_update_value", "ConfigOption", "CONFIG_OPTIONS", "RemovedConfigValueError",
+           "removed_config_text"]
 
 #: options classic ``jax.config.update`` took a ``lax.Precision`` member for.
 PRECISION_OPTIONS = ("jax_default_matmul_precision",)
@@ -72,3 +77,61 @@ def enable_omnistaging():
 
 def omnistaging_enabled():
     return True
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigOption:
+    """A ``jax_*`` config option JAX removed whose every accepted value asks
+    for what JAX 0.10 always does: served as an option of JAX's config that
+    changes nothing; a value that asks for the removed behaviour raises."""
+    name: str
+    default: bool
+    accepted: tuple      # the values that describe JAX 0.10's behaviour
+    why: str             # why those values change nothing today
+
+    @property
+    def removed_in(self):
+        return census.config_removed_in(self.name) or census.TARGET_RELEASE
+
+    def check(self, value):
+        if bool(value) not in self.accepted:
+            raise RemovedConfigValueError(
+                f"{self.name}={bool(value)} was removed in JAX {self.removed_in}: "
+                f"{self.why}; pmapkit.legacy accepts only "
+                f"{' or '.join(map(str, self.accepted))}. Use the default instead, "
+                f"e.g. drop the jax.config.update('{self.name}', ...) line")
+
+
+class RemovedConfigValueError(RemovedFromJax, ValueError):
+    """A removed config option set to the behaviour JAX no longer has."""
+
+
+CONFIG_OPTIONS = (
+    ConfigOption("jax_parallel_functions_output_gda", False, (True, False),
+                 "pjit's outputs were GlobalDeviceArrays (True) or ShardedDeviceArrays; "
+                 "every output is now a jax.Array, which serves both APIs"),
+    ConfigOption("jax_array", True, (True,),
+                 "every value is a jax.Array; DeviceArray/ShardedDeviceArray/GDA are gone"),
+    ConfigOption("jax_jit_pjit_api_merge", True, (True,),
+                 "jax.jit and pjit are one API"),
+    ConfigOption("jax_omnistaging", True, (True,),
+                 "JAX stages every operation under jit"),
+    ConfigOption("jax_enable_mlir", True, (True,), "JAX lowers through MLIR only"),
+    ConfigOption("jax_coordination_service", True, (True,),
+                 "the coordination service is the only one jax.distributed has"),
+    ConfigOption("jax_dynamic_shapes", False, (False,),
+                 "JAX traces static shapes only: the dynamic-shapes prototype is gone"),
+    ConfigOption("experimental_xmap_spmd_lowering", False, (False,),
+                 "xmap is gone, and with it its SPMD lowering"),
+)
+
+
+def removed_config_text(option):
+    """The error for ``jax.config.update(option, ...)`` of a removed option
+    pmapkit.legacy does not serve, or None for one the census never saw."""
+    removed = census.config_removed_in(option)
+    if removed is None:
+        return None
+    return (f"{option} was removed in JAX {removed} and has no faithful equivalent on "
+            f"JAX {jax.__version__}, so pmapkit.legacy does not provide it: use "
+            f"nothing instead (drop the jax.config.update('{option}', ...) line)")

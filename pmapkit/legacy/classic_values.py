@@ -89,7 +89,13 @@ def xla_bridge_module():
 
 
 def xla_client():
+    """``jax.lib.xla_client``: jaxlib's module. Classic releases had it as a
+    module file too (``import jax.lib.xla_client``): the module is listed
+    under that name as well when it is served, so the import finds it
+    without pmapkit's finder building anything."""
+    import sys
     import jaxlib.xla_client
+    sys.modules.setdefault("jax.lib.xla_client", jaxlib.xla_client)
     return jaxlib.xla_client
 
 
@@ -156,8 +162,10 @@ def util_module():
             values[name] = jp.util_helper(name)
         except AttributeError:
             pass
+    import math
+    values.setdefault("prod", math.prod)    # jax.util.prod (JAX 0.1-0.2.0): math.prod
     return _module("jax.util", "jax.util as JAX before 0.5 had it: the helpers "
-                   "JAX still has (the same objects).", **values)
+                   "JAX still has (the same objects), and prod (math.prod).", **values)
 
 
 # -- sharding -------------------------------------------------------------------
@@ -425,3 +433,80 @@ def sharding_spec(self):
                       for d in range(self.ndim))
         return ss.ShardingSpec(sharding=parts, mesh_mapping=(ss.ShardedAxis(0),))
     return ss.named_sharding_to_sharding_spec(sharding, self.ndim)
+
+
+# -- issue 56: names one repository used ---------------------------------------
+
+def prod():
+    """Classic ``jax.util.prod`` / ``jax._src.util.prod``: the product of an
+    iterable, 1 for an empty one -- what ``math.prod`` computes (served as
+    that function)."""
+    import math
+    return math.prod
+
+
+def pdot():
+    def pdot(x, y, axis_name, pos_contract=((), ()), pos_batch=((), ()), precision=None):
+        """Classic ``jax.lax.pdot`` (JAX 0.2.x-0.4.30): the local
+        ``lax.dot_general`` of ``x`` and ``y`` over the positional contracting
+        and batch dimensions, summed over the mapped axes ``axis_name`` --
+        what 0.4.30 lowered it to. Its gradient is the local product's (no
+        sum over the axes), as classic pdot's transpose rules were."""
+        names = tuple(axis_name) if isinstance(axis_name, (list, tuple)) else (axis_name,)
+        dims = (tuple(map(tuple, pos_contract)), tuple(map(tuple, pos_batch)))
+
+        def local(p, q):
+            return jax.lax.dot_general(p, q, dims, precision=precision)
+
+        @jax.custom_vjp
+        def summed(p, q):
+            return jax.lax.psum(local(p, q), names) if names else local(p, q)
+
+        def forward(p, q):
+            return summed(p, q), (p, q)
+
+        def backward(residuals, cotangent):
+            return jax.vjp(local, *residuals)[1](cotangent)
+
+        summed.defvjp(forward, backward)
+        return summed(x, y)
+    pdot.__module__ = "jax.lax"
+    return pdot
+
+
+
+def array_device(self):
+    """Classic ``DeviceArray._device``: the device a single-device array is
+    committed to, None for an uncommitted one (``jax.device_put(x)`` without
+    a device)."""
+    devices = self.devices()
+    if len(devices) != 1:
+        raise AttributeError(f"_device: an array on {len(devices)} devices has no one "
+                             "device (classic ShardedDeviceArrays had none): use "
+                             "x.devices() or x.sharding")
+    return next(iter(devices)) if self.committed else None
+
+
+def effect_set_add():
+    """``lowerable_effects.add`` / ``allowed_effects.add``: until JAX 0.4.4
+    these were Python sets of effects; since 0.4.5 they are EffectTypeSets of
+    effect types, with ``add_type``. A property that refuses, saying so."""
+    from pmapkit.legacy.removed import RemovedAttributeError
+
+    def add(self):
+        raise RemovedAttributeError(
+            "jax.interpreters.mlir.lowerable_effects.add (and "
+            "jax._src.lax.control_flow.allowed_effects.add) was removed in JAX 0.4.5: "
+            "the effect sets hold effect types since then; use add_type instead, e.g. "
+            "jax.interpreters.mlir.lowerable_effects.add_type(type(effect))")
+    return property(add)
+
+
+def nn_functions_module():
+    """``jax.nn.functions`` (JAX 0.1-0.2.0): the module of jax.nn's
+    activation functions, the same objects jax.nn holds."""
+    import jax.nn
+    names = {n: getattr(jax.nn, n) for n in dir(jax.nn)
+             if not n.startswith("_") and callable(getattr(jax.nn, n))}
+    return _module("jax.nn.functions", "jax.nn.functions as JAX 0.1-0.2.0 had it: "
+                   "jax.nn's functions (the same objects).", **names)

@@ -13,11 +13,14 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["GlobalDeviceArray", "Shard", "get_shard_indices",
+__all__ = ["GlobalDeviceArray", "Shard", "Device", "get_shard_indices",
            "get_shard_indices_replica_ids", "get_shard_shape", "PartitionSpec"]
 
 #: The classic Shard (device, index, replica_id, data): jax.Array's shards.
 Shard = jax.Shard
+
+#: The classic module's public alias of the device class (``jax.Device``).
+Device = jax.Device
 
 
 def _sharding(global_mesh, mesh_axes, what="mesh_axes"):
@@ -111,6 +114,15 @@ class GlobalDeviceArray(metaclass=_ArrayAlias):
         data = data_callback([(index, device) for device, index in pairs])
         buffers = [jax.device_put(x, device) for x, (device, _) in zip(data, pairs)]
         return jax.make_array_from_single_device_arrays(shape, sharding, buffers)
+
+
+def local_data(self, index):
+    """Classic ``GlobalDeviceArray.local_data(index)``: the data of this
+    process's ``index``-th shard."""
+    return self.addressable_shards[index].data
+
+
+GlobalDeviceArray.local_data = local_data
 
 
 def local_shards(self):

@@ -203,6 +203,13 @@ class ShardingSpec:
         return tuple(sizes)
 
     @property
+    def replication_factor(self) -> int:
+        """How many copies of the whole array the mesh holds: the product of
+        the ``Replicated`` axes (1 for a pmap output). The JAX 0.1 spelling,
+        which classic code still reads."""
+        return math.prod(m.replicas for m in self.mesh_mapping if isinstance(m, Replicated))
+
+    @property
     def mesh_shape(self) -> tuple[int, ...]:
         """The mesh shape this spec implies (one size per mesh_mapping entry)."""
         sizes = self.sharded_axis_sizes
