@@ -99,7 +99,7 @@ NOT_TRANSLATED = {
     "statics computed at run time": ("p = jax.pmap(f, static_broadcasted_argnums=nums)\n",
                                      "kept", "static_broadcasted_argnums=nums is computed"),
     "an axis name computed at run time": ("p = jax.pmap(f, axis_name=name_of(x))\n", "kept",
-                                          "axis_name=name_of(x) is computed"),
+                                          "axis_name=name_of(x) is an expression whose value is known only at run time"),
     "in_axes short of the arguments": (
         "p = jax.pmap(f, in_axes=(0, 0), static_broadcasted_argnums=3)\n", "kept",
         "fewer than the positional arguments"),

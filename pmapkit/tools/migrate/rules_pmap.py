@@ -158,15 +158,30 @@ def _tuple_text(numbers):
     return f"({numbers[0]},)" if len(numbers) == 1 else f"({', '.join(map(str, numbers))})"
 
 
+def _literal(node):
+    """Whether ``node`` is a literal number or a tuple of literals (no name, no call)."""
+    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return _literal(node.expression)
+    return isinstance(node, cst.Tuple) and all(_literal(e.value) for e in node.elements)
+
+
 def _axis_name(bound):
-    """The axis name's source text, or None when the pmap names none."""
+    """The axis name's source text, or None when the pmap names none (or a literal
+    that is not a string: a mesh axis of JAX 0.10 is named by a string, and no
+    collective of JAX 0.10 can name a number or a tuple, so the site gets a
+    fresh name of its own)."""
     name = bound.get("axis_name")
     if name is None or sx.code(name.value) == "None":
         return None
-    if not isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
-        raise KeepPmap(f"axis_name={sx.code(name.value)} is computed at run time: "
-                       "kept for jax.pmap")
-    return sx.code(name.value)
+    if isinstance(name.value, (cst.SimpleString, cst.ConcatenatedString, cst.Name,
+                               cst.Attribute)):
+        return sx.code(name.value)
+    if _literal(name.value):
+        return None
+    raise KeepPmap(f"axis_name={sx.code(name.value)} is an expression whose value is known "
+                   "only at run time: kept for jax.pmap")
 
 
 class Site:
