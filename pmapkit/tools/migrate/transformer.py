@@ -772,6 +772,11 @@ class Migrator(cst.CSTTransformer):
         if imp.relative or isinstance(imp.names, cst.ImportStar) or imp.module is None:
             return line
         module = sx.code(imp.module)
+        aliased = module in _ALIASES       # from jax.api import (...): from jax import (...)
+        if aliased:
+            module = _ALIASES[module]
+            imp = imp.with_changes(module=sx.expr(module))
+            line = line.with_changes(body=[imp])
         groups = {}      # new module -> [ImportAlias]
         kept = []
         for alias in imp.names:
@@ -792,6 +797,8 @@ class Migrator(cst.CSTTransformer):
                 name=cst.Name(new_name),
                 asname=None if new_name == local else cst.AsName(name=cst.Name(local))))
         if not groups:
+            if aliased:
+                self._rewrote(original_line.body[0], "imports", sx.code(imp))
             return line
         statements = []
         if kept:
