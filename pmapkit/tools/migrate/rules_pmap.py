@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmapkit.tools.migrate import helpers
+from pmapkit.tools.migrate import helpers, pmap_bodies
 from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import Family, KeepPmap, LeaveAsIs
 from pmapkit.tools.migrate.nested_pmaps import Unplanned
@@ -217,7 +217,8 @@ class Site:
         else:
             self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"
         ctx.need_import("jax")
-        ctx.need_helper(helpers.PER_DEVICE)
+        self.ctx = ctx
+        self.jitted = False     # the site is the one argument of the user's jax.jit
 
     def _mapped(self, body, options):
         """``jax.shard_map(body, options...)`` (or through ``_first_devices``)."""
@@ -261,13 +262,18 @@ class Site:
         ``WIDTH`` columns from ``column``."""
         if self.static:
             return self._with_statics(fun, indent, column)
+        self.ctx.need_helper(helpers.PER_DEVICE)
         body = sx.call_text("_per_device", [fun] + self.per_device_options())
         mapped = self._mapped(body, self.shard_map_options())
-        line = sx.call_text("jax.jit", [mapped] + self.jit_options())
+        # jax.jit(jax.pmap(f)): the user's jax.jit compiles it already (no jit of a jit)
+        jitted = self.jitted and not self.jit_options()
+        line = mapped if jitted else sx.call_text("jax.jit", [mapped] + self.jit_options())
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step = indent + "    "
         head, first = self._opening()
+        if jitted:
+            return f"{head}\n{step}{first}{body},\n{_fill(self.shard_map_options(), step)})"
         if not self.jit_options():
             return (f"jax.jit({head}\n{step}{first}{body},\n"
                     f"{_fill(self.shard_map_options(), step)}))")
@@ -279,6 +285,7 @@ class Site:
     def _with_statics(self, fun, indent=None, column=0):
         # jax.jit passes the static arguments as they are: they go round the shard_map
         # (which maps arrays only) and are handed back to the body.
+        self.ctx.need_helper(helpers.PER_DEVICE)
         statics = ", ".join(f"({k}, args[{k}])" for k in self.static)
         body = sx.call_text("_per_device", ["fn"] + self.per_device_options(
             f"({statics},)" if len(self.static) == 1 else f"({statics})"))
@@ -296,23 +303,25 @@ class Site:
                 f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
                 f"{_fill([fun, self.mesh], step)})")
 
-    def decorators(self, indent=""):
+    def decorators(self, indent="", body_unmaps=False):
         """The decorators standing for ``@partial(jax.pmap, ...)`` (texts, outermost
-        first; ``indent``: the function's)."""
+        first; ``indent``: the function's; ``body_unmaps``: the def's own body takes
+        the mapped axis off, ``pmap_bodies``)."""
         if self.static:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
         head = ("functools.partial(_first_devices, jax.shard_map, " if self.cut
                 else "functools.partial(jax.shard_map, ")
         return [self.jit_decorator(),
                 head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
-                             first=len(indent) + len(head) + 1).lstrip() + ")",
-                self.per_device_decorator()]
+                             first=len(indent) + len(head) + 1).lstrip() + ")"] + (
+            [] if body_unmaps else [self.per_device_decorator()])
 
     def jit_decorator(self):
         jit = self.jit_options()
         return "jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)
 
     def per_device_decorator(self):
+        self.ctx.need_helper(helpers.PER_DEVICE)
         options = self.per_device_options()
         return ("_per_device" if not options
                 else sx.call_text("functools.partial", ["_per_device"] + options))
@@ -357,6 +366,17 @@ def pmap_call(ctx, original, updated):
     if id(original) in ctx.stacked_calls:
         return stacked_call(ctx, original, bound)
     site = _site(ctx, original, bound)
+    site.jitted = id(original) in ctx.jitted_calls
+    name = ctx.assigned_calls.get(id(original))
+    lam = bound["fun"].value
+    if name is not None and isinstance(lam, cst.Lambda):
+        plan = pmap_bodies.plan(lam, site)
+        if plan is not None:
+            # name = jax.pmap(lambda ...: ...): a named def (leave_SimpleStatementLine)
+            text = pmap_bodies.named_def(name, lam, site.decorators(body_unmaps=True), plan,
+                                         ctx.numpy_name)
+            ctx.named_defs[id(original)] = text
+            return name
     return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original))
 
 
@@ -370,10 +390,15 @@ def partial_pmap(ctx, original, updated):
                    "is called, which migrate does not follow")
 
 
-def decorator(ctx, original, updated):
+def decorator(ctx, original, updated, fn=None):
     """The decorators (texts) standing for a pmap decorator (``@jax.pmap``,
-    ``@functools.partial(jax.pmap, ...)``)."""
-    return _site(ctx, original, _decorator_bound(updated)).decorators(ctx.indent())
+    ``@functools.partial(jax.pmap, ...)``) of the def ``fn``: where its body can
+    take the mapped axis off itself (``pmap_bodies``), no ``_per_device``."""
+    site = _site(ctx, original, _decorator_bound(updated))
+    plan = pmap_bodies.plan(fn, site) if fn is not None else None
+    if plan is not None:
+        ctx.inline_plans[id(fn)] = plan
+    return site.decorators(ctx.indent(), body_unmaps=plan is not None)
 
 
 def _decorator_bound(node):

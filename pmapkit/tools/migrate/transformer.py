@@ -7,6 +7,8 @@ formatting elsewhere stay as they were.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import importlib.util
 
@@ -16,6 +18,7 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider, ScopeProvider
 
 from pmapkit.tools.migrate import (deprecations, helpers, leftovers, mapped_sizes, nested_pmaps,
+                                   pmap_bodies,
                                     rules_classic_names, rules_export,
                                     rules_host_callback, rules_modern, rules_pjit,
                                     rules_placement, rules_pmap, rules_trees_ops)
@@ -119,6 +122,12 @@ class Migrator(cst.CSTTransformer):
         self.targets = set()          # ids of nodes assigned to or deleted: left alone
         self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
         self.pmap_decorators = set()  # ids of pmap decorator expressions (leave_Decorator's)
+        self.inline_defs = {}         # id of a def's one pmap decorator -> the def
+        self.inline_plans = {}        # id of a def whose body takes the mapped axis off -> Plan
+        self.numpy_name = "jax.numpy" # the file's name for jax.numpy (migrate_module)
+        self.assigned_calls = {}      # id of a call assigned to one name -> the name
+        self.jitted_calls = set()     # ids of calls that are jax.jit's one argument
+        self.named_defs = {}          # id of such a pmap call -> the def standing for it
         self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
         self.nests = {}               # id of a planned nest's outer decorator -> its Nest
         self.nest_inners = {}         # id of a planned inner decorator -> (Nest, Inner)
@@ -462,6 +471,17 @@ class Migrator(cst.CSTTransformer):
                     self.nest_closures[id(each.function)] = each.closure
                     self.nest_closures.update((id(c), each.closure) for c in each.calls)
 
+    def _note_jitted(self, node):
+        if (self.qualname(node.func) == "jax.jit" and len(node.args) == 1
+                and node.args[0].keyword is None and not node.args[0].star
+                and isinstance(node.args[0].value, cst.Call)):
+            self.jitted_calls.add(id(node.args[0].value))
+
+    def visit_Assign(self, node):
+        if (len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+                and isinstance(node.value, cst.Call)):
+            self.assigned_calls[id(node.value)] = node.targets[0].target.value
+
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
 
@@ -475,6 +495,7 @@ class Migrator(cst.CSTTransformer):
         self.targets.add(id(node.target))
 
     def visit_Call(self, node):
+        self._note_jitted(node)
         if self.qualname(node.func) == rules_pmap.PMAP:
             self.pmap_callees.add(id(node.func))
         elif (self.qualname(node.func) in rules_pmap.PARTIAL and node.args
@@ -488,6 +509,9 @@ class Migrator(cst.CSTTransformer):
             self.pmap_decorators.add(id(node.decorator))
 
     def visit_FunctionDef(self, node):
+        pmaps = [d.decorator for d in node.decorators if self._pmap_site(d.decorator)]
+        if len(pmaps) == 1:     # its body may take the mapped axis off itself (pmap_bodies)
+            self.inline_defs[id(pmaps[0])] = node
         return node.name.value not in helpers.DEFINED   # a helper written in before
 
     def visit_ClassDef(self, node):
@@ -642,8 +666,13 @@ class Migrator(cst.CSTTransformer):
         return new
 
     def leave_FunctionDef(self, original_node, updated_node):
-        """An inner def of a planned pmap of a pmap: what it read from the outer body
-        becomes its last parameters."""
+        """A pmap-decorated def whose body takes the mapped axis off itself
+        (``pmap_bodies``); an inner def of a planned pmap of a pmap: what it read
+        from the outer body becomes its last parameters."""
+        plan = self.inline_plans.get(id(original_node))
+        if plan is not None:
+            return pmap_bodies.rewrite(self, original_node, updated_node, plan,
+                                       self.numpy_name)
         names = self.nest_closures.get(id(original_node))
         if not names:
             return updated_node
@@ -683,7 +712,8 @@ class Migrator(cst.CSTTransformer):
                 texts = rules_pmap.stacked_decorators(self, node, inner)
                 self.stacked_inner[id(inner)] = True
             else:
-                texts = rules_pmap.decorator(self, node, updated_node.decorator)
+                texts = rules_pmap.decorator(self, node, updated_node.decorator,
+                                             self.inline_defs.get(id(node)))
         except LeaveAsIs as exc:
             if id(node) in self.stacked_pmaps:
                 self.stacked_inner[id(self.stacked_pmaps[id(node)])] = exc.why
@@ -718,6 +748,18 @@ class Migrator(cst.CSTTransformer):
 
     # -- imports ----------------------------------------------------------------
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        first = original_node.body[0]
+        if (len(original_node.body) == 1 and isinstance(first, cst.Assign)
+                and id(first.value) in self.named_defs):
+            # name = jax.pmap(lambda ...): a named def (rules_pmap, pmap_bodies)
+            text = self.named_defs[id(first.value)]
+            self.need_import("functools")
+            last = self.report.rewrites.pop()
+            self.report.rewrites.append(dataclasses.replace(last, new=sx.one_line(
+                "; ".join(line.strip() for line in text.splitlines() if line.startswith(
+                    ("@", "def "))))))
+            return cst.parse_statement(text).with_changes(
+                leading_lines=updated_node.leading_lines)
         if rules_pjit.global_mesh_setting(self, original_node) and self.resource_mesh:
             # the whole statement is replaced: the LEFT lines of its parts go
             text = rules_pjit.resource_mesh(self, updated_node)
@@ -895,6 +937,16 @@ def _after_imports(body):
     return last
 
 
+def _numpy_name(module):
+    """What the file calls ``jax.numpy`` at its top level (``jnp``), else ``jax.numpy``."""
+    for statement in module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for module_, obj, asname, q in _import_aliases(statement):
+                if q == "jax.numpy" and (asname or obj is None):
+                    return asname or "jax.numpy"
+    return "jax.numpy"
+
+
 def _import_aliases(module):
     """(module, obj, asname, qualified) for each import alias of ``module``."""
     out = []
@@ -939,6 +991,8 @@ def migrate_module(source, path="<string>"):
     tree = cst.parse_module(source)
     unread = _unread_classic_imports(tree)
     migrator = Migrator(report)
+    migrator.numpy_name = _numpy_name(tree)
+    migrator.original_names = _names_outside_imports(tree)
     new = cst.MetadataWrapper(tree).visit(migrator)
     if unread:
         new = _drop_imports(new, unread, report)
@@ -1003,6 +1057,59 @@ def _drop_imports(new, unread, report):
     return RemoveImportsVisitor(context).transform_module(new)
 
 
+class _Renamed(cst.CSTTransformer):
+    """Every ``Name`` ``old`` renamed ``new``."""
+
+    def __init__(self, old, new):
+        super().__init__()
+        self.old, self.new = old, new
+
+    def visit_Import(self, node):
+        return False
+
+    def visit_ImportFrom(self, node):
+        return False
+
+    def leave_Name(self, original_node, updated_node):
+        return updated_node.with_changes(value=self.new) if updated_node.value == self.old \
+            else updated_node
+
+    def leave_Attribute(self, original_node, updated_node):     # x.numpy stays
+        return updated_node.with_changes(attr=original_node.attr)
+
+    def leave_Arg(self, original_node, updated_node):           # f(numpy=...) stays
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+
+def _names_outside_imports(node):
+    """The names ``node`` reads or binds (a ``Name`` not an attribute's or a
+    keyword's), but those of its import statements."""
+    if isinstance(node, (cst.Import, cst.ImportFrom)):
+        return set()
+    found = {node.value} if isinstance(node, cst.Name) else set()
+    for child in node.children:
+        if not ((isinstance(node, cst.Attribute) and child is node.attr)
+                or (isinstance(node, cst.Arg) and child is node.keyword)):
+            found |= _names_outside_imports(child)
+    return found
+
+
+def _own_numpy_name(new, migrator):
+    """``new`` written with the file's own name for numpy (``np``) where the
+    rewrites said ``numpy`` and the file binds no ``numpy`` of its own; then
+    ``import numpy`` is added only if a helper needs it."""
+    if "numpy" not in migrator.imports:
+        return new
+    names = {asname for module, obj, asname, q in _import_aliases(new)
+             if q == "numpy" and asname}
+    if len(names) != 1 or migrator.original_names & {"numpy"}:
+        return new
+    new = new.visit(_Renamed("numpy", names.pop()))
+    if not any("numpy" in h.imports for h in migrator.new_helpers):
+        migrator.imports.discard("numpy")
+    return new
+
+
 def _tidy_imports(new, migrator, report):
     """Drops classic imports nothing uses any more, adds the ones rewrites need."""
     context = CodemodContext()
@@ -1022,6 +1129,7 @@ def _tidy_imports(new, migrator, report):
             and not any(n == q or n.startswith(q + ".") for n in still)}
     if drop:
         new = new.visit(_DropDottedImports(drop))
+    new = _own_numpy_name(new, migrator)
     for module in sorted(migrator.imports):
         AddImportsVisitor.add_needed_import(context, module)
     new = AddImportsVisitor(context).transform_module(new)
