@@ -78,7 +78,7 @@ def _other_size(node, counted):
     return shape is not None and not _is_device_count(shape, counted)
 
 
-def meshes_follow_arguments(ctx, module, pmapped_names):
+def meshes_follow_arguments(pmaps, module, pmapped_names):
     """Whether a pmap site of ``module`` (``jax.pmap(f)(...)``, or a name bound to one)
     is called with an array whose leading size is written as other than the device
     count (or a name assigned one)."""
@@ -91,7 +91,7 @@ def meshes_follow_arguments(ctx, module, pmapped_names):
     sized = {name for name, value in assigns if _other_size(value, counted)}
     for call in (n for n in sx.nodes(module) if isinstance(n, cst.Call)):
         func = call.func
-        site = (isinstance(func, cst.Call) and ctx._pmap_site(func) is not False) or (
+        site = (isinstance(func, cst.Call) and pmaps.site(func) is not False) or (
             isinstance(func, cst.Name) and func.value in pmapped_names)
         if site and any(_other_size(a.value, counted) or (
                 isinstance(a.value, cst.Name) and a.value.value in sized)

@@ -18,6 +18,8 @@ and then the plan's hooks, knowing nothing of what they decide:
 """
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from pmapkit.tools.migrate import mapped_sizes, nested_pmaps, pmap_bodies, rules_pmap
@@ -226,9 +228,15 @@ class PmapPlan:
         return rules_pmap.NESTED + (f" (migrate translates a pmap-decorated def called in "
                                     f"a pmap-decorated def's body; here {why})" if why else "")
 
-    def handles(self, reference):
-        """Whether a pmap call or decorator handles this ``jax.pmap`` reference."""
-        return id(reference) in self.callees
+    def reference(self, node, q):
+        """False unless ``node`` names ``jax.pmap``; then why it is kept (None: a
+        pmap call or decorator handles it)."""
+        if q != rules_pmap.PMAP:
+            return False
+        if id(node) in self.callees:
+            return None
+        return ("jax.pmap as a value: the pmap is made where it is called, which migrate "
+                "does not follow")
 
     # -- the driver's hooks ----------------------------------------------------------
     def decorator(self, ctx, original, updated):
@@ -294,5 +302,6 @@ class PmapPlan:
         return None
 
 
-def plan(ctx, module):
-    return PmapPlan(ctx, module)
+def family():
+    """The pmap family: ``rules_pmap``'s rules, planned by ``PmapPlan``."""
+    return dataclasses.replace(rules_pmap.family(), plan=PmapPlan)

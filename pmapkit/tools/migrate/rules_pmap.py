@@ -211,7 +211,7 @@ class Site:
         self.cut = False
         if devices is None or sx.code(devices.value) == "None":
             self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
-            if ctx.meshes_follow_arguments:
+            if ctx.plans["pmap"].meshes_follow_arguments:
                 self.cut = True
                 ctx.need_helper(helpers.FIRST_DEVICES)
         else:
@@ -347,8 +347,8 @@ def _fill(parts, indent, first=None):
 # -- the rules ---------------------------------------------------------------------------
 
 def _site(ctx, original, bound):
-    if ctx.is_nested_pmap(original):
-        raise LeaveAsIs(ctx.nested_why(original))
+    if ctx.plans["pmap"].is_nested(original):
+        raise LeaveAsIs(ctx.plans["pmap"].nested_why(original))
     _check(bound)
     return Site(ctx, bound)
 
@@ -358,16 +358,16 @@ def pmap_call(ctx, original, updated):
     bound = _bind(updated, _PARAMS)
     if "fun" not in bound:
         raise KeepPmap("a pmap without its function (pmap(axis_name=...)) is kept")
-    outer = ctx.stacked_calls_inner.get(id(original))
+    outer = ctx.plans["pmap"].stacked_calls_inner.get(id(original))
     if outer is not None:
         # the inner of jax.pmap(jax.pmap(f)): the outer's translation stands for both
         _stacked_names(ctx, [_bind(outer, _PARAMS), bound])
         return None
-    if id(original) in ctx.stacked_calls:
+    if id(original) in ctx.plans["pmap"].stacked_calls:
         return stacked_call(ctx, original, bound)
     site = _site(ctx, original, bound)
-    site.jitted = id(original) in ctx.jitted_calls
-    name = ctx.assigned_calls.get(id(original))
+    site.jitted = id(original) in ctx.plans["pmap"].jitted_calls
+    name = ctx.plans["pmap"].assigned_calls.get(id(original))
     lam = bound["fun"].value
     if name is not None and isinstance(lam, cst.Lambda):
         plan = pmap_bodies.plan(lam, site)
@@ -375,7 +375,7 @@ def pmap_call(ctx, original, updated):
             # name = jax.pmap(lambda ...: ...): a named def (leave_SimpleStatementLine)
             text = pmap_bodies.named_def(name, lam, site.decorators(body_unmaps=True), plan,
                                          ctx.numpy_name)
-            ctx.named_defs[id(original)] = text
+            ctx.plans["pmap"].named_defs[id(original)] = text
             return name
     return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original))
 
@@ -397,7 +397,7 @@ def decorator(ctx, original, updated, fn=None):
     site = _site(ctx, original, _decorator_bound(updated))
     plan = pmap_bodies.plan(fn, site) if fn is not None else None
     if plan is not None:
-        ctx.inline_plans[id(fn)] = plan
+        ctx.plans["pmap"].inline_plans[id(fn)] = plan
     return site.decorators(ctx.indent(), body_unmaps=plan is not None)
 
 
@@ -455,8 +455,8 @@ def stacked_decorators(ctx, outer, inner):
     shard_map over a 2-D mesh (the outer's axis, the inner's), the body given each
     argument without both leading axes (``_per_device`` twice), as classic pmap
     of a pmap gave it."""
-    if ctx.is_nested_pmap(outer):       # its body makes or calls a pmap
-        raise LeaveAsIs(ctx.nested_why(outer))
+    if ctx.plans["pmap"].is_nested(outer):       # its body makes or calls a pmap
+        raise LeaveAsIs(ctx.plans["pmap"].nested_why(outer))
     names = _stacked_names(ctx, [_decorator_bound(node) for node in (outer, inner)])
     options = ["_first_devices", "jax.shard_map", *_stacked_options(ctx, names)]
     indent = ctx.indent()
