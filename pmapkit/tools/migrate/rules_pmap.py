@@ -14,7 +14,10 @@ one). ``check_vma=False``: classic pmap had no varying-axes check (loop carries
 start from constants). ``static_broadcasted_argnums`` become ``jax.jit``'s
 ``static_argnums``, taken out before the shard_map and handed back to the body.
 A decorator becomes the stack of the three (``@jax.jit``,
-``@functools.partial(jax.shard_map, ...)``, ``@_per_device``).
+``@functools.partial(jax.shard_map, ...)``, ``@_per_device``); on a plain def
+(``pmap_bodies``) the first two, the def's own body taking the mapped axis
+off and back, and ``name = jax.pmap(lambda ...)`` such a named def. The
+site that is ``jax.jit``'s one argument is not jitted again.
 
 Two stacked pmap decorators, or ``jax.pmap(jax.pmap(f))`` inline (in/out_axes
 0, no statics, donation or ``devices=``, two axis names), become one shard_map
@@ -24,7 +27,9 @@ mesh's shape is the argument's two leading sizes, so ``_first_devices``
 pmap-decorated def called in a pmapped body, as ``nested_pmaps`` plans it,
 becomes a shard_map over the inner axis in one over the outer axis of such a
 mesh. A single site goes through ``_first_devices`` too where the file maps a
-size written as a number (``mapped_sizes``).
+size written as other than the device count (``mapped_sizes``). Which sites
+are nested, stacked or written as named defs is planned before the rewrite
+(``pmap_plan``, the family's ``plan`` hook).
 
 What the source cannot say stays ``jax.pmap`` (JAX 0.10 runs it) and the
 report says why: ``in_axes`` computed at run time, ``backend=``/``axis_size=``, ``jax.pmap`` or
@@ -36,7 +41,7 @@ too), and so is a negative axis (its spec needs the argument's rank; JAX
 Not translated, and failing loudly rather than computing something else: a
 call with keyword arguments (``jax.shard_map`` takes positional ones), inputs
 committed to devices outside the mesh (``jax.jit`` refuses them), and, in a
-file that shows no mapped size of its own, a mapped axis whose size is not the
+file that shows no mapped size of its own (an argument made elsewhere), a mapped axis whose size is not the
 number of devices of the mesh (classic pmap ran n < device count on the first
 n devices; shard_map says "not evenly divisible", or the squeeze of a block
 larger than one fails): pass ``devices=jax.local_devices()[:n]`` to the
