@@ -11,11 +11,14 @@ small programs through ``command.main`` in this process, so that
 ``check``/``check_runs`` loaded."""
 import os
 import re
+import signal
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from pmapkit.tools.migrate import check, command
+from pmapkit.tools.migrate import check, check_runs, command
 
 
 def _same(a, b, **tolerance):
@@ -112,6 +115,42 @@ def test_bytes_that_are_not_utf8_are_compared_and_shown():
                                     "    migrated line 1: \\xfe 1")
     failed = check.compare("a.py", "b.py", _ran(0, b"", b""), _ran(1, b"", b"Error: \xff\n"))
     assert "Error: \\xff" in failed.format()
+
+
+def test_control_bytes_are_shown_escaped():
+    # A colour code, a tab and a bell, a zero-width space: raw, the two
+    # lines would look the same on a terminal.
+    verdict = check.compare("a.py", "b.py",
+                            _ran(0, b"loss \x1b[31m0.5\x1b[0m\n50%\t\x07100%\nab\n", b""),
+                            _ran(0, "loss \x1b[32m0.5\x1b[0m\n50%\t\x0799%\na\u200bb\n"
+                                 .encode(), b""))
+    assert verdict.format().endswith(
+        "    original line 1: loss \\x1b[31m0.5\\x1b[0m\n"
+        "    migrated line 1: loss \\x1b[32m0.5\\x1b[0m\n"
+        "    original line 2: 50%\\t\\x07100%\n    migrated line 2: 50%\\t\\x0799%\n"
+        "    original line 3: ab\n    migrated line 3: a\\u200bb")
+    assert not {"\x1b", "\t", "\x07", "\u200b"} & set(verdict.format())
+
+
+def test_a_long_differing_line_is_cut_around_its_first_difference():
+    original = b"[" + b"1, " * 1_000_000 + b"2]\n"           # 3 MB on one line
+    migrated = original[:1_500_000] + b"7" + original[1_500_001:]
+    verdict = check.compare("a.py", "b.py", _ran(0, original, b""), _ran(0, migrated, b""))
+    text = verdict.format()
+    assert len(text) < 1000, len(text)
+    left, right = text.splitlines()[1:]
+    at = 1_500_001                   # 1-based: the first differing character
+    start = at - check.BEFORE        # the window, 1-based, on both sides
+    window = original[start - 1:start - 1 + check.WIDTH].decode()
+    assert left == (f"    original line 1: ...{window}...  <characters {start}-"
+                    f"{start + check.WIDTH - 1} of 3000003, first difference at {at}>")
+    assert right.startswith("    migrated line 1: ..." + migrated[start - 1:at].decode())
+    assert migrated[at - 1:at] == b"7" and original[at - 1:at] != b"7"
+    short = check.compare("a.py", "b.py", _ran(0, b"x" * 300 + b"a\n", b""),
+                          _ran(0, b"x" * 300 + b"\n", b""))
+    assert "first difference at 301>" in short.format()
+    assert short.format().splitlines()[1].endswith(
+        "x" * (check.WIDTH - 1) + "a  <characters 102-301 of 301, first difference at 301>")
 
 
 def test_ignored_lines_are_skipped_in_both_and_counted():
@@ -293,16 +332,132 @@ def test_ignore_skips_timing_lines_of_real_runs(tmp_path, capsys):
 
 
 def test_timeout_stops_a_run(tmp_path, capsys):
+    # Runs that never end: the --timeout (well past a loaded start, 14 s with
+    # jax) is what stops them, whatever the machine's load.
     folder = tmp_path / "src"
-    _write(folder, "hangs.py", "import time\ntime.sleep(20)\nprint('woke')\n")
+    _write(folder, "hangs.py", "import time\ntime.sleep(10 ** 6)\nprint('woke')\n")
     _write(folder, "hangs_migrated.py",
-           CLASSIC_VS_PLAIN + "import time\nif not classic:\n    time.sleep(20)\nprint('ok')\n")
-    status, out, err = _main(capsys, folder, "--check", "--timeout", "6")
+           CLASSIC_VS_PLAIN + "import time\nif not classic:\n    time.sleep(10 ** 6)\n"
+           "print('ok')\n")
+    status, out, err = _main(capsys, folder, "--check", "--timeout", "45")
     assert status == 1, out + err
     assert (f"check {folder / 'hangs.py'}: UNPROVEN: the original ran past the --timeout of "
-            "6 s and was stopped") in out
+            "45 s and was stopped") in out
     assert (f"check {folder / 'hangs_migrated.py'}: DIFFERENT: the migrated run ran past "
-            "the --timeout of 6 s") in out
+            "the --timeout of 45 s") in out
+
+
+# A program that leaves a server behind: a grandchild detached from it
+# (double fork, ``setsid``) that holds the program's stdout and never ends;
+# it writes its pid to argv[1]. argv[2] == "hang": the program never ends either.
+DETACHES = """\
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[1] + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        while True:
+            time.sleep(1)
+    os._exit(0)
+os.wait()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+print("server started", flush=True)
+if sys.argv[2] == "hang":
+    time.sleep(10 ** 6)
+"""
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["hang", "ends"])
+def test_a_detached_child_is_killed_with_its_run(tmp_path, how):
+    # Plain Python, no jax: the 20 s timeout bounds a run that never ends,
+    # not a start. A detached child outliving the run held its stdout open:
+    # the check waited for it for ever.
+    script = _write(tmp_path, "server.py", DETACHES)
+    pidfile = tmp_path / "server.pid"
+    ran = check_runs.run([sys.executable, str(script), str(pidfile), how], tmp_path,
+                         check.Options(timeout=20))
+    server = int(pidfile.read_text())
+    assert not _alive(server)
+    assert ran.stdout == b"server started\n"
+    assert ran.timed_out == (how == "hang")
+    assert ran.returncode == (0 if how == "ends" else -signal.SIGKILL), ran
+
+
+def test_the_run_is_its_own_subreapers_child_and_nothing_else_is_killed(tmp_path):
+    # A process of this test, started before the run and outside it, lives on.
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        script = _write(tmp_path, "server.py", DETACHES)
+        check_runs.run([sys.executable, str(script), str(tmp_path / "pid"), "ends"],
+                       tmp_path, check.Options(timeout=20))
+        assert _alive(bystander.pid) and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+# Three programs whose two runs must agree: each printed something that the
+# old check made differ (a set of strings: the hash seed; a DeprecationWarning
+# of the program's own: an error in the migrated run only; ``__loader__`` and
+# ``__spec__``: runpy's, not ``python script.py``'s).
+FALSE_ALARMS = {
+    "prints_a_set.py": 'print({"alpha", "beta", "gamma", "delta", "epsilon"})\n'
+                       'print(list({str(k): k for k in range(20)}.items())[:3])\n',
+    "own_deprecation.py": "import warnings\n"
+                          "warnings.warn('old helper', DeprecationWarning)\n"
+                          "def old():\n"
+                          "    warnings.warn('old()', DeprecationWarning, stacklevel=2)\n"
+                          "    return 1\n"
+                          "print(old() + old())\n",
+    "loader.py": "print(type(__loader__).__name__, __loader__.name, __spec__, __package__,\n"
+                 "      __cached__, __name__, __file__ == __loader__.path)\n",
+}
+
+
+def test_the_three_false_alarms_are_same(tmp_path, capsys):
+    folder = tmp_path / "src"
+    for name, text in FALSE_ALARMS.items():
+        _write(folder, name, text)
+    status, out, err = _main(capsys, folder, "--check")
+    assert status == 0, out + err
+    for name in FALSE_ALARMS:
+        assert f"check {folder / name}: same: exit status 0" in out, out
+    # and python itself prints what the migrated run printed for __loader__
+    direct = subprocess.run([sys.executable, str(folder / "loader.py")], capture_output=True,
+                            text=True, check=True)
+    assert direct.stdout.startswith("SourceFileLoader __main__ None None None __main__ True")
+
+
+def test_jax_deprecations_fail_the_migrated_run_and_no_others(tmp_path):
+    # ``with mesh:`` is deprecated by JAX 0.10 itself: the migrated run fails
+    # there; the program's own DeprecationWarning before it did not.
+    script = _write(tmp_path, "mesh.py", """\
+        import warnings
+        import jax
+        warnings.warn("mine", DeprecationWarning)
+        print("own warning passed", flush=True)
+        mesh = jax.sharding.Mesh(jax.devices()[:1], ("x",))
+        with mesh:
+            print("inside")
+        """)
+    ran = check_runs.run(check_runs.migrated_command(str(script), []), tmp_path,
+                         check.Options())
+    assert ran.stdout == b"own warning passed\n"
+    assert ran.returncode == 1
+    assert b"DeprecationWarning: `with mesh:` context manager has been deprecated" in \
+        ran.stderr.splitlines()[-1]
+    assert ran.stderr.count(b"DeprecationWarning: mine") == 1
 
 
 def test_the_migrated_files_run_in_place_of_the_originals(tmp_path, capsys):

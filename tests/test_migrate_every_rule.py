@@ -21,6 +21,10 @@ CALL_SAMPLES = {
     "jax.config.config.update": (
         "jax.config.config.update('jax_default_matmul_precision', jax.lax.Precision.DEFAULT)",
         "jax.config.update('jax_default_matmul_precision', 'default')"),
+    "jax.experimental.global_device_array.GlobalDeviceArray.from_callback": (
+        "a = jax.experimental.global_device_array.GlobalDeviceArray.from_callback("
+        "(8,), m, ['x'], cb)",
+        "a = jax.make_array_from_callback((8,), jax.sharding.NamedSharding(m, jax.P('x')), cb)"),
     "jax.device_put_replicated": ("r = jax.device_put_replicated(x, ds)",
                                   "r = _device_put_replicated(x, ds)"),
     "jax.device_put_sharded": ("r = jax.device_put_sharded(xs, ds)",

@@ -3,6 +3,7 @@
 real functions (``written.py``) tested here directly, host_callback keeps its
 classic order, and every mechanical rewrite with a same-behaviour target is
 made, with the leftover scan behind "0 left"."""
+import datetime
 import inspect
 import os
 import re
@@ -285,7 +286,7 @@ def test_a_pmapped_def_called_by_name_in_another_pmapped_body_is_translated_with
         y, index = outer(x, w)
         """)
     assert report.left == report.kept == [] and "def inner(w, x):" in new
-    assert ("mesh=jax.sharding.Mesh(numpy.reshape(jax.local_devices(), (-1, 1)), "
+    assert ("mesh=jax.sharding.Mesh(np.reshape(jax.local_devices(), (-1, 1)), "
             '("data", "model"))') in new
     x, w = ns["x"], ns["w"]
     want = np.broadcast_to((x @ w).sum(1, keepdims=True).mean(0), (2, 3, 2))
@@ -507,16 +508,51 @@ def test_a_pmap_made_anew_of_the_same_function_traces_it_anew():
     assert (ns["first"], ns["again"], ns["anew"]) == (10.0, 10.0, 20.0)
 
 
-def test_a_40_line_training_loop_grows_by_at_most_25_lines_and_prints_the_same(tmp_path):
+def test_a_40_line_training_loop_grows_by_at_most_15_lines_and_prints_the_same(tmp_path):
     with open(TRAIN) as f:
         classic = f.read()
     new, report = migrate_source(classic, TRAIN)
     assert report.left == report.kept == [] and "jax.pmap(" not in new
     assert len(classic.splitlines()) >= 38
-    assert len(new.splitlines()) - len(classic.splitlines()) <= 25   # issue 49 item 1
+    assert len(new.splitlines()) - len(classic.splitlines()) <= 15   # issue 57 item 1
+    # as written by hand: named defs, no helper, the file's own jnp
+    assert report.helpers == [] and "lambda fun" not in new
+    assert "def train_step(params, x, y):\n    params, x, y = jax.tree.map(lambda v: " \
+        "jnp.squeeze(v, 0), (params, x, y))\n" in new
+    assert "def evaluate(p, x, y):\n" in new
     proc = migrate(TRAIN, "-o", str(tmp_path / "train.py"), "--check")
     assert proc.returncode == 0 and ": same: exit status 0, 5 stdout lines agree" in proc.stdout, \
         proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_jit_of_a_pmap_is_not_a_jit_of_a_jit():
+    ns, new, report = _run('''\
+        import jax
+        import numpy as np
+        f = jax.jit(jax.pmap(lambda x: x * 2))
+        out = f(np.arange(8.0))
+        ''')
+    assert report.left == [] and "jax.jit(jax.jit(" not in new.replace("\n", "")
+    assert "f = jax.jit(jax.shard_map(" in new
+    assert ns["out"].tolist() == [2.0 * k for k in range(8)]
+
+
+def test_the_files_own_numpy_name_and_a_lambda_site_as_a_named_def():
+    ns, new, report = _run('''\
+        import jax
+        import numpy as np
+        from jax import lax
+
+        n = jax.local_device_count()
+        total = jax.pmap(lambda v, w: lax.psum(v * w, "i"), "i", in_axes=(0, None))
+        out = total(np.arange(n, dtype=np.float32), np.float32(2.0))
+        host = out.to_py()
+        ''')
+    assert report.left == [] and report.helpers == []
+    assert "import numpy\n" not in new and "host = np.asarray(out)" in new
+    assert "def total(v, w):\n    v = jax.tree.map(lambda a: jax.numpy.squeeze(a, 0), v)\n" \
+        in new
+    assert ns["host"].tolist() == [2.0 * sum(range(8))] * 8
 
 
 # -- 2. host_callback keeps classic order ---------------------------------------------------
@@ -575,6 +611,107 @@ def test_migrated_taps_run_one_at_a_time_in_program_order_on_8_devices(tmp_path)
     assert proc.stdout.splitlines() == [
         "overlaps 0 devices [0, 1, 2, 3, 4, 5, 6, 7] taps 2400",
         "program order on each device True"]
+
+
+def test_taps_and_calls_receive_numpy_arrays_as_classic_did():
+    # A tap that reads its value through numpy's own API (.ctypes: a jax.Array
+    # has none) and builds a timedelta from an element.
+    seen = []
+
+    def tap(value, transforms):
+        seen.append((type(value["a"]), type(value["b"]), value["b"].ctypes.data != 0,
+                     datetime.timedelta(seconds=value["a"][1].item()).total_seconds()))
+
+    def host(v):
+        seen.append(type(v))
+        return v * 2
+    ns, _new, report = _run('''\
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import host_callback as hcb
+
+        @jax.jit
+        def f(x):
+            hcb.id_tap(tap, {"a": x, "b": x + 1})
+            return hcb.call(host, x, result_shape=x)
+        out = f(jnp.arange(3.0))
+        hcb.barrier_wait()
+        ''', tap=tap, host=host)
+    assert report.left == [] and ns["out"].tolist() == [0.0, 2.0, 4.0]
+    assert seen == [(np.ndarray, np.ndarray, True, 1.0), np.ndarray]
+
+
+def test_a_raising_tap_is_logged_and_the_program_goes_on(tmp_path):
+    # As under pmapkit run: the tap's error is logged with its traceback, the
+    # computation and the program go on, later taps still run.
+    source = textwrap.dedent('''\
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import host_callback as hcb
+
+        def tap(value, transforms):
+            if value[0] == 1.0:
+                raise ValueError("bad step")
+            print("tapped", value.tolist(), flush=True)
+
+        @jax.jit
+        def step(x):
+            return hcb.id_tap(tap, x) * 2
+        for k in range(3):
+            print("out", step(jnp.full((2,), float(k))).tolist(), flush=True)
+        jax.effects_barrier()
+        print("done")
+        ''')
+    new, report = migrate_source(source)
+    script = tmp_path / "taps.py"
+    script.write_text(new)
+    proc = subprocess.run([sys.executable, "-P", str(script)], capture_output=True, text=True,
+                          timeout=600, env=env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["tapped [0.0, 0.0]", "out [0.0, 0.0]", "out [2.0, 2.0]",
+                                        "tapped [2.0, 2.0]", "out [4.0, 4.0]", "done"]
+    assert "ValueError: bad step" in proc.stderr and "the tap <function tap" in proc.stderr
+
+
+_CHAINS = '''\
+import jax
+import jax.numpy as jnp
+
+n_chains = 2
+
+def chain(key):
+    return jax.random.normal(key, (3,)).sum()
+
+keys = jax.random.split(jax.random.key(0), n_chains)
+out = jax.pmap(chain)(keys)
+'''
+
+
+def test_a_mapped_size_from_a_variable_runs_on_that_many_devices():
+    # 2 chains on 8 devices: the mesh follows the argument (2 devices), as classic
+    # pmap ran on the first 2; a mesh of all 8 failed "not evenly divisible".
+    ns, new, report = _run(_CHAINS)
+    assert report.left == [] and "_first_devices" in report.helpers
+    assert ns["out"].shape == (2,)
+    keys = jax.random.split(jax.random.key(0), 2)
+    np.testing.assert_allclose(ns["out"], [jax.random.normal(k, (3,)).sum() for k in keys],
+                               rtol=1e-6)
+    assert ns["out"].sharding.mesh.devices.tolist() == jax.local_devices()[:2]
+    # the device count, through a name, is proof enough: no helper
+    counted = _CHAINS.replace("n_chains = 2", "n_chains = jax.local_device_count()")
+    new, report = migrate_source(counted)
+    assert "_first_devices" not in report.helpers and report.left == []
+
+
+@pytest.mark.parametrize("name", ["0", "1.5", "(0, 1)", "-1"])
+def test_a_literal_non_string_axis_name_is_translated(name):
+    ns, new, report = _run(f'''\
+        import jax
+        import numpy as np
+        out = jax.pmap(lambda v: v * 2, axis_name={name})(np.arange(8.0))
+        ''')
+    assert report.kept == report.left == [] and "jax.pmap(" not in new
+    assert ns["out"].tolist() == [2.0 * k for k in range(8)]
 
 
 def test_a_call_runs_and_keeps_its_result_whether_used_or_not():

@@ -32,7 +32,7 @@ class Family:
     new expression text`` for a call of the name. ``attributes``: the same
     for ``<any>.attr`` (the classic array properties). ``classic``: names
     (and their members) that must not remain: a use no rule rewrote is left
-    with a comment, ``why`` from ``reasons`` or the census."""
+    with a comment, ``why`` from ``reasons`` or the census. ``plan``: below."""
     name: str
     moves: dict = dataclasses.field(default_factory=dict)
     names: dict = dataclasses.field(default_factory=dict)
@@ -40,3 +40,7 @@ class Family:
     attributes: dict = dataclasses.field(default_factory=dict)
     classic: tuple = ()
     reasons: dict = dataclasses.field(default_factory=dict)
+    #: ``plan(ctx, module)``: the family's plan of a file, made before any rewrite
+    #: (its hooks, ``decorator``, ``reference``, ``leave_call``, ``leave_function``,
+    #: ``leave_statement``, each optional, are called by the driver); None: no plan.
+    plan: object = None

@@ -137,17 +137,48 @@ def kept_lines(output, options):
     return kept, skipped
 
 
-def _shown(line):
+#: Characters of a differing line shown; a longer line is cut to a window
+#: around its first difference from the other side's line.
+WIDTH = 200
+#: Characters the window shows before the first difference.
+BEFORE = 60
+
+
+def _visible(text):
+    """``text`` with each control or invisible character written as its
+    escape (``\\x1b``, ``\\r``, ``\\u200b``), so that two lines that differ
+    there do not look the same."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def _first_difference(a, b):
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return k
+    return min(len(a), len(b))
+
+
+def _shown(line, other=None):
     if line is None:
         return "<no line>"
     text = _text(line.rstrip(b"\r\n"))
-    return text + ("" if line.endswith(b"\n") else "  <no newline at the end>")
+    end = "" if line.endswith(b"\n") else "  <no newline at the end>"
+    if len(text) <= WIDTH:
+        return _visible(text) + end
+    at = _first_difference(text, _text(other.rstrip(b"\r\n")) if other is not None else "")
+    start = max(0, min(at - BEFORE, len(text) - WIDTH))
+    stop = start + WIDTH
+    return (("..." if start else "") + _visible(text[start:stop])
+            + ("..." if stop < len(text) else "")
+            + f"  <characters {start + 1}-{min(stop, len(text))} of {len(text)}, "
+              f"first difference at {at + 1}>" + end)
 
 
 def _pair(side, number, line, other):
-    shown = _shown(line)
-    if line is not None and other is not None and shown == _shown(other):
-        shown = repr(line)          # the bytes differ where the eye sees none
+    shown = _shown(line, other)
+    if line is not None and other is not None and shown == _shown(other, line):
+        shown = repr(line[:WIDTH])      # the bytes differ where the eye sees none
     where = f"line {number}" if line is not None else "after the last line"
     return f"    {side} {where}: {shown}"
 

@@ -4,12 +4,13 @@ For each original file, one after the other: its folder (the program's
 working folder) is copied to a temporary folder and the original runs there
 under ``pmapkit run --route-pmap``; that copy is removed; a fresh copy is made
 at the same path with every migrated file of this migrate run in place of its
-original, and the migrated program runs there on plain Python (pmapkit not
-importable, DeprecationWarnings as errors). So both runs see the same paths,
-neither sees what the other wrote, and nothing they write under their folder
-reaches the user's. Both read stdin from /dev/null (or the ``--stdin`` file,
-opened anew for each), start in a new session, and are killed with every
-process they started when they pass ``--timeout`` and when they end.
+original, and the migrated program runs there on plain Python as ``python
+script.py`` runs it (pmapkit not importable, JAX's own DeprecationWarnings as
+errors). So both runs see the same paths, neither sees what the other wrote,
+and nothing they write under their folder reaches the user's. Both get the
+same ``PYTHONHASHSEED``, read stdin from /dev/null (or the ``--stdin`` file,
+opened anew for each), and run under a child subreaper that kills every
+process they started, detached or not, when they end or pass ``--timeout``.
 
 What is copied: the folder holding the original file, recursively: folders,
 regular files with their permission bits, symbolic links as links (one
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import shutil
 import signal
 import stat
@@ -37,10 +39,16 @@ from pmapkit.tools.migrate import check
 SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache",
                              ".pytest_cache", ".tox", ".nox", "node_modules"})
 
-# Runs the migrated script as ``python script.py`` would, but any import of
-# pmapkit fails: the migrated program must stand on plain JAX.
+# Runs the migrated script as ``python script.py`` would (a fresh ``__main__``
+# with the same ``__file__``, ``__loader__``, ``__spec__``, ``__cached__`` and
+# ``__package__``), but any import of pmapkit fails: the migrated program must
+# stand on plain JAX. A DeprecationWarning that JAX itself issues (the frame
+# calling ``warnings.warn`` is in ``jax``/``jaxlib``) is raised as an error,
+# wherever it is attributed: the migrated program must not lean on what JAX
+# is removing. Any other DeprecationWarning (the program's own, a library's)
+# is shown once per place, as Python's default would, and never fails the run.
 GUARD = r"""
-import os, runpy, sys
+import builtins, importlib.machinery, io, os, sys, types, warnings
 class _NoPmapkit:
     def find_spec(self, name, path=None, target=None):
         if name == "pmapkit" or name.startswith("pmapkit."):
@@ -48,12 +56,112 @@ class _NoPmapkit:
                 f"pmapkit migrate --check: the migrated program imports {name}", name=name)
         return None
 sys.meta_path.insert(0, _NoPmapkit())
-script = sys.argv[1]
+def _issued_by_jax():
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") == "warnings":
+        frame = frame.f_back
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name.partition(".")[0] in ("jax", "jaxlib")
+_shown, _show = set(), warnings.showwarning
+def _deprecation_policy(message, category, filename, lineno, file=None, line=None):
+    if issubclass(category, DeprecationWarning):
+        if _issued_by_jax():
+            raise message if isinstance(message, Warning) else category(message)
+        if (str(message), category, filename, lineno) in _shown:
+            return
+        _shown.add((str(message), category, filename, lineno))
+    _show(message, category, filename, lineno, file, line)
+warnings.showwarning = _deprecation_policy
+warnings.filterwarnings("always", category=DeprecationWarning)
+script = os.path.abspath(sys.argv[1])
 sys.argv = sys.argv[1:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-runpy.run_path(script, run_name="__main__")
+sys.path.insert(0, os.path.dirname(script))
+with io.open_code(script) as f:
+    code = compile(f.read(), script, "exec", dont_inherit=True)
+main = types.ModuleType("__main__")
+main.__dict__.update(__builtins__=builtins, __file__=script, __cached__=None, __spec__=None,
+                     __package__=None,
+                     __loader__=importlib.machinery.SourceFileLoader("__main__", script))
+sys.modules["__main__"] = main
+exec(code, main.__dict__)
 """
 
+# Runs ``sys.argv[1:]`` as its child and is a child subreaper
+# (``PR_SET_CHILD_SUBREAPER``): a process the run starts that leaves it
+# (double fork, ``setsid``: a background server) is still this one's
+# descendant. When the child ends, or on SIGTERM (``--timeout``), or when
+# the checker dies (``PR_SET_PDEATHSIG``), every descendant is killed and
+# reaped, so the run's output pipe closes; nothing else is touched. It exits
+# as its child did (killed by the same signal, or with its status).
+REAPER = r"""
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+class Stop(Exception):
+    pass
+def stop(signum, frame):
+    raise Stop
+signal.signal(signal.SIGTERM, stop)
+libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+checker = int(os.environ.pop("PMAPKIT_CHECK_PARENT", "0"))
+if checker and os.getppid() != checker:
+    sys.exit(125)
+if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    sys.exit("pmapkit migrate --check: cannot become a child subreaper (prctl)")
+def descendants():
+    parent, alive = {}, set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            parent[int(name)] = int(fields[1])
+            if fields[0] != "Z":
+                alive.add(int(name))
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {p for p, q in parent.items() if q in frontier and p not in found}
+        found |= frontier
+    return found & alive
+def kill_all():
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = descendants()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            if not left:
+                return
+        time.sleep(0.01)
+status = None
+try:
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            os.execvp(sys.argv[1], sys.argv[1:])
+        finally:
+            os._exit(127)
+    status = os.waitpid(child, 0)[1]
+except Stop:
+    pass
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+kill_all()
+code = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
+if code < 0:
+    if -code != signal.SIGKILL:
+        signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 # Permissions as the kernel checks them (a set-user-ID process's own).
 _EFFECTIVE_IDS = os.access in os.supports_effective_ids
@@ -70,6 +178,7 @@ class Program:
     migrated: str      # where the result is written (or a description)
     data: bytes        # the migrated file, encoded as it is written
     mode: int          # its permission bits
+    scripts: tuple | None = None   # a notebook's: (original, migrated) code cells as scripts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +196,21 @@ def original_command(script, args):
 
 
 def migrated_command(script, args):
-    return [sys.executable, "-P", "-W", "error::DeprecationWarning", "-c", GUARD, script,
-            *args]
+    return [sys.executable, "-P", "-c", GUARD, script, *args]
+
+
+def reaped(command):
+    """``command`` run under the subreaper (``REAPER``): a bare Python,
+    isolated from the environment and site packages, around it."""
+    return [sys.executable, "-I", "-S", "-c", REAPER, *command]
+
+
+def hash_seed():
+    """The ``PYTHONHASHSEED`` both runs get: the user's if set, else one
+    drawn for this check (the same for both: a printed set or dict built
+    from strings keeps its order between them)."""
+    seed = os.environ.get("PYTHONHASHSEED", "random")
+    return seed if seed != "random" else str(random.randrange(1, 2 ** 32))
 
 
 def _escapes(relative_link, text):
@@ -187,32 +309,32 @@ def _remove(where):
     shutil.rmtree(where, ignore_errors=True)
 
 
-def _stop(process):
-    """Kills ``process`` and whatever it started (its session)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+#: Seconds the subreaper may take to kill what a run left, after the run
+#: ended or passed ``--timeout``, before it is killed with its process group.
+REAP_S = 60
 
 
-def run(command, cwd, options):
-    """A ``Run`` of ``command`` in ``cwd``: stdin from ``options.stdin`` or
-    /dev/null, killed (with what it started) after ``options.timeout`` s."""
+def run(command, cwd, options, env=None):
+    """A ``Run`` of ``command`` in ``cwd`` under the subreaper: stdin from
+    ``options.stdin`` or /dev/null, stopped after ``options.timeout`` s; every
+    process it started is killed when it ends or is stopped."""
+    env = dict(os.environ if env is None else env, PMAPKIT_CHECK_PARENT=str(os.getpid()))
     given = open(options.stdin, "rb") if options.stdin else None
     try:
-        process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE,
+        process = subprocess.Popen(reaped(command), cwd=cwd, env=env, stdout=subprocess.PIPE,
                                    stdin=given if given is not None else subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, start_new_session=True)
+        timed_out = False
         try:
             out, err = process.communicate(timeout=options.timeout)
-            timed_out = False
         except subprocess.TimeoutExpired:
-            _stop(process)
-            out, err = process.communicate()
             timed_out = True
-        finally:
-            _stop(process)      # what it left running must not outlive its copy
-            process.wait()
+            process.terminate()         # the subreaper kills the run and all it started
+            try:
+                out, err = process.communicate(timeout=REAP_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)   # not reaped yet: still its group
+                out, err = process.communicate()
     finally:
         if given is not None:
             given.close()
@@ -243,20 +365,26 @@ def check_each(programs, args, options, folder_plans=None):
     """Yields the Verdict of each of ``programs`` (``Program``), run one at a
     time with ``args``, as each is reached."""
     folder_plans = folder_plans or plans(programs, options)
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed())
     for program in programs:
         root = os.path.dirname(os.path.abspath(program.original))
         plan = folder_plans[root]
         script = os.path.basename(program.original)
+        first = second = ()
+        if program.scripts is not None:     # a notebook: its code cells run as a script
+            script = f".{script}.pmapkit-check.py"
+            first = [(script, program.scripts[0], 0o644)]
+            second = [(script, program.scripts[1], 0o644)]
         scratch = tempfile.mkdtemp(prefix="pmapkit-check-")
         where = os.path.join(scratch, os.path.basename(root) or "root")
         try:
-            _make_copy(plan, where)
+            _make_copy(plan, where, first)
             ran_original = run(original_command(os.path.join(where, script), args),
-                               where, options)
+                               where, options, env)
             _remove(where)
-            _make_copy(plan, where, _overlay(programs, root))
+            _make_copy(plan, where, _overlay(programs, root) + list(second))
             ran_migrated = run(migrated_command(os.path.join(where, script), args),
-                               where, options)
+                               where, options, env)
         finally:
             _remove(scratch)
         yield check.compare(program.original, program.migrated, ran_original, ran_migrated,

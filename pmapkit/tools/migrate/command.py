@@ -11,7 +11,7 @@ import sys
 
 import libcst as cst
 
-from pmapkit.tools.migrate import check, check_runs, files
+from pmapkit.tools.migrate import check, check_runs, files, notebooks
 
 USAGE = "%(prog)s PATH... [-o OUT | --in-place] [--diff] [--strict] [--check [-- ARGS...]]"
 DESCRIPTION = """\
@@ -19,8 +19,9 @@ Rewrites classic JAX code (pmap, pjit/maps, host_callback, jax_export, tree_map,
 jax.ops.index_*, ...) to plain jax 0.10 public API: the output never imports
 pmapkit. What cannot be translated safely stays as written with a
 '# pmapkit migrate:' comment and a line in the report (the output is scanned:
-anything classic left is reported). PATH is a .py file or a folder (its .py
-files, recursively, less output folders of earlier runs). Files are written
+anything classic left is reported). PATH is a .py file, a Jupyter notebook
+(.ipynb: its code cells rewritten, the rest kept) or a folder (its .py and
+.ipynb files, recursively, less output folders of earlier runs). Files are written
 atomically in their own encoding and line endings, keeping their owner (a
 link: its target is written; a file with other hard links is refused); -o
 never writes over an input (use --in-place)."""
@@ -134,8 +135,9 @@ def _inputs(paths, output=None):
                     else:
                         keep.append(d)
                 dirs[:] = keep
+                dirs[:] = [d for d in dirs if d != ".ipynb_checkpoints"]
                 for name in sorted(names):
-                    if name.endswith(".py"):
+                    if name.endswith(".py") or notebooks.is_notebook(name):
                         full = os.path.join(root, name)
                         found.append((full, os.path.relpath(full, path)))
         elif stat.S_ISREG(kind):
@@ -143,12 +145,12 @@ def _inputs(paths, output=None):
         else:
             raise BadInput(f"not a file or folder: {path!r}")
     if not found:
-        raise BadInput(f"no .py files in {', '.join(map(repr, paths))}")
+        raise BadInput(f"no .py or .ipynb files in {', '.join(map(repr, paths))}")
     return found, skipped
 
 
 def _names_a_file(output):
-    return output.endswith(".py") and not os.path.isdir(output)
+    return output.endswith((".py", notebooks.SUFFIX)) and not os.path.isdir(output)
 
 
 def _refuse_overwrites(paths, found, args):
@@ -183,6 +185,15 @@ def _migrate(found):
             source = files.read_source(path)
         except files.Unreadable as exc:
             raise BadInput(str(exc)) from None
+        if notebooks.is_notebook(path):
+            try:
+                new, report = notebooks.migrate_notebook(source.text, path, migrate_module)
+            except notebooks.NotANotebook as exc:
+                raise BadInput(str(exc)) from None
+            except (SyntaxError, cst.ParserSyntaxError) as exc:
+                raise BadInput(f"{path}: a code cell does not parse: {exc}") from None
+            done.append((path, relative, source, new, report))
+            continue
         try:
             compile(source.text, path, "exec", dont_inherit=True)
         except SyntaxError as exc:   # Python's own message says where, precisely
@@ -258,9 +269,21 @@ def _refuse_unwritable(targets):
 
 
 def _programs(done, targets):
-    return [check_runs.Program(path, targets[k] if targets else f"{path} (migrated)",
-                               files.encode(new, source.encoding, path), source.mode)
-            for k, (path, _relative, source, new, _report) in enumerate(done)]
+    """The ``check_runs.Program`` of each file; a notebook's with the scripts of its
+    code cells (or BadInput where a cell holds an IPython line)."""
+    out = []
+    for k, (path, _relative, source, new, _report) in enumerate(done):
+        scripts = None
+        if notebooks.is_notebook(path):
+            try:
+                scripts = (notebooks.script(source.text, path).encode(),
+                           notebooks.script(new, path).encode())
+            except notebooks.NotANotebook as exc:
+                raise BadInput(str(exc)) from None
+        out.append(check_runs.Program(path, targets[k] if targets else f"{path} (migrated)",
+                                      files.encode(new, source.encoding, path), source.mode,
+                                      scripts))
+    return out
 
 
 def _prepare_check(programs, options):

@@ -38,9 +38,10 @@ CLASSIC_PRNG = Helper(written._classic_prng, call_after=True)
 PER_DEVICE = Helper(written._per_device, ("jax", "functools"))
 FIRST_DEVICES = Helper(written._first_devices, ("jax", "functools", "numpy"))
 DEVICE_INDEX = Helper(written._device_index, ("jax", "numpy"))
-ID_TAP = Helper(written._id_tap, ("jax", "jax.experimental", "threading"), (DEVICE_INDEX,))
+ID_TAP = Helper(written._id_tap, ("jax", "jax.experimental", "logging", "numpy", "threading"),
+                (DEVICE_INDEX,))
 ID_PRINT = Helper(written._id_print, needs=(ID_TAP,))
-HOST_CALL = Helper(written._host_call, ("jax", "jax.experimental", "threading"),
+HOST_CALL = Helper(written._host_call, ("jax", "jax.experimental", "numpy", "threading"),
                    (DEVICE_INDEX,))
 DEVICE_BUFFERS = Helper(written._device_buffers)
 DEVICE_PUT_REPLICATED = Helper(written._device_put_replicated, ("jax", "numpy"))

@@ -5,11 +5,16 @@ site's mesh of every local device is exact only where n is the local device
 count (a program sizing its data by ``jax.local_device_count()``, the classic
 training loop); ``_first_devices`` (``written``) cuts the mesh to n when
 ``jax.jit`` traces, at the cost of a helper in the file. It is written where
-the source shows a size of its own: a pmap site (``jax.pmap(f)(...)``, or a
-name bound to one) called with an argument whose leading size is a number in
-the source (``normalize(jnp.arange(4.))``, ``pmap(f)(jnp.ones((7, 3)))``, or a
-name assigned such an array). Elsewhere a site mapping a size other than the
-device count fails loudly in ``jax.shard_map`` ("evenly divisible").
+the source shows a size that is not the device count: a pmap site
+(``jax.pmap(f)(...)``, or a name bound to one) called with an array made
+there, or a name assigned one, whose leading size is written as anything but
+the device count: a number (``normalize(jnp.arange(4.))``,
+``pmap(f)(jnp.ones((7, 3)))``) or a name or expression not assigned
+``jax.device_count()``/``local_device_count()``/``len(jax.devices())``
+(``random.split(key, n_chains)`` with ``n_chains = 2``). An argument made
+elsewhere (a parameter, a loaded batch) is taken to be sized by the device
+count: a site mapping another size then fails loudly in ``jax.shard_map``
+("evenly divisible"), never with a wrong value.
 """
 from __future__ import annotations
 
@@ -23,36 +28,73 @@ _SHAPED = ("arange", "ones", "zeros", "empty", "full", "eye", "reshape")
 _KEYED = ("split", "normal", "uniform", "randint")
 
 
-def _leading_literal(node):
-    """Whether the expression makes an array whose leading size is written as a number."""
-    if not isinstance(node, cst.Call) or not isinstance(node.func, (cst.Attribute, cst.Name)):
+_DEVICE_COUNTS = ("device_count", "local_device_count")
+_DEVICE_LISTS = ("devices", "local_devices")
+
+
+def _callee(node):
+    func = node.func
+    return func.attr.value if isinstance(func, cst.Attribute) else (
+        func.value if isinstance(func, cst.Name) else None)
+
+
+def _is_device_count(node, counted):
+    """Whether ``node`` is the device count: ``jax.device_count()``,
+    ``len(jax.local_devices())``, or a name assigned one of them."""
+    if isinstance(node, cst.Name):
+        return node.value in counted
+    if not isinstance(node, cst.Call):
         return False
-    name = node.func.attr.value if isinstance(node.func, cst.Attribute) else node.func.value
+    if _callee(node) in _DEVICE_COUNTS:
+        return True
+    return (_callee(node) == "len" and len(node.args) == 1
+            and isinstance(node.args[0].value, cst.Call)
+            and _callee(node.args[0].value) in _DEVICE_LISTS)
+
+
+def _leading_size(node):
+    """The expression written as the leading size of the array ``node`` makes, or None."""
+    if not isinstance(node, cst.Call):
+        return None
+    name = _callee(node)
     positional = [a.value for a in node.args if a.keyword is None and not a.star]
     if name in _KEYED:          # random.split(key, 8), random.normal(key, (8, 3))
         shape = positional[1] if len(positional) > 1 else None
+    elif name == "reshape" and len(positional) > 1 and not isinstance(
+            positional[0], (cst.Tuple, cst.List, cst.Integer)):
+        shape = positional[1]   # jnp.reshape(x, (4, 2))
     elif name in _SHAPED:       # jnp.arange(4.), jnp.ones((7, 3)), x.reshape((4, 2))
         shape = positional[0] if positional else None
     else:
-        return False
-    if isinstance(shape, (cst.Tuple, cst.List)) and shape.elements:
-        shape = shape.elements[0].value
-    return isinstance(shape, (cst.Integer, cst.Float))
+        return None
+    if isinstance(shape, (cst.Tuple, cst.List)):
+        shape = shape.elements[0].value if shape.elements else None
+    return shape
 
 
-def meshes_follow_arguments(ctx, module, pmapped_names):
+def _other_size(node, counted):
+    """Whether the array ``node`` makes has a leading size written as other than the device count."""
+    shape = _leading_size(node)
+    return shape is not None and not _is_device_count(shape, counted)
+
+
+def meshes_follow_arguments(pmaps, module, pmapped_names):
     """Whether a pmap site of ``module`` (``jax.pmap(f)(...)``, or a name bound to one)
-    is called with an argument of literal leading size (or a name assigned one)."""
-    calls = [n for n in sx.nodes(module) if isinstance(n, cst.Call)]
-    literal_names = {t.target.value for n in sx.nodes(module) if isinstance(n, cst.Assign)
-                     and _leading_literal(n.value) for t in n.targets
-                     if isinstance(t.target, cst.Name)}
-    for call in calls:
+    is called with an array whose leading size is written as other than the device
+    count (or a name assigned one)."""
+    assigns = [(t.target.value, n.value) for n in sx.nodes(module) if isinstance(n, cst.Assign)
+               for t in n.targets if isinstance(t.target, cst.Name)]
+    counted = set()
+    for name, value in assigns:             # n = jax.local_device_count(); m = n
+        if _is_device_count(value, counted):
+            counted.add(name)
+    sized = {name for name, value in assigns if _other_size(value, counted)}
+    for call in (n for n in sx.nodes(module) if isinstance(n, cst.Call)):
         func = call.func
-        site = (isinstance(func, cst.Call) and ctx._pmap_site(func) is not False) or (
+        site = (isinstance(func, cst.Call) and pmaps.site(func) is not False) or (
             isinstance(func, cst.Name) and func.value in pmapped_names)
-        if site and any(_leading_literal(a.value) or (
-                isinstance(a.value, cst.Name) and a.value.value in literal_names)
+        if site and any(_other_size(a.value, counted) or (
+                isinstance(a.value, cst.Name) and a.value.value in sized)
                 for a in call.args if a.keyword is None):
             return True
     return False

@@ -59,8 +59,8 @@ def _body_scope(ctx, function):
     return ctx.get_metadata(ScopeProvider, function.body.body[0])
 
 
-def _one_pmap_decorator(ctx, function):
-    sites = [d.decorator for d in function.decorators if ctx._pmap_site(d.decorator)]
+def _one_pmap_decorator(pmaps, function):
+    sites = [d.decorator for d in function.decorators if pmaps.site(d.decorator)]
     if len(sites) != 1:
         raise Unplanned("more than one pmap decorator")
     return sites[0]
@@ -92,16 +92,16 @@ def _positional_only(function):
                         "after which the values it reads from the outer body cannot be passed")
 
 
-def plan(ctx, outer_function, inner_functions):
+def plan(ctx, pmaps, outer_function, inner_functions):
     """The ``Nest`` of ``outer_function`` (a pmap-decorated def) and the pmap-decorated
     defs called in its body, or ``Unplanned`` saying why not."""
-    outer_decorator = _one_pmap_decorator(ctx, outer_function)
+    outer_decorator = _one_pmap_decorator(pmaps, outer_function)
     outer_scope = _body_scope(ctx, outer_function)
     calls = {id(n.func): n for n in sx.nodes(outer_function.body) if isinstance(n, cst.Call)}
     inners = []
     for function in inner_functions:
-        decorator = _one_pmap_decorator(ctx, function)
-        if any(ctx._pmap_site(n) for n in sx.nodes(function.body)
+        decorator = _one_pmap_decorator(pmaps, function)
+        if any(pmaps.site(n) for n in sx.nodes(function.body)
                if isinstance(n, (cst.Call, cst.Name, cst.Attribute))):
             raise Unplanned("a pmap inside the inner pmap (three levels)")
         scope = ctx.get_metadata(ScopeProvider, function)

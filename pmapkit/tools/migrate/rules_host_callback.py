@@ -73,7 +73,7 @@ def _with_device(ctx, bound, name):
     """LeaveAsIs where ``name`` asks for the device and this file chooses a pmap's devices."""
     arg = bound.get(name)
     if (arg is not None and sx.code(arg.value) not in ("False", "0", "None")
-            and ctx.pmap_over_chosen_devices):
+            and ctx.plans["pmap"].pmap_over_chosen_devices):
         raise LeaveAsIs(f"{name}=True: {_CHOSEN_DEVICES}")
 
 

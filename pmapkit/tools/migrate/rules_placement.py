@@ -1,6 +1,11 @@
-"""Placement: ``x.device_buffers`` / ``x.device_buffer`` and
-``jax.device_put_replicated`` / ``jax.device_put_sharded`` (gone in JAX 0.10)."""
+"""Placement: ``x.device_buffers`` / ``x.device_buffer``,
+``jax.device_put_replicated`` / ``jax.device_put_sharded`` (gone in JAX 0.10),
+and ``GlobalDeviceArray.from_callback(shape, mesh, mesh_axes, callback)``:
+``jax.make_array_from_callback(shape, NamedSharding(mesh, P(*mesh_axes)),
+callback)``, the jax.Array a GlobalDeviceArray became."""
 from __future__ import annotations
+
+import libcst as cst
 
 from pmapkit.tools.migrate import helpers
 from pmapkit.tools.migrate import syntax as sx
@@ -30,12 +35,43 @@ def _put(helper, params):
     return rule
 
 
+GDA = "jax.experimental.global_device_array"
+
+
+def _spec(node):
+    """``jax.P(...)`` of a GDA's ``mesh_axes`` (a list or tuple of axis names, None,
+    a PartitionSpec, or a name holding one of those but None)."""
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return sx.call_text("jax.P", [sx.code(e.value) for e in node.elements])
+    if isinstance(node, cst.Name) and node.value == "None":
+        return "jax.P()"
+    return f"jax.P(*{sx.atom(node)})"
+
+
+def _from_callback(ctx, original, updated):
+    try:
+        bound = sx.bind(updated, ("global_shape", "global_mesh", "mesh_axes", "data_callback"))
+    except sx.Unbindable as exc:
+        raise LeaveAsIs(f"{exc}; use jax.make_array_from_callback(shape, "
+                        "NamedSharding(mesh, P(*mesh_axes)), callback)") from None
+    if len(bound) != 4:
+        raise LeaveAsIs(f"from_callback given {len(bound)} of its 4 arguments: use "
+                        "jax.make_array_from_callback(shape, NamedSharding(mesh, "
+                        "P(*mesh_axes)), callback)")
+    ctx.need_import("jax")
+    sharding = sx.call_text("jax.sharding.NamedSharding", [
+        sx.value(bound, "global_mesh"), _spec(bound["mesh_axes"].value)])
+    return sx.call_text("jax.make_array_from_callback", [
+        sx.value(bound, "global_shape"), sharding, sx.value(bound, "data_callback")])
+
+
 def family():
     return Family(
         "placement",
         attributes={"device_buffers": _device_buffers, "device_buffer": _device_buffer},
         calls={"jax.device_put_replicated": _put(helpers.DEVICE_PUT_REPLICATED, ("x", "devices")),
-               "jax.device_put_sharded": _put(helpers.DEVICE_PUT_SHARDED, ("shards", "devices"))},
+               "jax.device_put_sharded": _put(helpers.DEVICE_PUT_SHARDED, ("shards", "devices")),
+               f"{GDA}.GlobalDeviceArray.from_callback": _from_callback},
         classic=("jax.device_put_replicated", "jax.device_put_sharded"),
         reasons={"jax.device_put_replicated": "removed in JAX 0.10; use jax.device_put(x, "
                  "NamedSharding(Mesh(devices, ('i',)), P('i'))) on a stacked array",

@@ -14,7 +14,10 @@ one). ``check_vma=False``: classic pmap had no varying-axes check (loop carries
 start from constants). ``static_broadcasted_argnums`` become ``jax.jit``'s
 ``static_argnums``, taken out before the shard_map and handed back to the body.
 A decorator becomes the stack of the three (``@jax.jit``,
-``@functools.partial(jax.shard_map, ...)``, ``@_per_device``).
+``@functools.partial(jax.shard_map, ...)``, ``@_per_device``); on a plain def
+(``pmap_bodies``) the first two, the def's own body taking the mapped axis
+off and back, and ``name = jax.pmap(lambda ...)`` such a named def. The
+site that is ``jax.jit``'s one argument is not jitted again.
 
 Two stacked pmap decorators, or ``jax.pmap(jax.pmap(f))`` inline (in/out_axes
 0, no statics, donation or ``devices=``, two axis names), become one shard_map
@@ -24,7 +27,9 @@ mesh's shape is the argument's two leading sizes, so ``_first_devices``
 pmap-decorated def called in a pmapped body, as ``nested_pmaps`` plans it,
 becomes a shard_map over the inner axis in one over the outer axis of such a
 mesh. A single site goes through ``_first_devices`` too where the file maps a
-size written as a number (``mapped_sizes``).
+size written as other than the device count (``mapped_sizes``). Which sites
+are nested, stacked or written as named defs is planned before the rewrite
+(``pmap_plan``, the family's ``plan`` hook).
 
 What the source cannot say stays ``jax.pmap`` (JAX 0.10 runs it) and the
 report says why: ``in_axes`` computed at run time, ``backend=``/``axis_size=``, ``jax.pmap`` or
@@ -36,7 +41,7 @@ too), and so is a negative axis (its spec needs the argument's rank; JAX
 Not translated, and failing loudly rather than computing something else: a
 call with keyword arguments (``jax.shard_map`` takes positional ones), inputs
 committed to devices outside the mesh (``jax.jit`` refuses them), and, in a
-file that shows no mapped size of its own, a mapped axis whose size is not the
+file that shows no mapped size of its own (an argument made elsewhere), a mapped axis whose size is not the
 number of devices of the mesh (classic pmap ran n < device count on the first
 n devices; shard_map says "not evenly divisible", or the squeeze of a block
 larger than one fails): pass ``devices=jax.local_devices()[:n]`` to the
@@ -46,7 +51,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmapkit.tools.migrate import helpers
+from pmapkit.tools.migrate import helpers, pmap_bodies
 from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import Family, KeepPmap, LeaveAsIs
 from pmapkit.tools.migrate.nested_pmaps import Unplanned
@@ -158,15 +163,30 @@ def _tuple_text(numbers):
     return f"({numbers[0]},)" if len(numbers) == 1 else f"({', '.join(map(str, numbers))})"
 
 
+def _literal(node):
+    """Whether ``node`` is a literal number or a tuple of literals (no name, no call)."""
+    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return _literal(node.expression)
+    return isinstance(node, cst.Tuple) and all(_literal(e.value) for e in node.elements)
+
+
 def _axis_name(bound):
-    """The axis name's source text, or None when the pmap names none."""
+    """The axis name's source text, or None when the pmap names none (or a literal
+    that is not a string: a mesh axis of JAX 0.10 is named by a string, and no
+    collective of JAX 0.10 can name a number or a tuple, so the site gets a
+    fresh name of its own)."""
     name = bound.get("axis_name")
     if name is None or sx.code(name.value) == "None":
         return None
-    if not isinstance(name.value, (cst.SimpleString, cst.Name, cst.Attribute)):
-        raise KeepPmap(f"axis_name={sx.code(name.value)} is computed at run time: "
-                       "kept for jax.pmap")
-    return sx.code(name.value)
+    if isinstance(name.value, (cst.SimpleString, cst.ConcatenatedString, cst.Name,
+                               cst.Attribute)):
+        return sx.code(name.value)
+    if _literal(name.value):
+        return None
+    raise KeepPmap(f"axis_name={sx.code(name.value)} is an expression whose value is known "
+                   "only at run time: kept for jax.pmap")
 
 
 class Site:
@@ -196,13 +216,14 @@ class Site:
         self.cut = False
         if devices is None or sx.code(devices.value) == "None":
             self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
-            if ctx.meshes_follow_arguments:
+            if ctx.plans["pmap"].meshes_follow_arguments:
                 self.cut = True
                 ctx.need_helper(helpers.FIRST_DEVICES)
         else:
             self.mesh = f"jax.sharding.Mesh({sx.code(devices.value)}, ({self.name},))"
         ctx.need_import("jax")
-        ctx.need_helper(helpers.PER_DEVICE)
+        self.ctx = ctx
+        self.jitted = False     # the site is the one argument of the user's jax.jit
 
     def _mapped(self, body, options):
         """``jax.shard_map(body, options...)`` (or through ``_first_devices``)."""
@@ -246,13 +267,18 @@ class Site:
         ``WIDTH`` columns from ``column``."""
         if self.static:
             return self._with_statics(fun, indent, column)
+        self.ctx.need_helper(helpers.PER_DEVICE)
         body = sx.call_text("_per_device", [fun] + self.per_device_options())
         mapped = self._mapped(body, self.shard_map_options())
-        line = sx.call_text("jax.jit", [mapped] + self.jit_options())
+        # jax.jit(jax.pmap(f)): the user's jax.jit compiles it already (no jit of a jit)
+        jitted = self.jitted and not self.jit_options()
+        line = mapped if jitted else sx.call_text("jax.jit", [mapped] + self.jit_options())
         if indent is None or column + len(line) <= WIDTH or "\n" in fun:
             return line
         step = indent + "    "
         head, first = self._opening()
+        if jitted:
+            return f"{head}\n{step}{first}{body},\n{_fill(self.shard_map_options(), step)})"
         if not self.jit_options():
             return (f"jax.jit({head}\n{step}{first}{body},\n"
                     f"{_fill(self.shard_map_options(), step)}))")
@@ -264,6 +290,7 @@ class Site:
     def _with_statics(self, fun, indent=None, column=0):
         # jax.jit passes the static arguments as they are: they go round the shard_map
         # (which maps arrays only) and are handed back to the body.
+        self.ctx.need_helper(helpers.PER_DEVICE)
         statics = ", ".join(f"({k}, args[{k}])" for k in self.static)
         body = sx.call_text("_per_device", ["fn"] + self.per_device_options(
             f"({statics},)" if len(self.static) == 1 else f"({statics})"))
@@ -281,23 +308,25 @@ class Site:
                 f"{step})({dynamic}),\n{_fill(self.jit_options(), step)}))(\n"
                 f"{_fill([fun, self.mesh], step)})")
 
-    def decorators(self, indent=""):
+    def decorators(self, indent="", body_unmaps=False):
         """The decorators standing for ``@partial(jax.pmap, ...)`` (texts, outermost
-        first; ``indent``: the function's)."""
+        first; ``indent``: the function's; ``body_unmaps``: the def's own body takes
+        the mapped axis off, ``pmap_bodies``)."""
         if self.static:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
         head = ("functools.partial(_first_devices, jax.shard_map, " if self.cut
                 else "functools.partial(jax.shard_map, ")
         return [self.jit_decorator(),
                 head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
-                             first=len(indent) + len(head) + 1).lstrip() + ")",
-                self.per_device_decorator()]
+                             first=len(indent) + len(head) + 1).lstrip() + ")"] + (
+            [] if body_unmaps else [self.per_device_decorator()])
 
     def jit_decorator(self):
         jit = self.jit_options()
         return "jax.jit" if not jit else sx.call_text("functools.partial", ["jax.jit"] + jit)
 
     def per_device_decorator(self):
+        self.ctx.need_helper(helpers.PER_DEVICE)
         options = self.per_device_options()
         return ("_per_device" if not options
                 else sx.call_text("functools.partial", ["_per_device"] + options))
@@ -323,8 +352,8 @@ def _fill(parts, indent, first=None):
 # -- the rules ---------------------------------------------------------------------------
 
 def _site(ctx, original, bound):
-    if ctx.is_nested_pmap(original):
-        raise LeaveAsIs(ctx.nested_why(original))
+    if ctx.plans["pmap"].is_nested(original):
+        raise LeaveAsIs(ctx.plans["pmap"].nested_why(original))
     _check(bound)
     return Site(ctx, bound)
 
@@ -334,14 +363,25 @@ def pmap_call(ctx, original, updated):
     bound = _bind(updated, _PARAMS)
     if "fun" not in bound:
         raise KeepPmap("a pmap without its function (pmap(axis_name=...)) is kept")
-    outer = ctx.stacked_calls_inner.get(id(original))
+    outer = ctx.plans["pmap"].stacked_calls_inner.get(id(original))
     if outer is not None:
         # the inner of jax.pmap(jax.pmap(f)): the outer's translation stands for both
         _stacked_names(ctx, [_bind(outer, _PARAMS), bound])
         return None
-    if id(original) in ctx.stacked_calls:
+    if id(original) in ctx.plans["pmap"].stacked_calls:
         return stacked_call(ctx, original, bound)
     site = _site(ctx, original, bound)
+    site.jitted = id(original) in ctx.plans["pmap"].jitted_calls
+    name = ctx.plans["pmap"].assigned_calls.get(id(original))
+    lam = bound["fun"].value
+    if name is not None and isinstance(lam, cst.Lambda):
+        plan = pmap_bodies.plan(lam, site)
+        if plan is not None:
+            # name = jax.pmap(lambda ...: ...): a named def (leave_SimpleStatementLine)
+            text = pmap_bodies.named_def(name, lam, site.decorators(body_unmaps=True), plan,
+                                         ctx.numpy_name)
+            ctx.plans["pmap"].named_defs[id(original)] = text
+            return name
     return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original))
 
 
@@ -355,10 +395,15 @@ def partial_pmap(ctx, original, updated):
                    "is called, which migrate does not follow")
 
 
-def decorator(ctx, original, updated):
+def decorator(ctx, original, updated, fn=None):
     """The decorators (texts) standing for a pmap decorator (``@jax.pmap``,
-    ``@functools.partial(jax.pmap, ...)``)."""
-    return _site(ctx, original, _decorator_bound(updated)).decorators(ctx.indent())
+    ``@functools.partial(jax.pmap, ...)``) of the def ``fn``: where its body can
+    take the mapped axis off itself (``pmap_bodies``), no ``_per_device``."""
+    site = _site(ctx, original, _decorator_bound(updated))
+    plan = pmap_bodies.plan(fn, site) if fn is not None else None
+    if plan is not None:
+        ctx.plans["pmap"].inline_plans[id(fn)] = plan
+    return site.decorators(ctx.indent(), body_unmaps=plan is not None)
 
 
 def _decorator_bound(node):
@@ -415,8 +460,8 @@ def stacked_decorators(ctx, outer, inner):
     shard_map over a 2-D mesh (the outer's axis, the inner's), the body given each
     argument without both leading axes (``_per_device`` twice), as classic pmap
     of a pmap gave it."""
-    if ctx.is_nested_pmap(outer):       # its body makes or calls a pmap
-        raise LeaveAsIs(ctx.nested_why(outer))
+    if ctx.plans["pmap"].is_nested(outer):       # its body makes or calls a pmap
+        raise LeaveAsIs(ctx.plans["pmap"].nested_why(outer))
     names = _stacked_names(ctx, [_decorator_bound(node) for node in (outer, inner)])
     options = ["_first_devices", "jax.shard_map", *_stacked_options(ctx, names)]
     indent = ctx.indent()

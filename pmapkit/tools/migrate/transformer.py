@@ -7,18 +7,17 @@ formatting elsewhere stay as they were.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider, ScopeProvider
 
-from pmapkit.tools.migrate import (deprecations, helpers, leftovers, mapped_sizes, nested_pmaps,
-                                    rules_classic_names, rules_export,
-                                    rules_host_callback, rules_modern, rules_pjit,
-                                    rules_placement, rules_pmap, rules_trees_ops)
+from pmapkit.tools.migrate import (deprecations, file_imports, helpers, leftovers, pmap_plan,
+                                   rules_classic_names, rules_export, rules_host_callback,
+                                   rules_modern, rules_pjit, rules_placement, rules_pmap,
+                                   rules_trees_ops)
 from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import KeepPmap, LeaveAsIs
 from pmapkit.tools.migrate.report import FileReport, Left, Rewrite
@@ -28,15 +27,19 @@ _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 
 
 @functools.cache
+def families():
+    """Every family of rules (``base.Family``)."""
+    return [make() for make in (rules_trees_ops.family, rules_classic_names.family,
+                                rules_placement.family, rules_pjit.family,
+                                rules_host_callback.family, rules_export.family,
+                                pmap_plan.family, rules_modern.family)]
+
+
 def tables():
     """Every family's rules merged: (moves, names, calls, attributes, reasons),
     each value paired with its family's name."""
     moves, names, calls, attributes, reasons = {}, {}, {}, {}, {}
-    for make in (rules_trees_ops.family, rules_classic_names.family, rules_placement.family,
-                 rules_pjit.family,
-                 rules_host_callback.family, rules_export.family, rules_pmap.family,
-                 rules_modern.family):
-        fam = make()
+    for fam in families():
         moves.update({k: (fam.name, v) for k, v in fam.moves.items()})
         names.update({k: (fam.name, v) for k, v in fam.names.items()})
         calls.update({k: (fam.name, v) for k, v in fam.calls.items()})
@@ -117,22 +120,12 @@ class Migrator(cst.CSTTransformer):
         self.mesh_functions = set()
         self.ops_index = {}           # id(numpy.s_[...] node) -> (slice text, start, old)
         self.targets = set()          # ids of nodes assigned to or deleted: left alone
-        self.pmap_callees = set()     # ids of jax.pmap references a call rule handles
-        self.pmap_decorators = set()  # ids of pmap decorator expressions (leave_Decorator's)
-        self.nested_pmaps = set()     # ids of pmap calls in a pmap of a pmap
-        self.nests = {}               # id of a planned nest's outer decorator -> its Nest
-        self.nest_inners = {}         # id of a planned inner decorator -> (Nest, Inner)
-        self.nest_closures = {}       # id of an inner def or of its call -> names passed
-        self.nest_unplanned = {}      # id of an inner pmap of a nest left -> why
-        self.stacked_pmaps = {}       # id of the outer of two stacked pmap decorators -> inner
-        self.stacked_inner = {}       # id of the inner one -> True (the outer translated) or why not
-        self.stacked_calls = {}       # id of jax.pmap(jax.pmap(f)) -> the inner call
-        self.stacked_calls_inner = {}  # id of that inner call -> the outer call
+        self.numpy_name = "jax.numpy"  # the file's name for jax.numpy (migrate_module)
+        self.planners = {f.name: f.plan for f in families() if f.plan is not None}
+        self.plans = {}               # family name -> its plan of this file (visit_Module)
+        self.claimed = set()          # ids of decorator expressions a plan's hook rewrites
         self.strings = set()          # the string literals of the module, evaluated
         self.functions = []           # every def of the module
-        self.pmap_over_chosen_devices = False
-        self.meshes_follow_arguments = False   # single pmap sites get _first_devices
-        self.pmapped_names = set()    # names bound to a pmap (a decorated def, an assignment)
         self.resource_mesh = False    # the global mesh setting becomes _resource_mesh
         self.resource_mesh_blocker = None   # else why not
         self.depth = 0                # indented blocks around the statement visited
@@ -168,15 +161,6 @@ class Migrator(cst.CSTTransformer):
     def free_axis_name(self, candidates):
         """The first of ``candidates`` that no string literal of the module spells."""
         return next((c for c in candidates if c not in self.strings), candidates[-1])
-
-    def is_nested_pmap(self, node):
-        return id(node) in self.nested_pmaps
-
-    def nested_why(self, node):
-        """Why the pmap of a pmap ``node`` is part of stays as written."""
-        why = self.nest_unplanned.get(id(node))
-        return rules_pmap.NESTED + (f" (migrate translates a pmap-decorated def called in "
-                                    f"a pmap-decorated def's body; here {why})" if why else "")
 
     def function_named(self, name):
         """The module's one ``def name`` (at any depth), or None."""
@@ -294,15 +278,12 @@ class Migrator(cst.CSTTransformer):
                 self.strings.add(string.evaluated_value)
             except Exception:     # a bytes literal, an odd prefix: not an axis name
                 pass
-        self._find_nested_pmaps(node)
-        self.meshes_follow_arguments = mapped_sizes.meshes_follow_arguments(
-            self, node, self.pmapped_names)
-        # a pmap over devices= (not jax.local_devices()): a device index is not a local device
-        self.pmap_over_chosen_devices = any(
-            self._pmap_site(call) is not False and any(
-                a.keyword is not None and a.keyword.value == "devices"
-                and sx.code(a.value) != "None" for a in call.args)
-            for call in _walk(node, cst.Call))
+        # each family that plans its sites reads the whole module first
+        self.plans = {name: make(self, node) for name, make in self.planners.items()}
+        self.claimed = set().union(*(getattr(p, "decorators", ()) for p in self.plans.values()))
+
+    def _hooks(self, name):
+        return [getattr(p, name) for p in self.plans.values() if hasattr(p, name)]
 
     def _makes_mesh(self, node):
         """Whether the expression ``node`` makes a mesh: a mesh maker's call, a call
@@ -337,131 +318,6 @@ class Migrator(cst.CSTTransformer):
                           len(self.mesh_functions)):
                 return
 
-    def _pmap_site(self, node):
-        """The pmap function argument's node of a pmap call or decorator ``node``, or
-        False when ``node`` is none (True: a bare ``@jax.pmap``)."""
-        if isinstance(node, cst.Call):
-            q = self.qualname(node.func)
-            if q == rules_pmap.PMAP:
-                return node.args[0].value if node.args and not node.args[0].keyword else True
-            if (q in rules_pmap.PARTIAL and node.args
-                    and self.qualname(node.args[0].value) == rules_pmap.PMAP):
-                return True
-        return self.qualname(node) == rules_pmap.PMAP
-
-    def _find_nested_pmaps(self, module):
-        # Names bound to a pmap (``inner = jax.pmap(...)``, a pmap-decorated def), then
-        # each pmap whose function is one of them or a pmap call: both are nested.
-        made = {}
-        for assign in _walk(module, cst.Assign):
-            if (len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
-                    and isinstance(assign.value, cst.Call) and self._pmap_site(assign.value)):
-                made.setdefault(assign.targets[0].target.value, []).append(assign.value)
-        for fn in _walk(module, cst.FunctionDef):
-            sites = [d.decorator for d in fn.decorators if self._pmap_site(d.decorator)]
-            if sites:
-                made.setdefault(fn.name.value, []).append(sites[0])
-            pmaps = [k for k, d in enumerate(fn.decorators) if self._pmap_site(d.decorator)]
-            if len(sites) == 2 and pmaps[1] == pmaps[0] + 1:
-                # two stacked pmap decorators: one shard_map over a 2-D mesh (rules_pmap)
-                self.stacked_pmaps[id(sites[0])] = sites[1]
-                self.stacked_inner[id(sites[1])] = None
-            elif len(sites) > 1:      # more, or apart: a pmap of a pmap
-                self.nested_pmaps.update(map(id, sites))
-        self.pmapped_names = set(made)
-        # a statement of the module runs in order: a name it maps is bound to a pmap
-        # only by a binding above it (a notebook redefines f as a pmap further down)
-        in_order = {id(c) for s in module.body if not isinstance(s, (cst.FunctionDef,
-                    cst.ClassDef)) for c in _walk(s, cst.Call)}
-        outer = {}      # def name -> the pmap calls that map it
-        mapped_again = set()   # ids of pmap sites whose function a pmap maps again
-        stacked_calls = {}
-        for call in _walk(module, cst.Call):
-            fun = self._pmap_site(call)
-            if isinstance(fun, cst.Call) and self._pmap_site(fun) is not False:
-                if (self.qualname(call.func) == rules_pmap.PMAP
-                        and self.qualname(fun.func) == rules_pmap.PMAP):
-                    stacked_calls[id(call)] = (call, fun)   # jax.pmap(jax.pmap(f)): one 2-D site
-                else:
-                    self.nested_pmaps.update((id(call), id(fun)))
-            elif isinstance(fun, cst.Name):
-                bound = [m for m in made.get(fun.value, ()) if not (
-                    id(call) in in_order and self._start(m) > self._start(call))]
-                if bound:
-                    self.nested_pmaps.update([id(call)] + list(map(id, bound)))
-                    mapped_again.update(map(id, bound))
-                else:
-                    outer.setdefault(fun.value, []).append(call)
-        inners = {id(inner) for _call, inner in stacked_calls.values()}
-        for call, inner in stacked_calls.values():
-            # two levels exactly: neither is inside another stack, nor maps a pmap itself
-            if (id(call) in self.nested_pmaps or id(inner) in self.nested_pmaps
-                    or id(call) in inners or id(inner) in stacked_calls):
-                self.nested_pmaps.update((id(call), id(inner)))
-            else:
-                self.stacked_calls[id(call)] = inner
-                self.stacked_calls_inner[id(inner)] = call
-        decorated = {id(site): fn for fn in _walk(module, cst.FunctionDef)
-                     for site in [d.decorator for d in fn.decorators] if self._pmap_site(site)}
-        candidates = []   # (pmapped def, its pmap site, whether that is its decorator,
-        #                    the pmaps in its body)
-        for fn in _walk(module, cst.FunctionDef):
-            # its own pmap decorator, else a pmap of its name (one run in order: below it)
-            own = next((d.decorator for d in fn.decorators if self._pmap_site(d.decorator)), None)
-            site = own or next((c for c in outer.get(fn.name.value, ()) if not (
-                id(c) in in_order and self._start(c) < self._start(fn))), None)
-            if site is None:
-                continue
-            # a pmap made in the body of a pmapped function, or a name bound to a pmap
-            # called there: a pmap of a pmap
-            inner = [n.decorator if isinstance(n, cst.Decorator) else n
-                     for n in _walk(fn.body, (cst.Call, cst.Decorator))
-                     if self._pmap_site(n.decorator if isinstance(n, cst.Decorator) else n)]
-            inner += [m for call in _walk(fn.body, cst.Call) if isinstance(call.func, cst.Name)
-                      for m in made.get(call.func.value, ())]
-            for node in inner:
-                self.nested_pmaps.update((id(site), id(node)))
-            if inner:
-                candidates.append((fn, site, site is own, list({id(n): n for n in inner}.values())))
-        self._plan_nests(candidates, decorated, mapped_again)
-
-    def _plan_nests(self, candidates, decorated, mapped_again):
-        # Each pmap of a pmap the source says all of becomes shard_maps (nested_pmaps):
-        # an outer def in no other nest, inner defs in no other nest nor outers themselves.
-        outers = {id(fn) for fn, _, _, _ in candidates}
-        claimed = {}
-        for fn, _, _, inner in candidates:
-            for node in inner:
-                claimed[id(node)] = claimed.get(id(node), 0) + 1
-        for fn, site, by_decorator, inner in candidates:
-            functions = list({id(decorated[id(n)]): decorated[id(n)] for n in inner
-                              if id(n) in decorated}.values())
-            blockers = [
-                (not by_decorator, "the outer pmap is not a decorator"),
-                (id(site) in mapped_again, "a pmap maps the outer pmap again (three levels)"),
-                (id(site) in claimed, "the outer pmap is itself in a pmapped body (three levels)"),
-                (any(id(n) not in decorated for n in inner),
-                 "an inner pmap is not a decorator on a def"),
-                (any(claimed[id(n)] > 1 for n in inner),
-                 "an inner pmap is called in two pmapped bodies"),
-                (any(id(f) in outers for f in functions), "three levels of pmaps")]
-            why = next((text for blocked, text in blockers if blocked), None)
-            try:
-                if why:
-                    raise nested_pmaps.Unplanned(why)
-                nest = nested_pmaps.plan(self, fn, functions)
-                nest.axis_names = rules_pmap.nest_axis_names(self, nest)
-            except (nested_pmaps.Unplanned, LeaveAsIs, KeepPmap) as exc:
-                for node in [site, *inner]:
-                    self.nest_unplanned[id(node)] = getattr(exc, "why", str(exc))
-                continue
-            self.nests[id(nest.decorator)] = nest
-            for each in nest.inners:
-                self.nest_inners[id(each.decorator)] = (nest, each)
-                if each.closure:
-                    self.nest_closures[id(each.function)] = each.closure
-                    self.nest_closures.update((id(c), each.closure) for c in each.calls)
-
     def visit_AssignTarget(self, node):
         self.targets.add(id(node.target))
 
@@ -473,19 +329,6 @@ class Migrator(cst.CSTTransformer):
 
     def visit_Del(self, node):
         self.targets.add(id(node.target))
-
-    def visit_Call(self, node):
-        if self.qualname(node.func) == rules_pmap.PMAP:
-            self.pmap_callees.add(id(node.func))
-        elif (self.qualname(node.func) in rules_pmap.PARTIAL and node.args
-              and self.qualname(node.args[0].value) == rules_pmap.PMAP):
-            self.pmap_callees.add(id(node.args[0].value))
-
-    def visit_Decorator(self, node):
-        if self.qualname(node.decorator) == rules_pmap.PMAP:
-            self.pmap_callees.add(id(node.decorator))
-        if self._pmap_site(node.decorator) is not False:
-            self.pmap_decorators.add(id(node.decorator))
 
     def visit_FunctionDef(self, node):
         return node.name.value not in helpers.DEFINED   # a helper written in before
@@ -534,12 +377,12 @@ class Migrator(cst.CSTTransformer):
             # must the migrated file
             self.need_helper(helpers.CLASSIC_PRNG)
         raw = self.raw_qualname(original)
-        if q == rules_pmap.PMAP:
-            if id(original) not in self.pmap_callees:
-                # jax.pmap as a value (``pmap_fn = jax.pmap``): called elsewhere
-                self._leave(original, q, "jax.pmap as a value: the pmap is made where it is "
-                            "called, which migrate does not follow", kept=True)
-            return updated
+        for reference in self._hooks("reference"):
+            why = reference(original, q)    # a name a family's calls handle, or keep
+            if why is not False:
+                if why:
+                    self._leave(original, q, why, kept=True)
+                return updated
         if raw in _ALIASES and not isinstance(original, cst.Name):
             # ``jax.api`` read as an attribute: its canonical module (what
             # follows it, a call of a classic name, is then rewritten too).
@@ -591,13 +434,8 @@ class Migrator(cst.CSTTransformer):
 
     # -- calls ----------------------------------------------------------------
     def leave_Call(self, original_node, updated_node):
-        passed = self.nest_closures.get(id(original_node))
-        if passed:      # a call of a planned inner def: what it read, passed to it
-            args = list(updated_node.args)
-            if args:
-                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            updated_node = updated_node.with_changes(
-                args=args + [cst.Arg(cst.Name(n)) for n in passed])
+        for leave_call in self._hooks("leave_call"):
+            updated_node = leave_call(self, original_node, updated_node)
         q = self.qualname(original_node.func)
         if (isinstance(original_node.func, cst.Attribute) and not updated_node.args
                 and original_node.func.attr.value == rules_classic_names.TO_PY):
@@ -606,7 +444,7 @@ class Migrator(cst.CSTTransformer):
             self.need_import("numpy")
             self._rewrote(original_node, "classic", text)
             return sx.expr(text)
-        if q is None or id(original_node) in self.pmap_decorators:
+        if q is None or id(original_node) in self.claimed:
             return updated_node
         try:
             if q in rules_pmap.PARTIAL:
@@ -642,22 +480,18 @@ class Migrator(cst.CSTTransformer):
         return new
 
     def leave_FunctionDef(self, original_node, updated_node):
-        """An inner def of a planned pmap of a pmap: what it read from the outer body
-        becomes its last parameters."""
-        names = self.nest_closures.get(id(original_node))
-        if not names:
-            return updated_node
-        params = list(updated_node.params.params)
-        if params:
-            params[-1] = params[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        params += [cst.Param(cst.Name(n)) for n in names]
-        return updated_node.with_changes(params=updated_node.params.with_changes(params=params))
+        for leave_function in self._hooks("leave_function"):
+            updated_node = leave_function(self, original_node, updated_node)
+        return updated_node
 
     def leave_Decorator(self, original_node, updated_node):
-        """A pmap decorator (``@jax.pmap``, ``@partial(jax.pmap, ...)``), a bare ``@pjit``."""
+        """A decorator a family's plan rewrites (a pmap decorator), a bare ``@pjit``."""
+        for plan in self.plans.values():
+            if hasattr(plan, "decorator"):
+                done = self._planned_decorator(plan, original_node, updated_node)
+                if done is not None:
+                    return done
         q = self.qualname(original_node.decorator)
-        if id(original_node.decorator) in self.pmap_decorators:
-            return self._pmap_decorator(original_node, updated_node)
         if q in rules_pjit.PJIT_NAMES:
             self.need_import("jax")
             family, text = "pjit", "jax.jit"
@@ -666,35 +500,21 @@ class Migrator(cst.CSTTransformer):
         self._rewrote(original_node.decorator, family, text, q)
         return updated_node.with_changes(decorator=sx.expr(text))
 
-    def _pmap_decorator(self, original_node, updated_node):
-        node = original_node.decorator
-        if id(node) in self.stacked_inner:
-            if self.stacked_inner[id(node)] is True:   # the outer's translation stands for both
-                return cst.RemoveFromParent()
-            self._leave(node, rules_pmap.PMAP, self.stacked_inner[id(node)] or rules_pmap.NESTED)
-            return updated_node
+    def _planned_decorator(self, plan, original_node, updated_node):
+        """What ``plan``'s hook makes of a decorator: None when not its own."""
         try:
-            if id(node) in self.nests:
-                texts = rules_pmap.nest_outer_decorators(self, self.nests[id(node)])
-            elif id(node) in self.nest_inners:
-                texts = rules_pmap.nest_inner_decorators(self, *self.nest_inners[id(node)])
-            elif id(node) in self.stacked_pmaps:
-                inner = self.stacked_pmaps[id(node)]
-                texts = rules_pmap.stacked_decorators(self, node, inner)
-                self.stacked_inner[id(inner)] = True
-            else:
-                texts = rules_pmap.decorator(self, node, updated_node.decorator)
+            texts = plan.decorator(self, original_node, updated_node)
         except LeaveAsIs as exc:
-            if id(node) in self.stacked_pmaps:
-                self.stacked_inner[id(self.stacked_pmaps[id(node)])] = exc.why
-            self._leave(original_node.decorator, rules_pmap.PMAP, exc.why)
+            self._leave(original_node.decorator, plan.qualname, exc.why)
             return updated_node
         except KeepPmap as exc:
-            self._leave(original_node.decorator, rules_pmap.PMAP, exc.why, kept=True)
+            self._leave(original_node.decorator, plan.qualname, exc.why, kept=True)
             return updated_node
+        if texts is None or isinstance(texts, cst.RemovalSentinel):
+            return texts
         self.need_import("functools")
-        self._rewrote(original_node.decorator, "pmap", "; ".join(f"@{t}" for t in texts),
-                      rules_pmap.PMAP)
+        self._rewrote(original_node.decorator, plan.family, "; ".join(f"@{t}" for t in texts),
+                      plan.qualname)
         self._keep_comments(updated_node, "")
         first = updated_node.with_changes(decorator=sx.expr(texts[0]))
         return cst.FlattenSentinel([first] + [cst.Decorator(decorator=sx.expr(t))
@@ -718,6 +538,18 @@ class Migrator(cst.CSTTransformer):
 
     # -- imports ----------------------------------------------------------------
     def leave_SimpleStatementLine(self, original_node, updated_node):
+        for leave_statement in self._hooks("leave_statement"):
+            # a statement a family writes anew (name = jax.pmap(lambda ...): a named def)
+            text = leave_statement(self, original_node, updated_node)
+            if text is None:
+                continue
+            self.need_import("functools")
+            last = self.report.rewrites.pop()
+            self.report.rewrites.append(dataclasses.replace(last, new=sx.one_line(
+                "; ".join(line.strip() for line in text.splitlines() if line.startswith(
+                    ("@", "def "))))))
+            return cst.parse_statement(text).with_changes(
+                leading_lines=updated_node.leading_lines)
         if rules_pjit.global_mesh_setting(self, original_node) and self.resource_mesh:
             # the whole statement is replaced: the LEFT lines of its parts go
             text = rules_pjit.resource_mesh(self, updated_node)
@@ -772,6 +604,11 @@ class Migrator(cst.CSTTransformer):
         if imp.relative or isinstance(imp.names, cst.ImportStar) or imp.module is None:
             return line
         module = sx.code(imp.module)
+        aliased = module in _ALIASES       # from jax.api import (...): from jax import (...)
+        if aliased:
+            module = _ALIASES[module]
+            imp = imp.with_changes(module=sx.expr(module))
+            line = line.with_changes(body=[imp])
         groups = {}      # new module -> [ImportAlias]
         kept = []
         for alias in imp.names:
@@ -792,6 +629,8 @@ class Migrator(cst.CSTTransformer):
                 name=cst.Name(new_name),
                 asname=None if new_name == local else cst.AsName(name=cst.Name(local))))
         if not groups:
+            if aliased:
+                self._rewrote(original_line.body[0], "imports", sx.code(imp))
             return line
         statements = []
         if kept:
@@ -824,28 +663,6 @@ class Migrator(cst.CSTTransformer):
         return updated_node
 
 
-def _with_helpers(module, new):
-    """``module`` with the helpers ``new`` written in after its imports."""
-    if not new:
-        return module
-    body = list(module.body)
-    at = _after_imports(body)
-    added = []
-    for helper in new:
-        statements = list(cst.parse_module(helper.source).body)
-        if helper.call_after:
-            statements.append(cst.parse_statement(f"{helper.name}()\n").with_changes(
-                leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
-        statements[0] = statements[0].with_changes(
-            leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        added.extend(statements)
-    if at < len(body):
-        body[at] = body[at].with_changes(
-            leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
-            + [line for line in body[at].leading_lines if line.comment])
-    return module.with_changes(body=body[:at] + added + body[at:])
-
-
 # jax.random names that draw nothing (types): no classic-stream helper for them
 _RANDOM_TYPES = {"jax.random.KeyArray", "jax.random.PRNGKeyArray"}
 
@@ -863,159 +680,20 @@ def _walk(node, kind):
     return found
 
 
-def _is_import_line(statement):
-    return isinstance(statement, cst.SimpleStatementLine) and all(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
-
-
-def _is_docstring(statement):
-    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
-
-
-def _after_imports(body):
-    """Index after the module's leading docstring and import block."""
-    at = 0
-    if body and _is_docstring(body[0]):
-        at = 1
-    last = at
-    for k in range(at, len(body)):
-        if _is_import_line(body[k]):
-            last = k + 1
-        else:
-            break
-    return last
-
-
-def _import_aliases(module):
-    """(module, obj, asname, qualified) for each import alias of ``module``."""
-    out = []
-    for statement in _walk(module, (cst.Import, cst.ImportFrom)):
-        if isinstance(statement, cst.Import):
-            for alias in statement.names:
-                name = sx.code(alias.name)
-                asname = sx.code(alias.asname.name) if alias.asname else None
-                out.append((name, None, asname, name))
-        elif not statement.relative and statement.module is not None and not isinstance(
-                statement.names, cst.ImportStar):
-            base = sx.code(statement.module)
-            for alias in statement.names:
-                name = sx.code(alias.name)
-                asname = sx.code(alias.asname.name) if alias.asname else None
-                out.append((base, name, asname, f"{base}.{name}"))
-    return out
-
-
-class _DropDottedImports(cst.CSTTransformer):
-    """Removes ``import a.b.c`` (no ``as``) of the given dotted modules."""
-
-    def __init__(self, modules):
-        super().__init__()
-        self.modules = modules
-
-    def leave_Import(self, original_node, updated_node):
-        names = [a for a in updated_node.names
-                 if a.asname is not None or sx.code(a.name) not in self.modules]
-        if not names:
-            return cst.RemoveFromParent()
-        if len(names) == len(updated_node.names):
-            return updated_node
-        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated_node.with_changes(names=names)
-
-
 def migrate_module(source, path="<string>"):
     """(new source, FileReport) for the Python source text ``source``.
     Raises ``libcst.ParserSyntaxError`` when it does not parse."""
     report = FileReport(path)
     tree = cst.parse_module(source)
-    unread = _unread_classic_imports(tree)
+    unread = file_imports.unread_classic_imports(tree)
     migrator = Migrator(report)
+    migrator.numpy_name = file_imports.numpy_name(tree)
+    migrator.original_names = file_imports.names_outside_imports(tree)
     new = cst.MetadataWrapper(tree).visit(migrator)
     if unread:
-        new = _drop_imports(new, unread, report)
+        new = file_imports.drop_imports(new, unread, report)
     if report.rewrites or report.helpers:
-        new = _tidy_imports(new, migrator, report)
+        new = file_imports.tidy_imports(new, migrator, report)
     # "0 left" must mean it: whatever the rules missed is found in the output.
     report.left.extend(leftovers.unreported(new.code, report.left, new.code != source))
     return new.code, report
-
-
-class _ImportLines(cst.CSTVisitor):
-    """The line of each imported qualified name (``from a import b``: ``a.b``)."""
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self):
-        super().__init__()
-        self.lines = {}
-
-    def visit_ImportFrom(self, node):
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return
-        line = self.get_metadata(PositionProvider, node).start.line
-        for alias in node.names:
-            self.lines.setdefault(f"{sx.code(node.module)}.{sx.code(alias.name)}", line)
-
-    def visit_Import(self, node):
-        line = self.get_metadata(PositionProvider, node).start.line
-        for alias in node.names:
-            self.lines.setdefault(sx.code(alias.name), line)
-
-
-def _unread_classic_imports(tree):
-    """``{qualified name: line}`` of the imports of ``tree`` that bind a name this JAX
-    lacks which nothing in the file reads (the cookbook's ``from jax._src.lib import
-    xla_bridge``): each did nothing but bind the name."""
-    found = [(module, obj, asname, q) for module, obj, asname, q in _import_aliases(tree)
-             if (obj is not None or asname is not None) and leftovers.classic(q)]
-    if not found:
-        return {}
-    visitor = _ImportLines()
-    cst.MetadataWrapper(tree).visit(visitor)
-    context = CodemodContext()
-    for module, obj, asname, _q in found:
-        RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
-    kept = {q for _m, _o, _a, q in _import_aliases(
-        RemoveImportsVisitor(context).transform_module(tree))}
-    return {q: visitor.lines.get(q, 0) for _m, _o, _a, q in found if q not in kept}
-
-
-def _drop_imports(new, unread, report):
-    """The imports ``_unread_classic_imports`` found and no rule rewrote (a moved
-    name's import is the rule's), dropped as rewrites."""
-    context = CodemodContext()
-    dropped = set()
-    for module, obj, asname, q in _import_aliases(new):
-        if q in unread and (obj is not None or asname is not None):
-            RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
-            dropped.add(q)
-    for q in sorted(dropped, key=unread.get):
-        report.rewrites.append(Rewrite(unread[q], "classic", f"import {q}",
-                                       f"(dropped: never read; {leftovers.classic(q)[1]})"))
-    return RemoveImportsVisitor(context).transform_module(new)
-
-
-def _tidy_imports(new, migrator, report):
-    """Drops classic imports nothing uses any more, adds the ones rewrites need."""
-    context = CodemodContext()
-    classic = (tuple(migrator.reasons) + tuple(migrator.calls) + tuple(migrator.moves)
-               + ("jax.ops",))
-    for module, obj, asname, q in _import_aliases(new):
-        related = any(t == q or t.startswith(q + ".") for t in migrator.touched)
-        if q != "jax" and (related or _longest_prefix(dict.fromkeys(classic), q)[0]):
-            RemoveImportsVisitor.remove_unused_import(context, module, obj, asname)
-    new = RemoveImportsVisitor(context).transform_module(new)
-    # ``import jax.experimental.maps`` binds ``jax``, so libcst keeps it while
-    # ``jax`` is used: drop such classic imports that nothing left refers to.
-    still = [k.name for k in report.left]
-    drop = {q for module, obj, asname, q in _import_aliases(new)
-            if obj is None and asname is None and "." in q
-            and _longest_prefix(dict.fromkeys(classic), q)[0]
-            and not any(n == q or n.startswith(q + ".") for n in still)}
-    if drop:
-        new = new.visit(_DropDottedImports(drop))
-    for module in sorted(migrator.imports):
-        AddImportsVisitor.add_needed_import(context, module)
-    new = AddImportsVisitor(context).transform_module(new)
-    return _with_helpers(new, migrator.new_helpers)

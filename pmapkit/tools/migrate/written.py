@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
 
 import jax
@@ -75,13 +76,17 @@ def _device_index():
 
 def _id_tap(tap_func, arg, *, result=None, tap_with_device=False, _lock=threading.Lock()):
     # Classic host_callback.id_tap (written by pmapkit migrate): tap_func(value, ()) on the
-    # host, one tap at a time, in program order (an ordered io_callback; under vmap or
-    # grad, which refuse one, a jax.debug.callback); with tap_with_device, device= the
-    # local device whose slice it is. Returns arg, or result if given.
+    # host with numpy arrays, one tap at a time, in program order (an ordered io_callback;
+    # under vmap or grad, which refuse one, a jax.debug.callback); with tap_with_device,
+    # device= the local device whose slice it is. A tap that raises is logged and the
+    # program goes on, as classic taps did. Returns arg, or result if given.
     def run(value, index):
         with _lock:
             device = {"device": jax.local_devices()[int(index)]} if tap_with_device else {}
-            tap_func(value, (), **device)
+            try:
+                tap_func(jax.tree.map(numpy.asarray, value), (), **device)
+            except Exception:
+                logging.getLogger("host_callback").exception("the tap %r raised", tap_func)
     try:
         jax.experimental.io_callback(run, None, arg, _device_index(), ordered=True)
     except ValueError:   # "Cannot vmap ordered IO callback", "... do not support JVP"
@@ -106,12 +111,12 @@ def _host_call(callback_func, arg, result_shape, *, with_device=False,
                _lock=threading.Lock()):
     # Classic host_callback.call (written by pmapkit migrate): callback_func(arg) on the
     # host, its result kept whether used or not, one call at a time in program order (an
-    # ordered io_callback; under vmap or grad a jax.pure_callback); with_device: device=
-    # the local device whose slice it is.
+    # ordered io_callback; under vmap or grad a jax.pure_callback), given numpy arrays;
+    # with_device: device= the local device whose slice it is.
     def run(value, index):
         with _lock:
             device = {"device": jax.local_devices()[int(index)]} if with_device else {}
-            return callback_func(value, **device)
+            return callback_func(jax.tree.map(numpy.asarray, value), **device)
     try:
         return jax.experimental.io_callback(run, result_shape, arg, _device_index(),
                                             ordered=True)
