@@ -75,3 +75,14 @@ def verdicts_known_same(stdout, folder, known=ID_PRINT_FORMAT):
             assert f"check {path}: {difference}" in stdout, stdout
             found[path] = "same"
     return found
+
+
+def run_migrated(source, **names):
+    """The namespace of the migrated ``source`` run here (8 devices), the
+    migrated text and the report."""
+    import textwrap
+    from pmapkit.tools.migrate import migrate_source
+    new, report = migrate_source(textwrap.dedent(source))
+    namespace = dict(names, __name__="migrated")
+    exec(compile(new, "migrated.py", "exec"), namespace)
+    return namespace, new, report

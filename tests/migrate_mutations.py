@@ -54,6 +54,7 @@ TEST_FILES = [os.path.join(HERE, f) for f in ("test_migrate_every_rule.py", "tes
                                               "test_migrate_refusals.py",
                                               "test_migrate_honesty.py",
                                               "test_migrate_translate.py",
+                                              "test_migrate_translate_host_callback.py",
                                               "test_migrate_pmap_forms.py")]
 # Tests that start processes: slow, and a mutant in this process does not reach them.
 IN_PROCESS = ("not every_family and not check_proves and not a_rewritten_dotted_name "
@@ -197,7 +198,8 @@ def mutate_rules(only):
 
 MIGRATE = os.path.join(os.path.dirname(HERE), "pmapkit", "tools", "migrate")
 TRANSLATION_TESTS = [os.path.join(HERE, f) for f in (
-    "test_migrate_translate.py", "test_migrate_pmap_forms.py", "test_migrate_rules.py",
+    "test_migrate_translate.py", "test_migrate_translate_host_callback.py",
+    "test_migrate_pmap_forms.py", "test_migrate_rules.py",
     "test_migrate_refusals.py")]
 # (file under pmapkit/tools/migrate, text, planted bug, label)
 TRANSLATION_MUTANTS = [
