@@ -340,7 +340,7 @@ def test_a_notebook_calling_get_ipython_runs_through_ipython(tmp_path):
     pytest.importorskip("IPython")
     path = _notebook(tmp_path, [("code", "import jax"),
                                 ("code", "print(type(get_ipython()).__name__)")])
-    assert _ok(_run(RUN + [path], tmp_path)) == ["InteractiveShell"]
+    assert _ok(_run(RUN + [path], tmp_path)) == ["TerminalInteractiveShell"]
 
 
 def test_needs_ipython_reads_ipython_syntax_only():

@@ -108,10 +108,12 @@ def _exec_cells(cells, where, main):
 def _run_in_ipython(cells, where):
     """Each cell through IPython's shell, in order; the first that fails
     ends the run (IPython has printed its traceback)."""
-    from IPython.core.interactiveshell import InteractiveShell
+    # The shell ``ipython notebook.ipynb`` runs cells in: GUI event loops
+    # (``%matplotlib inline``) need its subclass, not the base shell.
+    from IPython.terminal.interactiveshell import TerminalInteractiveShell
     # Plain tracebacks where nobody reads colours (a pipe, a log).
     colors = "Neutral" if sys.stdout.isatty() else "NoColor"
-    shell = InteractiveShell.instance(colors=colors)
+    shell = TerminalInteractiveShell.instance(colors=colors)
     shell.user_ns.update(__file__=where, __name__="__main__")
     for source in cells:
         result = shell.run_cell(source, store_history=False)
