@@ -10,7 +10,10 @@ is kept a notebook and run as users run one, ``pmapkit run original.ipynb``
 (its code cells in order in one ``__main__``, as ``ipython nb.ipynb`` runs
 them); where it runs, the script ``run.py`` makes of it (each cell's last bare
 expression shown, magics left out) is run under ``pmapkit run`` and on
-0.4.30 and the two compared. A MyST ``.md`` notebook is that script.
+0.4.30 and the two compared. A MyST ``.md`` notebook is that script. Unlike
+``run.py``'s rebuild, a cell tagged ``raises-exception`` runs (inside a
+``try``, as the docs build runs it and goes on), so what it defined before
+its error is there for the next cells.
 
 ``--classic PYTHON`` (default ``$CORPUS_CLASSIC_PYTHON`` or
 ``/work/venv-corpus-classic/bin/python``): an interpreter with jax/jaxlib
@@ -25,8 +28,10 @@ with a class (the classes of docs/migrate.md's "Run as written" table):
 third-party library whose releases cannot run on JAX 0.10, or on this
 Python), ``time`` (past the limit here), ``no equivalent`` (a classic API
 pmapkit refuses by design, with its reason), ``classic fails`` (the program
-failed on the classic JAX of its time too), and ``unseeded`` (it runs, but
-prints values no two runs share: not compared). A program that fails here and
+failed on the classic JAX of its time too), ``unseeded`` (it runs, but
+prints values no two runs share: not compared), and ``pmapkit`` (a classic
+behaviour pmapkit does not serve yet, reported with a reproducer: still a
+failure, and the exit status is 1). A program that fails here and
 is not named there is ``FAILS (unclassified)``: a pmapkit-caused failure
 until shown otherwise, and the exit status is 1. So is a program that runs
 under both and prints something else (``DIFFERENT from 0.4.30``), and a named
@@ -51,7 +56,7 @@ def _load_runner():
 
 run = _load_runner()
 CLASSIC = os.environ.get("CORPUS_CLASSIC_PYTHON", "/work/venv-corpus-classic/bin/python")
-CLASSES = ("data", "library", "time", "no equivalent", "classic fails", "unseeded")
+CLASSES = ("data", "library", "time", "no equivalent", "classic fails", "unseeded", "pmapkit")
 
 
 def known():
@@ -73,6 +78,43 @@ def known():
 _INSTALL = re.compile(r"\s*[!%]\s*(pip3?|python3? -m pip|conda|apt(-get)?)\s+install\b")
 
 
+def notebook_script(path, text, edits=""):
+    """A notebook's code cells as one script, as Jupyter runs them: ``run.py``'s
+    rebuild, but a cell tagged ``raises-exception`` is run, not left out (inside
+    ``try``: the docs build expects its error and goes on, and what the cell
+    defined before raising is there for the cells after it)."""
+    cells = run._ipynb_cells(text) if path.endswith(".ipynb") else run._md_cells(text)
+    kept = []
+    for options, code in cells:
+        code, _ = run.edit_lines(code, edits)
+        if not code.strip():
+            continue
+        if "raises-exception" in options:
+            code = "\n".join(line for line in code.splitlines()
+                             if not line.lstrip().startswith(("%", "!")))
+            kept.append(f"try:\n    exec(compile({code!r}, '<cell>', 'exec'), globals())\n"
+                        "except Exception:\n    pass")
+        else:
+            kept.append(run._displayed(code))
+    return run._DISPLAY + "\n\n".join(kept) + "\n"
+
+
+def _write_script(folder, script):
+    # a cell's ``from __future__ import ...`` goes first, where Python wants it
+    future = [line for line in script.splitlines() if line.startswith("from __future__ ")]
+    rest = [line for line in script.splitlines() if not line.startswith("from __future__ ")]
+    with open(os.path.join(folder, "original.py"), "w") as f:
+        f.write("\n".join(future + rest) + "\n")
+
+
+def _source(row):
+    mirror = os.path.join(run.MIRRORS, row["repository"].replace("/", "+"), "repo")
+    if not os.path.isdir(mirror):
+        raise FileNotFoundError(f"no mirror of {row['repository']}: fetch github:{row['repository']}")
+    return run.subprocess.run(["git", "-C", mirror, "show", f"{row['commit']}:{row['path']}"],
+                              capture_output=True, check=True).stdout.decode()
+
+
 def rebuild(row):
     """(folder, the file pmapkit runs, the script compared with 0.4.30 or None).
 
@@ -80,14 +122,15 @@ def rebuild(row):
     in its code cells); the script compared is ``run.py``'s rebuild of it
     (each cell's last bare expression shown), made only where every cell is
     plain Python."""
+    if row["path"].endswith(".md"):
+        folder = os.path.join(run.CACHE, row["name"])
+        os.makedirs(folder, exist_ok=True)
+        _write_script(folder, notebook_script(row["path"], _source(row), row.get("edit") or ""))
+        return folder, "original.py", "original.py"
     if not row["path"].endswith(".ipynb"):
         folder, _ = run.rebuild(row)
         return folder, "original.py", "original.py"
-    mirror = os.path.join(run.MIRRORS, row["repository"].replace("/", "+"), "repo")
-    if not os.path.isdir(mirror):
-        raise FileNotFoundError(f"no mirror of {row['repository']}: fetch github:{row['repository']}")
-    text = run.subprocess.run(["git", "-C", mirror, "show", f"{row['commit']}:{row['path']}"],
-                              capture_output=True, check=True).stdout.decode()
+    text = _source(row)
     folder = os.path.join(run.CACHE, row["name"])
     os.makedirs(folder, exist_ok=True)
     nb = json.loads(text)
@@ -102,20 +145,40 @@ def rebuild(row):
     with open(os.path.join(folder, "original.ipynb"), "w") as f:
         json.dump(nb, f)
     try:
-        script = run.notebook_script(row["path"], text, row.get("edit") or "")
+        script = notebook_script(row["path"], text, row.get("edit") or "")
     except SyntaxError:        # IPython syntax (``f?``, ``x = !ls``): not compared
         return folder, "original.ipynb", None
-    with open(os.path.join(folder, "original.py"), "w") as f:
-        f.write(script)
+    _write_script(folder, script)
     return folder, "original.ipynb", "original.py"
+
+
+# A literal in a printed jaxpr: JAX 0.10 writes its type (``add 1.0:f32[] b``),
+# JAX 0.4.30 did not (``add 1.0 b``); the type is dropped from both.
+_JAXPR_LITERAL = re.compile(r"(?<=[\s(,])(-?\d[\d.e+-]*|True|False):[a-z]+\d*\[[\d,]*\]")
 
 
 def _compare(row, out, cout):
     out, cout = (run._ADDRESS.sub(" at 0x...>", t) for t in (out, cout))
+    out, cout = (_JAXPR_LITERAL.sub(r"\1", t) for t in (out, cout))
     if row.get("ignore"):
         out, cout = ("".join(line for line in t.splitlines(keepends=True)
                              if not re.search(row["ignore"], line)) for t in (out, cout))
     return out == cout
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _error(err, out):
+    """The failure's last line: stderr's, or (a notebook run through IPython's
+    shell prints its traceback on stdout) stdout's, colours removed."""
+    for text in (err, _ANSI.sub("", out)):
+        lines = [line for line in text.splitlines() if line.strip()
+                 and not line.startswith("pmapkit.legacy: served")]
+        last = run._last_error("\n".join(lines))
+        if last:
+            return last
+    return ""
 
 
 def measure(row, table):
@@ -126,7 +189,7 @@ def measure(row, table):
     rc, out, err = run._run([sys.executable, "-m", "pmapkit", "run", *options, mine], folder, env)
     cls, why = table.get(row["name"], (None, None))
     if rc != 0:
-        error = run._last_error(err) if rc is not None else err
+        error = _error(err, out) if rc is not None else err
         if cls is None or cls == "unseeded":
             return "FAILS (unclassified)", error
         return f"fails ({cls})", f"{why} [{error}]"
@@ -179,7 +242,8 @@ def main(argv):
         print(f"{row['name']:<30} {row['date'][:4]}  {outcome:<26} {detail}", flush=True)
     runs = [o for _, o in results if o.startswith("runs")]
     equal = sum(o == "runs, equal to 0.4.30" for o in runs)
-    bad = [o for _, o in results if o.startswith(("FAILS", "DIFFERENT", "runs (was"))]
+    bad = [o for _, o in results
+           if o.startswith(("FAILS", "DIFFERENT", "runs (was", "fails (pmapkit)"))]
     by_class = {}
     for _, o in results:
         if o.startswith("fails ("):
@@ -188,7 +252,7 @@ def main(argv):
     print(f"\n{len(results)} programs ({sum(r['date'] < '2021' for r, _ in results)} of 2019-2020, "
           f"{sum(r['path'].endswith('.ipynb') for r, _ in results)} .ipynb): {len(runs)} run as "
           f"written, {equal} equal to 0.4.30; failures by class: {classes}; "
-          f"{len(bad)} unclassified or DIFFERENT")
+          f"{len(bad)} pmapkit-caused, unclassified or DIFFERENT")
     return 1 if bad else 0
 
 
