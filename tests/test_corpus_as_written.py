@@ -106,3 +106,13 @@ def test_a_notebook_of_ipython_syntax_is_run_but_not_compared(aw, tmp_path, monk
     folder, mine, script = aw.rebuild(row)
     assert (mine, script) == ("original.ipynb", None)
     assert os.path.exists(os.path.join(folder, "original.ipynb"))
+
+
+def test_a_cell_that_raises_by_design_runs_and_the_next_cells_see_its_names(aw, tmp_path):
+    text = "\n".join([
+        "```{code-cell}", ":tags: [raises-exception]", "", "def helper():", "    return 41",
+        "raise TypeError('shown by the docs build')", "```", "",
+        "```{code-cell}", "helper() + 1", "```", ""])
+    script = aw.notebook_script("nb.md", text)
+    shown = subprocess.run(["python3", "-c", script], capture_output=True, text=True)
+    assert (shown.returncode, shown.stdout) == (0, "42\n")
