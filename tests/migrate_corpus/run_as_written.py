@@ -25,7 +25,7 @@ left out, as the docs build leaves it.
 
 ``as_written.tsv`` names the programs that do not run here and why, each
 with a class (the classes of docs/migrate.md's "Run as written" table):
-``data`` (a data set, a download, a cluster or a TPU), ``library`` (a
+``data`` (a data set, a download, a cluster, a TPU or a GPU), ``library`` (a
 third-party library whose releases cannot run on JAX 0.10, or on this
 Python), ``time`` (past the limit here), ``no equivalent`` (a classic API
 pmapkit refuses by design, with its reason), ``classic fails`` (the program
