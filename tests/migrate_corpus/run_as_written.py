@@ -36,7 +36,8 @@ failure, and the exit status is 1). A program that fails here and
 is not named there is ``FAILS (unclassified)``: a pmapkit-caused failure
 until shown otherwise, and the exit status is 1. So is a program that runs
 under both and prints something else (``DIFFERENT from 0.4.30``) unless each line that
-differs is what plain JAX 0.10, run on the same file without pmapkit, prints
+differs is what plain JAX 0.10 (run on the same file without pmapkit, with
+``JAX_THREEFRY_PARTITIONABLE=0``: the classic jax.random streams) prints
 there (``runs, as plain JAX 0.10``: a float32 digit of JAX's and XLA's own,
 not the classic layer's), and a named program that now runs (``runs (was: ...)``, the row to remove)."""
 import csv
@@ -226,9 +227,10 @@ def measure(row, table):
                   if a != b), min(len(out.splitlines()), len(cout.splitlines())))
     # JAX 0.10 itself (no pmapkit) printing what pmapkit run printed: the
     # difference is JAX's and XLA's (a float32 last digit), not the classic layer's
-    # (line by line: a line of classic jax.random draws is 0.4.30's, a float32
-    # digit of XLA's is JAX 0.10's)
-    prc, pout, _ = run._run([sys.executable, "-P", script], folder, env)
+    # (with JAX's own switch to the classic jax.random streams, which pmapkit
+    # run serves; line by line, in case a line is 0.4.30's all the same)
+    prc, pout, _ = run._run([sys.executable, "-P", script], folder,
+                            {**env, "JAX_THREEFRY_PARTITIONABLE": "0"})
     mine, classic, plain = (_normalized(row, t).splitlines() for t in (out, cout, pout))
     if prc == 0 and len(mine) == len(classic) == len(plain) and all(
             m in (c, p) for m, c, p in zip(mine, classic, plain)):
