@@ -429,7 +429,7 @@ def test_report_lists_what_the_script_used(tmp_path):
         assert first["jax.experimental.optimizers (removed in 0.3.16)"] == f"{script}:3"
         assert first["jax.experimental.maps.xmap (removed in 0.4.31)"] == f"{script}:10"
         assert rows["jax.pmap (removed in 0.10.0 (the C++ pmap))"][:2] == [
-            "1 calls", "pmapkit.pmap"]   # built once: the 3 calls of f are not counted
+            "1 calls", "pmapkit.pmap (--route-pmap)"]   # built once: the 3 calls of f are not counted
         assert rows["jax.tree_map (removed in 0.6.0)"] == [
             "1 calls", "jax.tree_util.tree_map", "jax.tree.map",
             "jax.tree.map(...)  # or jax.tree_util.tree_map"]

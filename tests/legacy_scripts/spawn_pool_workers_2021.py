@@ -1,6 +1,7 @@
-# A 2021-style data pipeline: a spawn Pool whose workers use classic names
-# (jax.tree_multimap, removed in 0.3.16), the pattern of the programs that hung
-# under pmapkit run before the classic layer reached worker processes.
+"""A 2021-style data pipeline: a spawn Pool whose workers use classic names
+(jax.tree_multimap, removed in 0.3.16). Written for pmapkit (no one public
+program): the pattern of the real programs that hung under pmapkit run before
+the classic layer reached worker processes (issue 55)."""
 import multiprocessing
 
 import jax
