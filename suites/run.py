@@ -154,7 +154,9 @@ def run_file(s, mode, test_file, args, out_dir):
     log = os.path.join(out_dir, tag + ".log")
     if os.path.exists(xml):
         os.remove(xml)
+    select = s.get("select", {}).get(test_file)
     command = ["timeout", str(args.timeout), python, *MODES[mode], *PYTEST_ARGS,
+               *s.get("pytest_args", []), *(["-k", select] if select else []),
                f"--junitxml={xml}", test_file]
     with open(log, "w") as f:
         f.write(" ".join(command) + "\n")
