@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -159,7 +160,7 @@ def run_file(s, mode, test_file, args, out_dir):
                *s.get("pytest_args", []), *(["-k", select] if select else []),
                f"--junitxml={xml}", test_file]
     with open(log, "w") as f:
-        f.write(" ".join(command) + "\n")
+        f.write(shlex.join(command) + "\n")
         f.flush()
         rc = subprocess.run(command, cwd=tree, env=env, stdout=f,
                             stderr=subprocess.STDOUT).returncode
