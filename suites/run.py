@@ -3,7 +3,7 @@
     python suites/run.py venv      # the suites' venv: pmapkit (editable) + the libraries' deps
     python suites/run.py build     # the trees, from snapshots, into the cache folder
     python suites/run.py run  [--suite NAME ...] [--mode stock|run|route ...] [--out DIR]
-    python suites/run.py table --out DIR [--before DIR]
+    python suites/run.py table --out DIR [--merge DIR ...] [--before DIR]
 
 ``suites.toml`` lists the libraries (repository, commit, test files, why);
 ``classified.toml`` says, per failing test, why it fails (library or Python
@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -154,10 +155,12 @@ def run_file(s, mode, test_file, args, out_dir):
     log = os.path.join(out_dir, tag + ".log")
     if os.path.exists(xml):
         os.remove(xml)
+    select = s.get("select", {}).get(test_file)
     command = ["timeout", str(args.timeout), python, *MODES[mode], *PYTEST_ARGS,
+               *s.get("pytest_args", []), *(["-k", select] if select else []),
                f"--junitxml={xml}", test_file]
     with open(log, "w") as f:
-        f.write(" ".join(command) + "\n")
+        f.write(shlex.join(command) + "\n")
         f.flush()
         rc = subprocess.run(command, cwd=tree, env=env, stdout=f,
                             stderr=subprocess.STDOUT).returncode
@@ -222,6 +225,11 @@ def classify(suite, mode, test_id, message, rules):
 def cmd_table(args):
     with open(os.path.join(args.out, "results.json")) as f:
         after = json.load(f)
+    for lane in args.merge or []:   # folders run side by side: their suites' modes too
+        with open(os.path.join(lane, "results.json")) as f:
+            for name, modes in json.load(f).items():
+                for mode, files in modes.items():
+                    after.setdefault(name, {}).setdefault(mode, {}).update(files)
     before = {}
     if args.before:
         with open(os.path.join(args.before, "results.json")) as f:
@@ -280,6 +288,8 @@ def main(argv=None):
     parser.add_argument("--venv", default="/work/cache/suites-venv")
     parser.add_argument("--out", default="/work/cache/suites-results/latest")
     parser.add_argument("--before", help="results folder of the baseline, for the table")
+    parser.add_argument("--merge", action="append",
+                        help="table: another results folder (runs made side by side)")
     parser.add_argument("--pmapkit-src", help="a pmapkit tree put first on PYTHONPATH (the"
                         " baseline: `git archive COMMIT` of main, its built extensions copied in)")
     parser.add_argument("--extra-path", action="append",
