@@ -198,6 +198,11 @@ PYTEST_MODULE = """
     class ClassicCase(jtu.JaxTestCase):
         def test_classic_base(self):
             self.assertAllClose(np.ones(2), np.ones(2))
+            # operands numpy makes an object array of, as classic compared them
+            self.assertArraysEqual((jax.numpy.array(0.), {"k": jax.numpy.array(2.)}),
+                                   (0.0, {"k": 2.0}))
+            with self.assertRaises(AssertionError):
+                self.assertArraysEqual((0.0, {"k": 2.0}), (0.0, {"k": 3.0}))
 """
 
 
