@@ -490,3 +490,29 @@ def test_xla_client_local_backends_is_read_live_as_chex_reads_it(tmp_path):
         print("after", sorted(started), started["cpu"].device_count())
     """)
     assert _ok(_run(RUN + [script], tmp_path)) == ["before None", "after ['cpu'] 4"]
+
+
+def test_pure_callback_under_vmap_keeps_the_classic_default(tmp_path):
+    # jax 0.4.30 printed [0. 0.841471 0.9092974] and [(3,)] for this script:
+    # once per element by default, one batched call with vectorized=True.
+    script = _script(tmp_path, """
+        import jax, jax.numpy as jnp, numpy as np
+        shape = jax.ShapeDtypeStruct((), np.float32)
+        print(jax.vmap(lambda x: jax.pure_callback(np.sin, shape, x))(jnp.arange(3.)))
+        calls = []
+        def cb(x):
+            calls.append(x.shape)
+            return np.sin(x)
+        jax.vmap(lambda x: jax.pure_callback(cb, shape, x, vectorized=True))(jnp.arange(3.))
+        jax.vmap(lambda x: jax.pure_callback(cb, shape, x, vmap_method="expand_dims"))(
+            jnp.arange(2.))
+        print(calls)
+        try:
+            jax.pure_callback(cb, shape, 1.0, vectorized=True, vmap_method="sequential")
+        except TypeError as e:
+            print("TypeError", "not both" in str(e))
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == [
+        "[0.        0.841471  0.9092974]", "[(3,), (2,)]", "TypeError True"]
+    plain = _run([sys.executable, script], tmp_path)
+    assert plain.returncode == 1 and "NotImplementedError" in plain.stderr

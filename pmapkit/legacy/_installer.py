@@ -23,6 +23,7 @@ import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_config
 from pmapkit.legacy import classic_export_call
+from pmapkit.legacy import classic_pure_callback
 from pmapkit.legacy import classic_values
 from pmapkit.legacy.installed_names import InstalledNames
 from pmapkit.legacy import names as legacy_names
@@ -153,6 +154,9 @@ def _install(route_pmap, report, classic_prng, announce=True):
                            _reported("jax.experimental.export", "pmapkit.export"))
     # jax.export's own call reads a numpy input at the call, as classic JAX's did.
     classic_export_call.read_inputs_at_call()
+    # jax.pure_callback under vmap: once per element unless told otherwise,
+    # as before JAX 0.4.34 (vectorized=False by default).
+    classic_pure_callback.classic_vmap_default()
     for name in ("device_put_replicated", "device_put_sharded"):
         ours = getattr(pmapkit, name, None)
         if ours is not None:
