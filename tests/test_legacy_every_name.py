@@ -6,7 +6,6 @@ release that removed it and what to use instead. Never a plain
 AttributeError/ImportError. The names are held in one subprocess (the
 installed build, outside the checkout)."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,15 +14,13 @@ import pytest
 
 from pmapkit.legacy import census
 
+from _subprocess_env import subprocess_env
+
 TIMEOUT_S = 300
 
 
 def _env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    env.pop("PYTHONPATH", None)
-    env.pop("PMAPKIT_REPORT", None)
-    return env
+    return subprocess_env()
 
 
 @pytest.fixture(scope="module")

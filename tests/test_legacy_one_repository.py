@@ -12,6 +12,8 @@ import textwrap
 
 import numpy as np
 
+from _subprocess_env import subprocess_env
+
 TIMEOUT_S = 300
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "golden", "one_repository_jax_0.4.30.json")) as f:
@@ -19,11 +21,7 @@ with open(os.path.join(HERE, "golden", "one_repository_jax_0.4.30.json")) as f:
 
 
 def _env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    env.pop("PYTHONPATH", None)
-    env.pop("PMAPKIT_REPORT", None)
-    return env
+    return subprocess_env()
 
 
 def _run(code, tmp_path, *args):

@@ -5,7 +5,6 @@ pmapkit's), must not be the removed name itself, and where it can be run,
 running it does the removed name's job (values checked). The rule's own
 checker (``pmapkit.legacy.replacements``) fails the planted bad refusals."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,15 +13,13 @@ import pytest
 
 from pmapkit.legacy import names, replacements
 
+from _subprocess_env import subprocess_env
+
 TIMEOUT_S = 300
 
 
 def _env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    env.pop("PYTHONPATH", None)
-    env.pop("PMAPKIT_REPORT", None)
-    return env
+    return subprocess_env()
 
 
 def _run(code, tmp_path):
