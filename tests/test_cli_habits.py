@@ -130,9 +130,13 @@ def test_help_version_and_usage_errors_answer_without_jax(args, tmp_path):
 def test_without_jax_the_command_says_so_in_one_line(args, tmp_path):
     """``python -m pmapkit demo`` where jax is not installed: one line naming
     what is missing and what to install, status 1, no traceback. Python
-    without its site-packages (``-S``), pmapkit from its folder: no jax."""
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(pmapkit.__file__)))
-    env = dict(os.environ, PYTHONPATH=package_parent)
+    without its site-packages (``-S``), pmapkit alone on its path: no jax.
+    The package is linked into an empty folder, since an installed pmapkit's
+    own parent is the site-packages that holds jax."""
+    alone = tmp_path / "pmapkit_alone"
+    alone.mkdir()
+    (alone / "pmapkit").symlink_to(os.path.dirname(os.path.abspath(pmapkit.__file__)))
+    env = dict(os.environ, PYTHONPATH=str(alone))
     proc = _run([sys.executable, "-S", "-m", "pmapkit", *args], tmp_path, env=env)
     notice = [line for line in proc.stderr.splitlines()
               if not line.startswith("pmapkit: pure-Python build")]
