@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from _subprocess_env import sigint_as_default
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "legacy_scripts")
 RUN = [sys.executable, "-m", "pmapkit", "run"]
@@ -415,7 +417,8 @@ def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
 
     def interrupted(command):
         proc = subprocess.Popen(command + [script], cwd=tmp_path, env=_env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=sigint_as_default)
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=TIMEOUT_S)
