@@ -2,9 +2,9 @@
 
 ``jax.make_mesh`` (added in JAX 0.4.31) built its mesh with ``Mesh``'s
 default axis types, every axis ``Auto``, until JAX 0.10 made its default
-``Explicit``. Under an ``Explicit`` mesh a ``PartitionSpec`` given to
-``with_sharding_constraint`` inside ``jax.jit`` without ``jax.set_mesh`` is
-refused, and sharding-in-types changes what programs of 2024–2025 see.
+``Explicit``. ``with_sharding_constraint`` refuses a ``NamedSharding``
+whose spec names an ``Explicit`` axis, and sharding in types changes what
+programs of 2024–2025 see.
 Under ``pmapkit run`` (``install()``) ``jax.make_mesh`` without
 ``axis_types`` makes every axis ``Auto`` again; ``axis_types`` given is
 JAX's, untouched (``jax.sharding.Mesh`` kept ``Auto`` as its default).

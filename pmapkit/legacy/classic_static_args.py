@@ -96,6 +96,11 @@ class ClassicStaticJit:
                 found = True
         return boxed if found else None
 
+    def _boxing(self):
+        if self._boxing_jit is None:
+            self._boxing_jit = self._make_boxing_jit()
+        return self._boxing_jit
+
     def _either(self, method, args, kwargs):
         try:
             return getattr(self._jitted, method)(*args, **kwargs)
@@ -103,12 +108,17 @@ class ClassicStaticJit:
             boxed = self._boxed(args)
             if boxed is None:
                 raise
-        if self._boxing_jit is None:
-            self._boxing_jit = self._make_boxing_jit()
-        return getattr(self._boxing_jit, method)(*boxed, **kwargs)
+        return getattr(self._boxing(), method)(*boxed, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        return self._either("__call__", args, kwargs)
+        # the call path: one frame over JAX's own jitted function
+        try:
+            return self._jitted(*args, **kwargs)
+        except ValueError:
+            boxed = self._boxed(args)
+            if boxed is None:
+                raise
+        return self._boxing()(*boxed, **kwargs)
 
     def lower(self, *args, **kwargs):
         return self._either("lower", args, kwargs)
