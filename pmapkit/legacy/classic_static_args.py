@@ -14,7 +14,9 @@ and a call it refuses for an unhashable positional static argument runs a
 second jit of the same function in which that argument is keyed by identity
 (the function receives the object itself). ``static_argnames`` came after
 that time and keeps JAX 0.10's rule; a jit without ``static_argnums`` is
-JAX's own object, untouched.
+JAX's own object, untouched. The frame over JAX's call costs about 5,000
+instructions a call (callgrind: 42,345 against 37,317 for a cached call of a
+jit with one static argument).
 """
 from __future__ import annotations
 
