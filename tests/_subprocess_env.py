@@ -22,3 +22,13 @@ def sigint_as_default():
     exec (and then Python installs no KeyboardInterrupt handler)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop_signals_as_default():
+    """``preexec_fn`` for a child a test stops with SIGINT, SIGTERM or SIGHUP:
+    a suite started in the background has SIGINT ignored, and one started
+    under ``nohup`` SIGHUP, which the child would inherit (and keep ignoring,
+    as a launcher started under ``nohup`` must)."""
+    import signal
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
