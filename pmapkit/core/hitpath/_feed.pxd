@@ -29,6 +29,10 @@ cdef class LeafTypes:
     cdef readonly str sharding_attr
     cdef readonly object raise_deleted
     cdef readonly object key_type
+    cdef readonly object aval_of
+    cdef readonly object sharding_of
+    cdef readonly object committed_of
+    cdef readonly object is_deleted_of
 
 
 cdef class CacheEntry:
@@ -52,12 +56,13 @@ cdef class CacheEntry:
     cdef public object is_equivalent
     cdef public list equivalents
     cdef public list differents
+    cdef public list last_equal
     cdef public LeafTypes types
     cdef public tuple donated
     cdef public Py_ssize_t resharded
     cdef public Py_ssize_t n_inputs
     cdef readonly object key
-    cdef public bint plain_key
+    cdef public Py_ssize_t last_use
     cdef public list held_scalars
     cdef public tuple host_waits
     cdef public object make_express
