@@ -53,6 +53,8 @@ cdef class DispatchFunction(MissPath):
     cdef public object _on_clear
     cdef tuple _last_key1
     cdef tuple _prev_key1
+    cdef tuple _last_keyn
+    cdef tuple _prev_keyn
     cdef tuple _last_host
     cdef readonly ExpressCall _express
 
@@ -70,6 +72,9 @@ cdef class DispatchFunction(MissPath):
     cdef tuple _sign_simple(self, tuple args, dict kwargs)
     @cython.locals(leaf_id=Py_ssize_t, key1=tuple, prev=tuple)
     cdef tuple _sign_one(self, object x)
+    @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, k=Py_ssize_t, leaf_id=Py_ssize_t,
+                   last=tuple, key=list, fresh=tuple, prev=tuple)
+    cdef tuple _sign_leaves(self, tuple args)
     @cython.locals(static_kw=list, dyn_kw=dict)
     cdef tuple _split_static_kwargs(self, dict kwargs)
 

@@ -129,6 +129,9 @@ class DispatchFunction(MissPath):
         # (see ``_sign_one``).
         self._last_key1 = None
         self._prev_key1 = None
+        # ... and of the last two calls of several leaves (``_sign_leaves``).
+        self._last_keyn = None
+        self._prev_keyn = None
         # (dtype, shape, id) of the last numpy leaf signed (see ``_leaf_id``).
         self._last_host = None
         # Runs the calls of one numpy argument by an entry's express call
@@ -166,8 +169,11 @@ class DispatchFunction(MissPath):
             return self._python_call(args, kwargs)
         key = None
         leaves = args
-        if len(args) == 1 and self._max_static < 0 and not kwargs:
-            key = self._sign_one(args[0])
+        if self._max_static < 0 and not kwargs:
+            if len(args) == 1:
+                key = self._sign_one(args[0])
+            elif len(args) > 1:
+                key = self._sign_leaves(args)
         if key is None:
             signed = self._sign(args, kwargs)
             if signed is None:
@@ -368,6 +374,44 @@ class DispatchFunction(MissPath):
         self._prev_key1 = key1
         self._last_key1 = prev
         return prev
+
+    def _sign_leaves(self, args):
+        """The key of a call of several arguments, each a leaf (what
+        ``_sign_simple`` makes of them: the count, then each leaf's id), or
+        None (some argument is not such a leaf). As ``_sign_one``, the last
+        two keys made are reused, and a call matching the last one
+        allocates nothing."""
+        nargs = len(args)
+        for i in range(nargs):
+            t = type(args[i])
+            if t is list or t is tuple:
+                return None
+        # Read once: another thread may put its own key there meanwhile
+        # (a leaf's signing may run Python code, and let it in).
+        last = self._last_keyn
+        if last is not None and len(last) != nargs + 1:
+            last = None
+        key = None  # made at the first id that differs from ``last``'s
+        for i in range(nargs):
+            leaf_id = self._leaf_id(args[i])
+            if leaf_id < 0:
+                return None
+            if key is None:
+                if last is not None and last[i + 1] == leaf_id:
+                    continue
+                key = [nargs]
+                for k in range(1, i + 1):
+                    key.append(last[k])  # equal so far (none when ``last`` is None)
+            key.append(leaf_id)
+        if key is None:
+            return last
+        fresh = tuple(key)
+        prev = self._prev_keyn
+        if prev is not None and prev == fresh:
+            fresh = prev
+        self._prev_keyn = self._last_keyn
+        self._last_keyn = fresh
+        return fresh
 
     def _split_static_kwargs(self, kwargs):
         """``(sorted (name, type, value) of static keywords, dynamic ones)``."""

@@ -411,6 +411,9 @@ class CacheEntry:
         only small inputs (``CompiledProgram.host_call``): one small copy
         each, made by ``host_copy``."""
         ndarray_type = self.types.ndarray_type
+        if _COMPILED:
+            # One new tuple, made in C (``_snapshot_leaves``).
+            return _snapshot_leaves(leaves, ndarray_type)
         n = len(leaves)
         if n == 1:
             x = leaves[0]
