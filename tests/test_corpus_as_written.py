@@ -116,3 +116,25 @@ def test_a_cell_that_raises_by_design_runs_and_the_next_cells_see_its_names(aw, 
     script = aw.notebook_script("nb.md", text)
     shown = subprocess.run(["python3", "-c", script], capture_output=True, text=True)
     assert (shown.returncode, shown.stdout) == (0, "42\n")
+
+
+@pytest.mark.parametrize("plain_prints, outcome", [
+    ("jaxpr of\nthree lines\n7.25\n", "runs, as plain JAX 0.10"),
+    ("jaxpr of\nthree lines\n7.5\n", "DIFFERENT from 0.4.30"),
+])
+def test_an_output_plain_jax_prints_whole_is_jax_s_even_in_another_line_count(
+        aw, tmp_path, monkeypatch, plain_prints, outcome):
+    # 0.4.30 printed the jaxpr on one line; JAX 0.10 on two: the line counts
+    # differ, and only plain JAX 0.10 printing the very same output makes it JAX's
+    printed = {"mine": "jaxpr of\nthree lines\n7.25\n", "classic": "jaxpr on one line\n7.25\n",
+               "plain": plain_prints}
+
+    def fake_run(command, folder, env):
+        who = ("mine" if "pmapkit" in command else
+               "classic" if command[0] == aw.CLASSIC else "plain")
+        return 0, printed[who], ""
+
+    monkeypatch.setattr(aw, "rebuild", lambda row: (str(tmp_path), "original.py", "original.py"))
+    monkeypatch.setattr(aw.run, "_run", fake_run)
+    row = {"name": "demo", "env": "", "ignore": "", "edit": ""}
+    assert aw.measure(row, {})[0] == outcome

@@ -65,7 +65,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # MIGRATE_CORPUS_CACHE: another folder for the rebuilt programs (two runs at once).
 CACHE = os.environ.get("MIGRATE_CORPUS_CACHE", "/work/cache/migrate-corpus")
 MIRRORS = "/work/.mirror"
-TIMEOUT_S = 180
+# CORPUS_TIMEOUT_S: a run's limit in seconds (environment, or a row's env column).
+TIMEOUT_S = int(os.environ.get("CORPUS_TIMEOUT_S", "180"))
 
 
 def programs():
@@ -87,11 +88,13 @@ def _env(spec):
 
 
 def _run(command, folder, env):
+    # a row's env column may give it a longer limit (CORPUS_TIMEOUT_S=900)
+    limit = int(env.get("CORPUS_TIMEOUT_S", TIMEOUT_S))
     try:
         proc = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+                              timeout=limit, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return None, "", f"timed out after {TIMEOUT_S} s"
+        return None, "", f"timed out after {limit} s"
     return proc.returncode, proc.stdout, proc.stderr
 
 
