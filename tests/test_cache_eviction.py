@@ -1,8 +1,8 @@
 """The per-function cache evicts its least recently used entry, whichever
 wrapper of the function used it.
 
-A cache's order is its recency (``SharedCaches``): a hit moves its entry to
-the end, a compile puts one there, eviction pops from the front. Each test
+Recency is the shared LRU's clock (``SharedCaches``): a hit or a compile
+stamps its entry, eviction drops the oldest stamps. Each test
 plays a sequence of calls against a reference LRU (an ``OrderedDict``) and
 checks every call: a miss exactly where the reference misses. A sequence
 where a hit must save an entry that FIFO would drop tells LRU from FIFO, and
@@ -14,6 +14,7 @@ still traced and compiled in the Python caches behind it, so a miss here
 costs a lookup there, not a compile.
 """
 import collections
+import gc
 import random
 import threading
 import time
@@ -137,29 +138,34 @@ def test_shared_wrappers_random_calls_follow_the_lru():
 
 
 def test_clearing_and_evicting_keep_no_entry_alive():
+    from pmapkit.core.hitpath._compiled import feed
+
     def f(x):
         return x / 2
+
+    def held_entries(shared):
+        # What the shared LRU itself refers to, its caches aside: no entry.
+        return [r for r in gc.get_referents(shared) if isinstance(r, feed.CacheEntry)]
 
     a = pmapkit.pjit(f)
     a._set_cache_size(1)
     a(INPUTS[0])
-    assert a._shared.newest is not None
     a._set_cache_size(1)
-    a(INPUTS[1])  # evicts 0; 1 is the newest
+    a(INPUTS[1])  # evicts 0
     assert a._cache_size == 1
+    assert held_entries(a._shared) == []
     a.clear_cache()
-    # The newest is no longer held once the cache lets it go: a cleared
-    # cache holds no compiled program alive.
-    assert a._shared.newest is None
-    assert a._cache_size == 0
+    # A cleared cache holds no compiled program alive.
+    assert a._cache_size == 0 and held_entries(a._shared) == []
+    assert all(not cache for cache in a._shared.caches.values())
     a(INPUTS[1])
     assert _misses(a) == 3
 
 
 class _SlowHash:
     """A static argument whose hash runs Python that lets other threads in
-    (as a pytree's aux data or any user static may): a move of its entry
-    leaves the key out of the cache for a moment other threads can see."""
+    (as a pytree's aux data or any user static may): other threads run
+    between the lookups of its key."""
 
     def __init__(self, tag):
         self.tag = tag
@@ -187,7 +193,7 @@ def test_threads_moving_entries_never_compile_a_cached_signature_again():
 
     def hammer(offset):
         try:
-            for step in range(200):  # alternating: every hit moves its entry
+            for step in range(200):  # alternating: every hit stamps another entry
                 x = inputs[(step + offset) % 2]
                 assert a(x, static).shape == x.shape
         except BaseException as exc:  # noqa: BLE001 (reported below)
@@ -199,60 +205,48 @@ def test_threads_moving_entries_never_compile_a_cached_signature_again():
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
-    # A call finding its key gone mid-move waited for it: no signature ran
-    # its miss again.
+    # A hit never takes its key out of the cache: no signature ran its
+    # miss again.
     assert _misses(a) == 2
     assert a._cache_size == 2
 
 
-def _keys_in_order(f):
+def _stamps(f):
     (cache,) = [c for c in f._shared.caches.values() if c]
-    return list(cache)
+    return {key: entry.last_use for key, entry in cache.items()}
 
 
-def test_a_hit_moves_a_plain_key_without_the_lock_where_compiled():
-    # A key of leaf ids only hashes and compares in C: the compiled hit path
-    # moves it with no lock (nothing can come between its two dict
-    # operations); the pure build, and any key holding Python objects (a
-    # static value), take the lock. Checked by holding the lock meanwhile.
-    from pmapkit.core.hitpath import _compiled
+def test_a_hit_stamps_its_entry_without_the_lock_whatever_its_key():
+    # Recency is a clock: a hit writes its entry's stamp and changes no
+    # dict, so it takes no lock, on either build, for a key of leaf ids and
+    # for one holding a static value alike. Checked by holding the lock
+    # meanwhile; the stamps then order the entries by their last use.
     f = pmapkit.pmap(lambda x: x + 1)
     a, b = jnp.ones((1, 2)), jnp.ones((1, 3))
-    f(a)
-    f(b)  # b's entry is the newest: a hit on a moves a's
-    first = _keys_in_order(f)
-    done = threading.Event()
-    lock = f._shared.lock
-    lock.acquire()
-    try:
-        worker = threading.Thread(target=lambda: (f(a), done.set()))
-        worker.start()
-        moved = done.wait(5.0 if _compiled.COMPILED else 0.5)
-        assert moved == _compiled.COMPILED
-    finally:
-        lock.release()
-    worker.join(30)
-    assert done.is_set()
-    assert _keys_in_order(f) == [first[1], first[0]]  # a's key moved to the end
-
     g = pmapkit.pmap(lambda x, k: x * k, static_broadcasted_argnums=1)
-    g(a, 2.0)
-    g(a, 3.0)
-    done.clear()
-    lock = g._shared.lock
-    lock.acquire()
-    try:
-        worker = threading.Thread(target=lambda: (g(a, 2.0), done.set()))
-        worker.start()
-        assert not done.wait(0.5)  # a static value's key: the move waits
-    finally:
-        lock.release()
-    worker.join(30)
-    assert done.is_set()
+    for fn, first, second in ((f, (a,), (b,)), (g, (a, 2.0), (a, 3.0))):
+        fn(*first)
+        fn(*second)
+        before = _stamps(fn)
+        order = list(before)  # the cache's keys: first's, then second's
+        assert before[order[0]] < before[order[1]]
+        done = threading.Event()
+        lock = fn._shared.lock
+        lock.acquire()
+        try:
+            worker = threading.Thread(target=lambda: (fn(*first), done.set()))
+            worker.start()
+            assert done.wait(30)  # the hit did not wait for the lock
+        finally:
+            lock.release()
+        worker.join(30)
+        after = _stamps(fn)
+        assert list(after) == order  # no key moved
+        assert after[order[0]] > after[order[1]] == before[order[1]]
 
 
 def test_alternating_signatures_under_threads_and_clears_stay_right():
-    # Lock-free moves racing compiles, evictions and clears: every value
+    # Lock-free stamps racing compiles, evictions and clears: every value
     # right, the cache within its bound.
     f = pmapkit.pmap(lambda x: x * 2)
     f._set_cache_size(3)

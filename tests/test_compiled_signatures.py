@@ -392,5 +392,5 @@ def test_a_stale_local_or_attribute_is_drift():
     edited = _plant(pxd, "@cython.locals(excess=Py_ssize_t, ",
                     "@cython.locals(excess=Py_ssize_t, gone=list, ")
     assert any("'gone'" in p for p in pxd_drift(py, edited, pyi))
-    edited = _plant(pxd, "    cdef readonly object newest\n", "    cdef object newest\n")
-    assert any("SharedCaches.newest" in p for p in pxd_drift(py, edited, pyi))
+    edited = _plant(pxd, "    cdef readonly Py_ssize_t clock\n", "    cdef Py_ssize_t clock\n")
+    assert any("SharedCaches.clock" in p for p in pxd_drift(py, edited, pyi))

@@ -525,3 +525,30 @@ def test_fresh_equal_source_shardings_are_decided_once(monkeypatch):
         np.testing.assert_array_equal(np.asarray(f(x)), host(N) + 1)
     assert len(asked) == 1
     assert stats(f)["resharded"] == 4 and stats(f)["misses"] == 1
+
+
+def test_an_equal_sharding_object_is_asked_by_identity_after_its_first_call():
+    # A producer handing the same sharding object each call (one made by the
+    # user, equal to the compiled one, not it) pays its ``==`` once: the
+    # entry keeps it as the input's last equal one. A deleted array of that
+    # sharding still gets JAX's error, and another equal object replaces it.
+    devices = jax.devices()[:1]
+    f = pmapkit.pmap(lambda a: a + 1, axis_name="i", devices=devices)
+    mesh = Mesh(np.array(devices), ("i",))
+    user = NamedSharding(mesh, P("i"))
+    x = jax.device_put(host(1), user)
+    f(x)
+    (entry,) = [e for c in f._shared.caches.values() for e in c.values()]
+    assert entry.in_shardings[0] is not user and entry.in_shardings[0] == user
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x)), host(1) + 1)
+    assert entry.last_equal[0] is user
+    assert stats(f)["misses"] == 1 and stats(f)["equivalent_shardings"] == 0
+    gone = jax.device_put(host(1), user)
+    gone.delete()
+    with pytest.raises(RuntimeError, match="deleted"):
+        f(gone)
+    other = NamedSharding(mesh, P("i"))
+    y = jax.device_put(host(1) * 2, other)
+    np.testing.assert_array_equal(np.asarray(f(y)), host(1) * 2 + 1)
+    assert entry.last_equal[0] is other and stats(f)["misses"] == 1

@@ -186,3 +186,45 @@ def test_a_pmap_module_without_the_function_is_left_alone():
               sorted(replaced.REPLACED), bool((np.asarray(z) == x * 2 + 1).all()))
     """)
     assert out == "jax._src.pmap has no _cached_shard_map True [] True"
+
+
+class _ArrayWithoutGetters:
+    """An array class whose ``aval`` is a plain attribute (no property)."""
+    aval = None
+    _sharding = property(lambda self: None)
+    _committed = property(lambda self: None)
+
+    def is_deleted(self):
+        return False
+
+
+def test_the_getters_probe_reads_the_classes():
+    state_type = type(jp.top_level_probe()[0])
+    assert probes.getters_reason(jp.ArrayImpl, state_type) is None
+    assert probes.getters_reason(_ArrayWithoutGetters, state_type) == (
+        "_ArrayWithoutGetters.aval is not a property with a getter")
+    assert probes.getters_reason(jp.ArrayImpl, _ArrayWithoutGetters) == (
+        "_ArrayWithoutGetters.value is not a property with a getter")
+
+
+def test_getters_off_read_by_name_with_the_same_values(monkeypatch):
+    x = jax.device_put(np.arange(4, dtype=np.float32).reshape(1, 4), ONE[0])
+    on = jp.array_readers()
+    state, value_of = jp.top_level_probe()[0], jp.state_value_of()
+    monkeypatch.setattr(probes, "GETTERS", ("aval", "not_an_attribute"))
+    try:
+        assert "not_an_attribute is not a property" in probes.run()["hit-path getters"]
+        off = jp.array_readers()
+        assert off[0] is not on[0]
+        for read_on, read_off in zip(on, off):
+            assert read_on(x) is read_off(x) or read_on(x) == read_off(x)
+        assert jp.state_value_of()(state) is value_of(state) is state.value
+        # A wrapper built now reads the trace state by name: the same calls.
+        f = pmapkit.pmap(lambda a: a + 1, devices=ONE)
+        for _ in range(3):
+            np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(x) + 1)
+        assert f._debug_dispatch_stats()["misses"] == 1
+    finally:
+        monkeypatch.undo()
+        probes.run()
+    assert probes.off("hit-path getters") is None

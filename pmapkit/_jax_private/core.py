@@ -18,6 +18,11 @@ from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import xla_client as _xc
 from jax._src.random import prng as _prng
 
+import inspect as _inspect
+import operator as _operator
+
+from pmapkit._jax_private import probes as _probes
+
 # --- arrays, avals, dtypes -------------------------------------------------
 ArrayImpl = _xc.ArrayImpl
 # jax.extend.core.Primitive is this class; importing it from there loads
@@ -105,18 +110,32 @@ active_mesh_state = make_trace_context_state(
     "pmapkit_active_mesh", "The mesh entered with `with pmapkit.Mesh(...)`.")
 
 
+_probes.register("hit-path getters", lambda: _probes.getters_reason(
+    _xc.ArrayImpl, type(_core.trace_state)))
+
+
+def state_value_of():
+    """A config state's ``value`` reader, called with the state: the getter
+    of JAX's config state class where the ``"hit-path getters"`` probe
+    found it, else a read by name."""
+    if _probes.off("hit-path getters") is None:
+        return _inspect.getattr_static(type(_core.trace_state), "value").fget
+    return _operator.attrgetter("value")
+
+
 def top_level_probe():
     """The objects that tell, cheaply, whether no JAX trace is active.
 
     Returns ``(trace_state, eval_trace_ref, axis_env_state, top_axis_env,
-    axis_env_index)``: the state is top level when ``trace_state.value is
-    eval_trace_ref`` and ``axis_env_state.value is top_axis_env`` (what
-    ``trace_state_clean()`` checks, minus two Python frames).
-    ``axis_env_index`` is where ``trace_context()`` holds that same value
-    (so a caller that reads the context anyway need not ask again), or -1.
+    axis_env_index, value_of)``: the state is top level when
+    ``value_of(trace_state) is eval_trace_ref`` and ``axis_env_state.value
+    is top_axis_env`` (what ``trace_state_clean()`` checks, minus two
+    Python frames). ``axis_env_index`` is where ``trace_context()`` holds
+    that same value (so a caller that reads the context anyway need not ask
+    again), or -1; ``value_of``: ``state_value_of()``.
     """
     return (_core.trace_state, _core.eval_trace._weakref,
-            _core.axis_env_state, _core.top_axis_env, _axis_env_index())
+            _core.axis_env_state, _core.top_axis_env, _axis_env_index(), state_value_of())
 
 
 _AXIS_ENV_INDEX = None

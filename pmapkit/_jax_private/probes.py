@@ -17,6 +17,12 @@ the generic path runs instead: never a TypeError at a call.
   JAX's pmap reads as a module global. Off: its global is left as JAX's, and
   jax.pmap's results are told by their layout alone, as any array's.
 
+- ``"hit-path getters"``: a ``jax.Array``'s ``aval``, ``_sharding`` and
+  ``_committed`` and a config state's ``value`` are properties with a
+  getter, and ``is_deleted`` a method on the class (``GETTERS``): the hit
+  path calls those getters themselves (``runtime.array_readers``,
+  ``core.state_value_of``). Off: it reads them by name.
+
 ``run()`` probes again (tests change a probe's input, then restore it).
 """
 from __future__ import annotations
@@ -32,7 +38,10 @@ FASTPATH_PARAMETERS = ("executable", "out_tree", "args_flat", "out_flat", "effec
 #: What pmapkit reads of a program's ``ExecuteReplicated`` there.
 EXECUTE_REPLICATED_ATTRIBUTES = ("has_unordered_effects", "ordered_effects")
 
-FEATURES = ("express", "host callback fast dispatch", "jax.pmap outputs")
+#: The properties the hit path reads of a jax.Array by their getters.
+GETTERS = ("aval", "_sharding", "_committed")
+
+FEATURES = ("express", "host callback fast dispatch", "jax.pmap outputs", "hit-path getters")
 
 #: Feature -> why it is off here (a feature absent is on).
 OFF: dict = {}
@@ -120,6 +129,20 @@ def cached_shard_map_reason(pmap_module):
                and _reads_global(f.__code__, "_cached_shard_map")]
     if not readers:
         return "nothing in jax._src.pmap reads _cached_shard_map as a module global"
+    return None
+
+
+def getters_reason(array_type, state_type):
+    """Why the hit path cannot call the getters of ``array_type``'s
+    ``GETTERS``, its ``is_deleted`` and ``state_type``'s ``value``
+    themselves, or None when it can."""
+    for owner, name in [(array_type, n) for n in GETTERS] + [(state_type, "value")]:
+        found = _inspect.getattr_static(owner, name, None)
+        if not isinstance(found, property) or not callable(found.fget):
+            return f"{owner.__name__}.{name} is not a property with a getter"
+    method = _inspect.getattr_static(array_type, "is_deleted", None)
+    if not callable(method) or hasattr(type(method), "__set__"):
+        return f"{array_type.__name__}.is_deleted is not a method of the class"
     return None
 
 

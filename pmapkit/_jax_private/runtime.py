@@ -3,11 +3,15 @@ program, the identity of a lowering, and JAX's calls of a compiled one."""
 from __future__ import annotations
 
 import hashlib as _hashlib
+import inspect as _inspect
+import operator as _operator
 
 from jax._src import config as _config
 from jax._src import xla_bridge as _xb
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import xla_client as _xc
+
+from pmapkit._jax_private import probes as _probes
 
 batched_device_put = _xc.batched_device_put
 # How ``batched_device_put`` treats a caller's host buffer. Its default
@@ -25,6 +29,24 @@ ArrayCopySemantics = _xc.ArrayCopySemantics
 # The attribute a jax.Array keeps its sharding in (the public ``.sharding`` is
 # a Python property over it, twice as slow on the hit path).
 ARRAY_SHARDING_ATTR = "_sharding"
+
+
+
+def array_readers():
+    """``(aval_of, sharding_of, committed_of, is_deleted_of)``: what the
+    hit path reads of a ``jax.Array`` (exactly ``ArrayImpl``), each called
+    with the array. The class's own getters where the ``"hit-path
+    getters"`` probe found them (a read is then one call, not a lookup
+    through the type first); else reads by name. (The probe is registered
+    in ``core``.)"""
+    if _probes.off("hit-path getters") is None:
+        cls = _xc.ArrayImpl
+        return (_inspect.getattr_static(cls, "aval").fget,
+                _inspect.getattr_static(cls, ARRAY_SHARDING_ATTR).fget,
+                _inspect.getattr_static(cls, "_committed").fget,
+                _inspect.getattr_static(cls, "is_deleted"))
+    return (_operator.attrgetter("aval"), _operator.attrgetter(ARRAY_SHARDING_ATTR),
+            _operator.attrgetter("_committed"), _operator.methodcaller("is_deleted"))
 
 
 OpSharding = _xc.OpSharding

@@ -5,7 +5,7 @@ from pmapkit.core.hitpath._express cimport ExpressCall, express_epoch, prime
 from pmapkit.core.hitpath._feed cimport (CacheEntry, LeafTypes, execute_donating,
                                          same_host_signature)
 from pmapkit.core.hitpath._keys cimport same_context, static_entry
-from pmapkit.core.hitpath._lru cimport SharedCaches, clear, evict_all, insert, refresh
+from pmapkit.core.hitpath._lru cimport SharedCaches, clear, evict_all, insert, touch
 from pmapkit.core.hitpath._miss cimport MissPath
 
 cdef object _NOT_EXPRESS
@@ -28,6 +28,9 @@ cdef class DispatchFunction(MissPath):
     cdef object _host_scalar_type
     cdef object _key_type
     cdef str _sharding_attr
+    cdef object _aval_of
+    cdef object _sharding_of
+    cdef object _committed_of
     cdef dict _sig_ids
     cdef dict _aval_ids
     cdef dict _placed_ids
@@ -41,6 +44,7 @@ cdef class DispatchFunction(MissPath):
     cdef object _axis_env_state
     cdef object _top_env
     cdef Py_ssize_t _axis_env_index
+    cdef object _value_of
     cdef object _lower
     cdef object _reduce_fn
     cdef object _describe
@@ -48,6 +52,9 @@ cdef class DispatchFunction(MissPath):
     cdef tuple _current
     cdef public object _on_clear
     cdef tuple _last_key1
+    cdef tuple _prev_key1
+    cdef tuple _last_keyn
+    cdef tuple _prev_keyn
     cdef tuple _last_host
     cdef readonly ExpressCall _express
 
@@ -63,8 +70,11 @@ cdef class DispatchFunction(MissPath):
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, leaf_id=Py_ssize_t,
                    leaves=list, key1=tuple)
     cdef tuple _sign_simple(self, tuple args, dict kwargs)
-    @cython.locals(leaf_id=Py_ssize_t, key1=tuple)
+    @cython.locals(leaf_id=Py_ssize_t, key1=tuple, prev=tuple)
     cdef tuple _sign_one(self, object x)
+    @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, k=Py_ssize_t, leaf_id=Py_ssize_t,
+                   last=tuple, key=list, fresh=tuple, prev=tuple)
+    cdef tuple _sign_leaves(self, tuple args)
     @cython.locals(static_kw=list, dyn_kw=dict)
     cdef tuple _split_static_kwargs(self, dict kwargs)
 

@@ -23,7 +23,7 @@ from pmapkit.core.hitpath._feed import (CacheEntry, execute_donating,
 from pmapkit.core.hitpath._keys import (KWARGS_MARK, LIST_MARK, TUPLE_MARK, decode_key,
                                         same_context, static_entry)
 from pmapkit.core.hitpath._lru import (DEFAULT_CACHE_SIZE, SharedCaches, clear,
-                                       evict_all, insert, refresh)
+                                       evict_all, insert, touch)
 from pmapkit.core.hitpath._miss import MissPath
 
 # Interned leaf signatures kept per function before the table starts afresh.
@@ -50,7 +50,7 @@ class DispatchFunction(MissPath):
         (pjit: the concrete mesh of ``jax.set_mesh``, not in JAX's trace
         context); the cache key is then ``(trace context, value)``.
       probe: ``(trace_state, eval_ref, axis_env_state, top_env[,
-        axis_env_index])``; see ``_jax_private.top_level_probe``.
+        axis_env_index[, value_of]])``; see ``_jax_private.top_level_probe``.
       lower: ``lower(*args, **kwargs)`` for ``.lower``.
       reduce_fn: returns ``(callable, args)`` for pickling.
       static_argnames: keyword names whose values are compile-time constants
@@ -91,6 +91,10 @@ class DispatchFunction(MissPath):
         self._host_scalar_type = types.host_scalar_type
         self._key_type = types.key_type
         self._sharding_attr = types.sharding_attr
+        # The array's getters themselves (``LeafTypes.readers``).
+        self._aval_of = types.aval_of
+        self._sharding_of = types.sharding_of
+        self._committed_of = types.committed_of
         # Leaf signatures are interned to small ints, so keys hash and compare
         # fast; device arrays made by one result handler share an aval object,
         # so their ids are found by identity without rebuilding the signature.
@@ -108,6 +112,8 @@ class DispatchFunction(MissPath):
         # Where the trace context holds the axis env (read there, not asked
         # again), or -1: ask ``axis_env_state``.
         self._axis_env_index = probe[4] if len(probe) > 4 else -1
+        # Reads a config state's value (its getter, called with the state).
+        self._value_of = probe[5] if len(probe) > 5 else _value_attr
         self._lower = lower
         self._reduce_fn = reduce_fn
         self._describe = describe
@@ -119,8 +125,13 @@ class DispatchFunction(MissPath):
         self._evictions = 0
         # Called by clear_cache: the Python side's caches of traced bodies.
         self._on_clear = None
-        # The key of the last one-leaf call signed (see ``_sign_one``).
+        # The keys of the last two one-leaf calls signed, the last first
+        # (see ``_sign_one``).
         self._last_key1 = None
+        self._prev_key1 = None
+        # ... and of the last two calls of several leaves (``_sign_leaves``).
+        self._last_keyn = None
+        self._prev_keyn = None
         # (dtype, shape, id) of the last numpy leaf signed (see ``_leaf_id``).
         self._last_host = None
         # Runs the calls of one numpy argument by an entry's express call
@@ -153,13 +164,16 @@ class DispatchFunction(MissPath):
                 return out
             if not express.live:
                 self._express = None
-        if self._trace_state.value is not self._eval_ref:
+        if self._value_of(self._trace_state) is not self._eval_ref:
             # Under a JAX trace the call must bind our primitive; never cache it.
             return self._python_call(args, kwargs)
         key = None
         leaves = args
-        if len(args) == 1 and self._max_static < 0 and not kwargs:
-            key = self._sign_one(args[0])
+        if self._max_static < 0 and not kwargs:
+            if len(args) == 1:
+                key = self._sign_one(args[0])
+            elif len(args) > 1:
+                key = self._sign_leaves(args)
         if key is None:
             signed = self._sign(args, kwargs)
             if signed is None:
@@ -198,10 +212,8 @@ class DispatchFunction(MissPath):
             if entry.failure is not None:
                 return self._retry_failed(entry, args, kwargs, cache, key, leaves)
             return self._python_call(args, kwargs)
-        # Recency is the cache's order, shared by every wrapper: a hit moves
-        # its entry to the end unless it is the newest already.
-        if entry is not self._shared.newest:
-            refresh(self._shared, cache, entry)
+        # Recency is the shared LRU's clock: a hit stamps its entry.
+        touch(self._shared, entry)
         try:
             if entry.donated is not None:
                 if entry.aliases_donated(leaves):
@@ -344,8 +356,9 @@ class DispatchFunction(MissPath):
     def _sign_one(self, x):
         """The key of a call whose one argument ``x`` is a leaf (what
         ``_sign_simple`` makes of it), or None (not such a leaf). The last
-        key made is reused: the very object the cache holds, so the lookup
-        finds it by identity and nothing is allocated."""
+        two keys made are reused (two signatures called in turn find theirs
+        too): the very object the cache holds, so the lookup finds it by
+        identity and nothing is allocated."""
         t = type(x)
         if t is list or t is tuple:
             return None
@@ -353,10 +366,52 @@ class DispatchFunction(MissPath):
         if leaf_id < 0:
             return None
         key1 = self._last_key1
-        if key1 is None or key1[1] != leaf_id:
-            key1 = (1, leaf_id)
-            self._last_key1 = key1
-        return key1
+        if key1 is not None and key1[1] == leaf_id:
+            return key1
+        prev = self._prev_key1
+        if prev is None or prev[1] != leaf_id:
+            prev = (1, leaf_id)
+        self._prev_key1 = key1
+        self._last_key1 = prev
+        return prev
+
+    def _sign_leaves(self, args):
+        """The key of a call of several arguments, each a leaf (what
+        ``_sign_simple`` makes of them: the count, then each leaf's id), or
+        None (some argument is not such a leaf). As ``_sign_one``, the last
+        two keys made are reused, and a call matching the last one
+        allocates nothing."""
+        nargs = len(args)
+        for i in range(nargs):
+            t = type(args[i])
+            if t is list or t is tuple:
+                return None
+        # Read once: another thread may put its own key there meanwhile
+        # (a leaf's signing may run Python code, and let it in).
+        last = self._last_keyn
+        if last is not None and len(last) != nargs + 1:
+            last = None
+        key = None  # made at the first id that differs from ``last``'s
+        for i in range(nargs):
+            leaf_id = self._leaf_id(args[i])
+            if leaf_id < 0:
+                return None
+            if key is None:
+                if last is not None and last[i + 1] == leaf_id:
+                    continue
+                key = [nargs]
+                for k in range(1, i + 1):
+                    key.append(last[k])  # equal so far (none when ``last`` is None)
+            key.append(leaf_id)
+        if key is None:
+            return last
+        fresh = tuple(key)
+        prev = self._prev_keyn
+        if prev is not None and prev == fresh:
+            fresh = prev
+        self._prev_keyn = self._last_keyn
+        self._last_keyn = fresh
+        return fresh
 
     def _split_static_kwargs(self, kwargs):
         """``(sorted (name, type, value) of static keywords, dynamic ones)``."""
@@ -374,15 +429,15 @@ class DispatchFunction(MissPath):
         """The interned signature id of one leaf, or -1 if it has none."""
         t = type(x)
         if t is self._array_type:
-            aval = x.aval
+            aval = self._aval_of(x)
             leaf_id = self._aval_ids.get(aval)
             if leaf_id is None:
                 leaf_id = self._intern((aval.dtype, aval.shape, aval.weak_type))
                 if len(self._aval_ids) >= 256:
                     self._aval_ids.clear()  # bound the memory held by remembered avals
                 self._aval_ids[aval] = leaf_id
-            if self._sign_shardings and x._committed:
-                leaf_id = self._placed_id(leaf_id, getattr(x, self._sharding_attr))
+            if self._sign_shardings and self._committed_of(x):
+                leaf_id = self._placed_id(leaf_id, self._sharding_of(x))
             if self._sign_global and not x.is_fully_addressable:
                 leaf_id = self._intern(("global", leaf_id))
             return leaf_id
@@ -526,6 +581,11 @@ class DispatchFunction(MissPath):
 
 def _first(item):
     return item[0]
+
+
+def _value_attr(state):
+    # A config state's value, read by name (a probe tuple without its reader).
+    return state.value
 
 
 # None until jax_debug_nans or jax_debug_infs is first turned on (see

@@ -2,7 +2,7 @@
 cimport cython
 
 from pmapkit.core.hitpath._feed cimport CacheEntry, host_copy, same_host_signature
-from pmapkit.core.hitpath._lru cimport SharedCaches, refresh
+from pmapkit.core.hitpath._lru cimport SharedCaches, touch
 
 cdef object _EXPRESS_MISSED
 cdef Py_ssize_t _express_epoch

@@ -15,7 +15,7 @@ Compiled by Cython (typed by ``_express.pxd``) and runnable as plain
 Python, like every module of the hit path (``_compiled``).
 """
 from pmapkit.core.hitpath._feed import CacheEntry, host_copy, same_host_signature
-from pmapkit.core.hitpath._lru import SharedCaches, refresh
+from pmapkit.core.hitpath._lru import SharedCaches, touch
 
 # Builds of an entry's express call (``CacheEntry.express``) before it stops
 # making them: each change of a watched config state makes the next one.
@@ -137,8 +137,7 @@ class ExpressCall:
         if outs is _EXPRESS_MISSED:
             self.live = False
             return NOT_EXPRESS
-        if entry is not self.shared.newest:
-            refresh(self.shared, self.cache, entry)
+        touch(self.shared, entry)
         if entry.single_out:
             return outs[0]
         return entry.unflatten(outs)

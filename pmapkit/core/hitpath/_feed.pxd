@@ -29,6 +29,10 @@ cdef class LeafTypes:
     cdef readonly str sharding_attr
     cdef readonly object raise_deleted
     cdef readonly object key_type
+    cdef readonly object aval_of
+    cdef readonly object sharding_of
+    cdef readonly object committed_of
+    cdef readonly object is_deleted_of
 
 
 cdef class CacheEntry:
@@ -52,12 +56,13 @@ cdef class CacheEntry:
     cdef public object is_equivalent
     cdef public list equivalents
     cdef public list differents
+    cdef public list last_equal
     cdef public LeafTypes types
     cdef public tuple donated
     cdef public Py_ssize_t resharded
     cdef public Py_ssize_t n_inputs
     cdef readonly object key
-    cdef public bint plain_key
+    cdef public Py_ssize_t last_use
     cdef public list held_scalars
     cdef public tuple host_waits
     cdef public object make_express
@@ -183,9 +188,43 @@ cdef extern from *:
         }
         return 1;
     }
+    /* The leaves of a call for JAX's call (CacheEntry._host_snapshot): a
+       new tuple of the items of ``leaves`` (a tuple or a list), each numpy
+       array of exactly ``ndarray_type`` replaced by its snapshot
+       (pmapkit_copy_host_array), the rest as they are. */
+    static CYTHON_UNUSED PyObject *pmapkit_host_snapshot(PyObject *leaves, PyObject *ndarray_type) {
+        PyObject *seq, *out;
+        Py_ssize_t n, i;
+        seq = PySequence_Fast(leaves, "leaves must be a sequence");
+        if (seq == NULL) return NULL;
+        n = PySequence_Fast_GET_SIZE(seq);
+        out = PyTuple_New(n);
+        if (out == NULL) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        for (i = 0; i < n; i++) {
+            PyObject *x = PySequence_Fast_GET_ITEM(seq, i), *y;
+            if ((PyObject *)Py_TYPE(x) == ndarray_type) {
+                y = pmapkit_copy_host_array(x);
+                if (y == NULL) {
+                    Py_DECREF(seq);
+                    Py_DECREF(out);
+                    return NULL;
+                }
+            } else {
+                Py_INCREF(x);
+                y = x;
+            }
+            PyTuple_SET_ITEM(out, i, y);
+        }
+        Py_DECREF(seq);
+        return out;
+    }
     #endif
     """
     object _copy_host_array "pmapkit_copy_host_array" (object x)
+    tuple _snapshot_leaves "pmapkit_host_snapshot" (object leaves, object ndarray_type)
     int _same_host_signature "pmapkit_same_host_signature" (object x, object dt, tuple shape) except -1
 
 cpdef object execute_donating(CacheEntry entry, object leaves)

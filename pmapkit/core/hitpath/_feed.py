@@ -11,6 +11,7 @@ consumer, and nothing else crosses.
 Compiled by Cython (typed by ``_feed.pxd``) and runnable as plain Python,
 like every module of the hit path (``_compiled``).
 """
+import operator
 import threading
 
 # Bumped whenever the fields of the fast-path data change; cache_miss stamps it.
@@ -70,10 +71,17 @@ class FastpathData:
 
 class LeafTypes:
     """The leaf classes the hot path recognises and how it treats them; made
-    once (see ``pmapkit.core.programs.compiled_program.LEAF_TYPES``) and shared by every entry."""
+    once (see ``pmapkit.core.programs.compiled_program.LEAF_TYPES``) and shared by every entry.
+
+    ``readers``: ``(aval_of, sharding_of, committed_of, is_deleted_of)``,
+    each called with one array of exactly ``array_type``: its ``aval``, its
+    ``sharding_attr``, its ``_committed``, its ``is_deleted()``. Given the
+    getters themselves (``_jax_private.array_readers``), a read is one call,
+    not Python's attribute protocol (a lookup through the type, then the
+    property); None: read by name."""
 
     def __init__(self, array_type, ndarray_type, host_scalar_type, asarray,
-                 sharding_attr, raise_deleted, key_type=None):
+                 sharding_attr, raise_deleted, key_type=None, readers=None):
         self.array_type = array_type
         self.ndarray_type = ndarray_type
         self.host_scalar_type = host_scalar_type
@@ -83,6 +91,10 @@ class LeafTypes:
         # Typed PRNG key arrays: a logical view over a ``_base_array`` of
         # ``array_type`` (the physical buffers the executable takes).
         self.key_type = key_type
+        if readers is None:
+            readers = (operator.attrgetter("aval"), operator.attrgetter(sharding_attr),
+                       operator.attrgetter("_committed"), operator.methodcaller("is_deleted"))
+        self.aval_of, self.sharding_of, self.committed_of, self.is_deleted_of = readers
 
 
 class CacheEntry:
@@ -123,16 +135,19 @@ class CacheEntry:
         self.is_equivalent = None
         self.equivalents = None
         self.differents = None
+        # Per kept input: the last sharding object found equal (not
+        # identical) to the compiled one or a remembered equivalent, asked
+        # by identity first (a producer handing the same object each call
+        # pays its ``==`` once).
+        self.last_equal = None
         self.types = None
         self.donated = None
         self.resharded = 0
         self.n_inputs = 0
-        # The key object its cache holds it under: a move of the entry finds
-        # it by identity (no comparison of the keys' items).
+        # The key object its cache holds it under.
         self.key = None
-        # Its key hashes and compares without running Python code (ints
-        # only): the compiled hit path moves it without the lock (``_lru``).
-        self.plain_key = False
+        # Its recency: the shared LRU's clock at its last use (``_lru``).
+        self.last_use = 0
         self.held_scalars = None
         # Flat inputs whose host values are put without a copy (a large one
         # on CPU: ``HostSpec.aliases``); a call passing a host value there
@@ -192,6 +207,7 @@ class CacheEntry:
         self.equivalents = [()] * len(self.in_shardings)
         # ... and those found to lay it out otherwise (resharded every call).
         self.differents = [()] * len(self.in_shardings)
+        self.last_equal = [None] * len(self.in_shardings)
         self.types = types
         donated = data.donated
         self.donated = tuple(donated) if donated else None
@@ -281,11 +297,11 @@ class CacheEntry:
             t = type(x)
             scalar = False
             if t is leaf_types.array_type:
-                have = getattr(x, leaf_types.sharding_attr)
+                have = leaf_types.sharding_of(x)
                 if have is in_shardings[j] or self._seen_equivalent(j, have):
                     # Asked every call: the runtime does not refuse every
                     # deleted input (a donated one can crash the process).
-                    if x.is_deleted():
+                    if leaf_types.is_deleted_of(x):
                         leaf_types.raise_deleted(x)  # donated earlier: JAX's error
                     y = x
                 else:
@@ -312,9 +328,9 @@ class CacheEntry:
             elif t is leaf_types.key_type:
                 # in_shardings hold the physical sharding of key inputs.
                 base = x._base_array
-                have = getattr(base, leaf_types.sharding_attr)
+                have = leaf_types.sharding_of(base)
                 if ((have is in_shardings[j] or self._seen_equivalent(j, have))
-                        and not base.is_deleted()):
+                        and not leaf_types.is_deleted_of(base)):
                     y = base
                 else:
                     y = self._first_sight(x, base, have, i, j)
@@ -376,10 +392,10 @@ class CacheEntry:
             x = leaves[j]
             t = type(x)
             if t is leaf_types.array_type:
-                have = getattr(x, leaf_types.sharding_attr)
+                have = leaf_types.sharding_of(x)
                 if have is not in_shardings[j] and not self._seen_equivalent(j, have):
                     return False
-                if x.is_deleted():
+                if leaf_types.is_deleted_of(x):
                     return False
             elif not (t is leaf_types.ndarray_type or t is float or t is int
                       or t is bool or t is complex
@@ -395,6 +411,9 @@ class CacheEntry:
         only small inputs (``CompiledProgram.host_call``): one small copy
         each, made by ``host_copy``."""
         ndarray_type = self.types.ndarray_type
+        if _COMPILED:
+            # One new tuple, made in C (``_snapshot_leaves``).
+            return _snapshot_leaves(leaves, ndarray_type)
         n = len(leaves)
         if n == 1:
             x = leaves[0]
@@ -419,16 +438,22 @@ class CacheEntry:
             out[pending[k]] = moved[k]
 
     def _seen_equivalent(self, j, have):
+        if have is self.last_equal[j]:
+            return True
         seen = self.equivalents[j]
         for s in seen:
             if s is have:
                 return True
         # A fresh object equal to a known one (a producer that builds its
-        # sharding anew per call): equal shardings lay arrays out alike.
+        # sharding anew per call, or hands one it made itself each call):
+        # equal shardings lay arrays out alike. Kept as the input's last
+        # equal one, which the next call asks by identity.
         if have == self.in_shardings[j]:
+            self.last_equal[j] = have
             return True
         for s in seen:
             if have == s:
+                self.last_equal[j] = have
                 return True
         return False
 

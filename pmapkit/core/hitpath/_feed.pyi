@@ -37,10 +37,15 @@ class LeafTypes:
     sharding_attr: str
     raise_deleted: Callable[[Any], None]
     key_type: type | None
+    aval_of: Callable[[Any], Any]
+    sharding_of: Callable[[Any], Any]
+    committed_of: Callable[[Any], bool]
+    is_deleted_of: Callable[[Any], bool]
     def __init__(self, array_type: type, ndarray_type: type, host_scalar_type: type,
                  asarray: Callable[..., Any], sharding_attr: str,
                  raise_deleted: Callable[[Any], None],
-                 key_type: type | None = ...) -> None: ...
+                 key_type: type | None = ...,
+                 readers: tuple[Callable[[Any], Any], ...] | None = ...) -> None: ...
 
 class CacheEntry:
     ready: bool
@@ -63,6 +68,7 @@ class CacheEntry:
     is_equivalent: Any
     equivalents: list[tuple[Any, ...]] | None
     differents: list[Any] | None
+    last_equal: list[Any] | None
     types: LeafTypes | None
     donated: tuple[int, ...] | None
     resharded: int
@@ -74,7 +80,7 @@ class CacheEntry:
     express_epoch: int
     express_builds: int
     key: Any
-    plain_key: bool
+    last_use: int
     def __init__(self) -> None: ...
     def populate(self, fastpath: FastpathData, types: LeafTypes) -> None: ...
     def run(self, leaves: Any) -> Any: ...

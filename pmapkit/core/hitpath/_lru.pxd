@@ -12,7 +12,7 @@ cdef class SharedCaches:
     cdef readonly object next_id
     cdef readonly object lock
     cdef public bint sign_global
-    cdef readonly object newest
+    cdef readonly Py_ssize_t clock
     cdef readonly object members
     cdef public tuple current
     cdef object __weakref__
@@ -20,11 +20,8 @@ cdef class SharedCaches:
 
 cpdef CacheEntry insert(SharedCaches shared, dict cache, object key, CacheEntry fresh)
 
-@cython.locals(item=object)
-cpdef bint is_plain_key(object key) except -1
-
-@cython.locals(held=CacheEntry, lock=object, key=object)
-cpdef refresh(SharedCaches shared, dict cache, CacheEntry entry)
+@cython.locals(tick=Py_ssize_t)
+cpdef void touch(SharedCaches shared, CacheEntry entry) noexcept
 
 cpdef Py_ssize_t settle(SharedCaches shared, dict cache, object key, CacheEntry entry,
                         bint keep, Py_ssize_t limit) except -1
@@ -32,8 +29,10 @@ cpdef Py_ssize_t settle(SharedCaches shared, dict cache, object key, CacheEntry 
 cpdef bint replace(SharedCaches shared, dict cache, object key, CacheEntry failed,
                    CacheEntry fresh) except -1
 
-@cython.locals(excess=Py_ssize_t, doomed=list, e=CacheEntry)
+@cython.locals(excess=Py_ssize_t, ready=list, order=Py_ssize_t, doomed=list, e=CacheEntry)
 cpdef Py_ssize_t evict(SharedCaches shared, dict cache, Py_ssize_t limit) except -1
+
+cdef object _stamp(object item)
 
 @cython.locals(dropped=Py_ssize_t)
 cpdef Py_ssize_t evict_all(SharedCaches shared, Py_ssize_t limit) except -1

@@ -1,16 +1,17 @@
 """The shared LRU: the signature caches every wrapper of one function
-shares (``SharedCaches``), kept in recency order, bounded, cleared in place.
+shares (``SharedCaches``), bounded by recency, cleared in place.
 
-A cache's order is its recency, oldest first: a hit moves its entry to the
-end (``refresh``), a compile puts it there (``settle``), eviction pops from
-the front (``evict``). Every change of a cache's keys holds the shared lock,
-except a hit's move of a key whose hashing and comparing cannot run Python
-code (``CacheEntry.plain_key``) in the compiled build: there the move is two
-dict operations no other thread can come between (the GIL is not let go
-inside them), so it takes no lock.
+Recency is a clock: a hit stamps its entry with the next tick
+(``touch``: two integer writes, no lock, no change to any dict: a call
+never sees another's key missing, whatever that key's hashing runs), a
+compile stamps it too (``settle``), and eviction drops the entries of the
+oldest stamps (``evict``, on a compile beyond the bound: the rare path pays
+the sort). Every change of a cache's keys holds the shared lock.
 
 Compiled by Cython (typed by ``_lru.pxd``) and runnable as plain Python,
-like every module of the hit path (``_compiled``).
+like every module of the hit path (``_compiled``). In plain Python two
+threads may read the clock at once and stamp two entries alike: a tie,
+which eviction breaks by the cache's order (its oldest insertion first).
 """
 import itertools
 import threading
@@ -24,16 +25,12 @@ DEFAULT_CACHE_SIZE = 256
 class SharedCaches:
     """What every wrapper of one function with one set of parameters shares:
     the signature caches (per trace context), the leaf-signature tables that
-    key them, the id counter, the lock, and whether global arrays sign apart.
+    key them, the id counter, the lock, the recency clock, and whether global
+    arrays sign apart.
 
-    A cache's order is its recency, oldest first: a hit moves its entry to
-    the end (whichever sharer hits it), a compile puts it there, eviction
-    pops from the front. ``newest`` is the entry last put at the end of its
-    cache: a hit on it moves nothing (the common case, one signature called
-    again and again, costs a pointer comparison). Every change of a cache's
-    keys holds ``lock`` (but a compiled move of a plain key: ``refresh``): a
-    call finding its key gone while another moves it waits for the move
-    there instead of compiling it anew.
+    An entry's recency is its ``last_use``, the value of ``clock`` when it
+    was last used (whichever sharer used it), the clock counting uses.
+    Every change of a cache's keys holds ``lock``.
 
     Held by the wrappers and by the Python side's weak registry (keyed by the
     function), so it must not refer to the function: entries hold compiled
@@ -49,7 +46,7 @@ class SharedCaches:
         self.next_id = itertools.count()
         self.lock = threading.Lock()
         self.sign_global = False
-        self.newest = None
+        self.clock = 0
         self.members = weakref.WeakSet()
         # The context last selected by a sharer: a new wrapper starts there.
         self.current = (None, None, {})
@@ -60,61 +57,28 @@ def insert(shared, cache, key, fresh):
     one is there. (Apart from the call: a ``with`` there costs every hit
     the set-up and clean-up of its temporaries.)"""
     fresh.key = key
-    fresh.plain_key = is_plain_key(key)
     with shared.lock:
         return cache.setdefault(key, fresh)
 
 
-def is_plain_key(key):
-    """Whether hashing and comparing ``key`` runs no Python code: a tuple of
-    ints only (a simple key of leaves: no static value, no treedef, no
-    keyword name)."""
-    if type(key) is not tuple:
-        return False
-    for item in key:
-        if type(item) is not int:
-            return False
-    return True
-
-
-def refresh(shared, cache, entry):
-    """Move ``entry`` to the end of ``cache`` (the newest), if its key is
-    still there (not evicted or cleared meanwhile; the entry there may be
-    one that replaced it)."""
-    key = entry.key
-    if _COMPILED and entry.plain_key:
-        # No Python code runs between the pop and the put (ints hash and
-        # compare in C): no other thread sees the key missing.
-        held = cache.pop(key, None)
-        if held is not None:
-            cache[key] = held
-            held.key = key
-            shared.newest = held
-        return
-    lock = shared.lock
-    # The lock's methods called, not ``with``: half the cost here.
-    lock.acquire()
-    try:
-        held = cache.pop(key, None)
-        if held is not None:
-            cache[key] = held
-            held.key = key
-            shared.newest = held
-    finally:
-        lock.release()
+def touch(shared, entry):
+    """A use of ``entry``: it becomes the most recently used of its cache."""
+    tick = shared.clock + 1
+    shared.clock = tick
+    entry.last_use = tick
 
 
 def settle(shared, cache, key, entry, keep, limit):
-    """After ``entry``'s compile: keep it as the newest of ``cache`` (a
+    """After ``entry``'s compile: keep it as the most recent of ``cache`` (a
     compile is a use) and the cache within ``limit``, or drop it
     (``keep`` False). Returns how many entries were evicted."""
     with shared.lock:
         if cache.get(key) is entry:
-            del cache[key]
             if keep:
-                cache[key] = entry
                 entry.key = key
-                shared.newest = entry
+                touch(shared, entry)
+            else:
+                del cache[key]
         if keep and len(cache) > limit:
             return evict(shared, cache, limit)
     return 0
@@ -124,7 +88,6 @@ def replace(shared, cache, key, failed, fresh):
     """Put ``fresh`` in place of ``failed`` under ``key``; False when
     ``failed`` is no longer there (replaced or cleared meanwhile)."""
     fresh.key = failed.key  # the key object the cache keeps
-    fresh.plain_key = failed.plain_key
     with shared.lock:
         if cache.get(key) is failed:
             cache[key] = fresh
@@ -133,24 +96,29 @@ def replace(shared, cache, key, failed, fresh):
 
 
 def evict(shared, cache, limit):
-    """Drop the least recently used ready entries, the first in the
-    cache's order, until it holds ``limit`` (caller holds the lock).
-    Returns how many were dropped."""
+    """Drop the least recently used ready entries (the oldest stamps;
+    among equal stamps the first in the cache's order) until it holds
+    ``limit`` (caller holds the lock). Returns how many were dropped."""
     excess = len(cache) - limit
     if excess <= 0:
         return 0
-    doomed = []
+    ready = []
+    order = 0
     for k, e in cache.items():
         if e.ready:  # one being compiled stays: its callers wait on it
-            doomed.append(k)
-            if len(doomed) == excess:
-                break
-    for k in doomed:
-        e = cache.pop(k)
+            ready.append((e.last_use, order, k))
+        order += 1
+    ready.sort(key=_stamp)
+    doomed = ready[:excess]
+    for stamp in doomed:
+        e = cache.pop(stamp[2])
         e.express = None
-        if e is shared.newest:
-            shared.newest = None
     return len(doomed)
+
+
+def _stamp(item):
+    # (last_use, order in the cache): keys themselves are never compared.
+    return (item[0], item[1])
 
 
 def evict_all(shared, limit):
@@ -170,12 +138,11 @@ def clear(shared):
             for entry in list(cache.values()):
                 entry.express = None
             cache.clear()
-        shared.newest = None
 
 
 # Cython turns module-level functions into its own function type; the plain
 # interpreter keeps ``function``.
-_COMPILED = type(is_plain_key).__name__ != "function"
+_COMPILED = type(_stamp).__name__ != "function"
 
 #: The hash of the sources the compiled module was built from (stamped by
 #: setup.py; ``_compiled`` refuses a stale one); None in the pure build.

@@ -23,7 +23,8 @@ from pmapkit.core.sharding.interning import intern_sharding
 #: The leaf classes the dispatch core's hit path recognises.
 LEAF_TYPES = _feed_mod.LeafTypes(jp.ArrayImpl, np.ndarray, np.generic,
                                      np.asarray, jp.ARRAY_SHARDING_ATTR,
-                                     jp.raise_if_deleted, jp.PRNGKeyArray)
+                                     jp.raise_if_deleted, jp.PRNGKeyArray,
+                                     jp.array_readers())
 
 
 class FastpathData(_feed_mod.FastpathData):
