@@ -32,7 +32,8 @@ needs_unset = pytest.mark.skipif(
 #: Whole test files (never a selection of their tests: a test added to one
 #: runs on both builds), re-run on the pure build in two groups.
 CORE_SUITES = [
-    "tests/test_dispatch.py", "tests/test_pmap_errors.py",
+    "tests/test_dispatch.py", "tests/test_dispatch_several_leaves.py",
+    "tests/test_pmap_errors.py",
     "tests/test_input_origins.py", "tests/test_miss_failures.py",
     "tests/test_donation_moved_alias.py",
     # The key format, the one rules, the one LRU order.
