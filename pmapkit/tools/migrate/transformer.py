@@ -14,7 +14,8 @@ import importlib.util
 import libcst as cst
 from libcst.metadata import PositionProvider, QualifiedNameProvider, ScopeProvider
 
-from pmapkit.tools.migrate import (deprecations, file_imports, helpers, leftovers, pmap_plan,
+from pmapkit.tools.migrate import (deprecations, file_imports, helpers, leftovers, pjit_plan,
+                                   pmap_plan,
                                    rules_classic_names, rules_export, rules_host_callback,
                                    rules_modern, rules_pjit, rules_placement, rules_pmap,
                                    rules_trees_ops)
@@ -30,7 +31,7 @@ _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 def families():
     """Every family of rules (``base.Family``)."""
     return [make() for make in (rules_trees_ops.family, rules_classic_names.family,
-                                rules_placement.family, rules_pjit.family,
+                                rules_placement.family, pjit_plan.family,
                                 rules_host_callback.family, rules_export.family,
                                 pmap_plan.family, rules_modern.family)]
 
