@@ -184,9 +184,16 @@ def _pjit_text(ctx, updated, call, plain=False):
     if plain:
         if call is None:
             return "jax.jit"
-        args = [a.with_changes(value=_filled(ctx, a.value)) if a.keyword is not None
-                and a.keyword.value in (*_RENAMES, *_RENAMES.values()) else a
-                for a in call.args]
+        args = []
+        for k, arg in enumerate(call.args):
+            if k and arg.keyword is None:     # jax.jit takes its options by keyword
+                arg = arg.with_changes(keyword=cst.Name(_PJIT_PARAMS[k]),
+                                       equal=cst.AssignEqual(cst.SimpleWhitespace(""),
+                                                             cst.SimpleWhitespace("")))
+            if arg.keyword is not None and arg.keyword.value in (*_RENAMES,
+                                                                 *_RENAMES.values()):
+                arg = arg.with_changes(value=_filled(ctx, arg.value))
+            args.append(arg)
         return sx.rewrite_call(call.with_changes(args=args), "jax.jit", _RENAMES)
     ctx.need_helper(helpers.PJIT)
     if call is None:
