@@ -30,12 +30,14 @@ def with_helpers(module, new):
     at = _after_imports(body)
     added = []
     for helper in new:
-        statements = list(cst.parse_module(helper.source).body)
+        parsed = cst.parse_module(helper.source)
+        statements = list(parsed.body)
         if helper.call_after:
             statements.append(cst.parse_statement(f"{helper.name}()\n").with_changes(
                 leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
         statements[0] = statements[0].with_changes(
-            leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+            leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
+            + [line for line in (*parsed.header, *statements[0].leading_lines) if line.comment])
         added.extend(statements)
     if at < len(body):
         body[at] = body[at].with_changes(

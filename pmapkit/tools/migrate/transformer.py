@@ -657,6 +657,11 @@ class Migrator(cst.CSTTransformer):
             self.imports.add("numpy")
             self.report.rewrites.append(Rewrite(start[0], "trees/ops", old, "numpy.s_[...]"))
         defined = {s.name.value for s in updated_node.body if isinstance(s, cst.FunctionDef)}
+        statements = {updated_node.code_for_node(s.with_changes(leading_lines=())).strip()
+                      for s in updated_node.body if isinstance(s, cst.SimpleStatementLine)}
+        defined |= {h.name for h in self.helpers.values() if h.inline and all(
+            updated_node.code_for_node(s.with_changes(leading_lines=())).strip() in statements
+            for s in cst.parse_module(h.source).body)}
         # Written in by migrate_module once the imports are settled (the import
         # passes need not walk the helpers).
         self.new_helpers = [h for name, h in self.helpers.items() if name not in defined]
