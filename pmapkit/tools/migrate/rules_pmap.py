@@ -49,6 +49,8 @@ classic pmap first, or cut the mesh by hand.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from pmapkit.tools.migrate import helpers, pmap_bodies
@@ -314,12 +316,15 @@ class Site:
         the mapped axis off, ``pmap_bodies``)."""
         if self.static:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
+        return [self.jit_decorator(), self.shard_map_decorator(indent)] + (
+            [] if body_unmaps else [self.per_device_decorator()])
+
+    def shard_map_decorator(self, indent=""):
+        """``functools.partial(jax.shard_map, ...)`` (text) over lines of ``indent``."""
         head = ("functools.partial(_first_devices, jax.shard_map, " if self.cut
                 else "functools.partial(jax.shard_map, ")
-        return [self.jit_decorator(),
-                head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
-                             first=len(indent) + len(head) + 1).lstrip() + ")"] + (
-            [] if body_unmaps else [self.per_device_decorator()])
+        return head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
+                            first=len(indent) + len(head) + 1).lstrip() + ")"
 
     def jit_decorator(self):
         jit = self.jit_options()
@@ -373,16 +378,42 @@ def pmap_call(ctx, original, updated):
     site = _site(ctx, original, bound)
     site.jitted = id(original) in ctx.plans["pmap"].jitted_calls
     name = ctx.plans["pmap"].assigned_calls.get(id(original))
-    lam = bound["fun"].value
-    if name is not None and isinstance(lam, cst.Lambda):
-        plan = pmap_bodies.plan(lam, site)
-        if plan is not None:
-            # name = jax.pmap(lambda ...: ...): a named def (leave_SimpleStatementLine)
-            text = pmap_bodies.named_def(name, lam, site.decorators(body_unmaps=True), plan,
-                                         ctx.numpy_name)
+    lam = _as_lambda(ctx, bound["fun"].value, name)
+    if name is not None and lam is not None:
+        # name = jax.pmap(lambda ...: ...) or jax.pmap(f), f a def of the file: a named
+        # def (leave_SimpleStatementLine)
+        text = None
+        if site.static:
+            static = pmap_bodies.static_plan(lam, site)
+            if static is not None:
+                ctx.need_import("functools")
+                static = dataclasses.replace(static, decorator=site.shard_map_decorator("    "))
+                text = pmap_bodies.named_def(name, lam, [site.jit_decorator()], static.plan,
+                                             ctx.numpy_name, static)
+        else:
+            plan = pmap_bodies.plan(lam, site)
+            if plan is not None:
+                ctx.need_import("functools")
+                text = pmap_bodies.named_def(name, lam, site.decorators(body_unmaps=True), plan,
+                                             ctx.numpy_name)
+        if text is not None:
             ctx.plans["pmap"].named_defs[id(original)] = text
             return name
     return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original))
+
+
+def _as_lambda(ctx, fun, name):
+    """``fun`` as a lambda of its parameters: itself, or for the name of a def of
+    the file with plain parameters, ``lambda a, b: f(a, b)``; else None."""
+    if isinstance(fun, cst.Lambda):
+        return fun
+    if not isinstance(fun, cst.Name) or fun.value == name:
+        return None
+    fn = ctx.function_named(fun.value)
+    if fn is None or fn.decorators or not pmap_bodies.plain_params(fn.params):
+        return None
+    params = ", ".join(pmap_bodies.plain_params(fn.params))
+    return cst.parse_expression(f"lambda {params}: {fun.value}({params})")
 
 
 def partial_pmap(ctx, original, updated):
@@ -400,6 +431,14 @@ def decorator(ctx, original, updated, fn=None):
     ``@functools.partial(jax.pmap, ...)``) of the def ``fn``: where its body can
     take the mapped axis off itself (``pmap_bodies``), no ``_per_device``."""
     site = _site(ctx, original, _decorator_bound(updated))
+    if site.static and fn is not None:
+        # a def of all the parameters, jitted with the statics, whose body is a def of
+        # the mapped ones (pmap_bodies.rewrite_static)
+        static = pmap_bodies.static_plan(fn, site)
+        if static is not None:
+            ctx.plans["pmap"].static_plans[id(fn)] = dataclasses.replace(
+                static, decorator=site.shard_map_decorator(ctx.indent() + "    "))
+            return [site.jit_decorator()]
     plan = pmap_bodies.plan(fn, site) if fn is not None else None
     if plan is not None:
         ctx.plans["pmap"].inline_plans[id(fn)] = plan
