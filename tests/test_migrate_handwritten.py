@@ -113,3 +113,56 @@ def test_a_name_bound_to_pjit_and_to_something_else_keeps_the_helper():
         ''')
     assert report.helpers == ["_pjit"]
     assert re.search(r"f = _pjit\(lambda a: a, in_shardings=P\(\"x\"\)", new)
+
+
+# -- pmap as named defs ----------------------------------------------------------------
+
+NAMED_DEFS_PROGRAM = os.path.join(PROGRAMS, "pmap_named_defs.py")
+
+
+def test_the_named_defs_program_prints_what_classic_pmap_printed(tmp_path):
+    proc = migrate(NAMED_DEFS_PROGRAM, "-o", str(tmp_path), "--check", "--strict")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert f"check {NAMED_DEFS_PROGRAM}: same: exit status 0, 3 stdout lines" in proc.stdout
+    text = (tmp_path / "pmap_named_defs.py").read_text()
+    # no helper at all: statics and a pmap of a def of the file are ordinary named defs
+    assert not re.search(r"^def _", text, re.M) and "_per_device" not in text
+    assert "lambda fun" not in text and "_first_devices" not in text
+    assert "jax.pmap" not in text and "jax.jit(jax.jit" not in text
+    assert ('@functools.partial(jax.jit, static_argnums=(1, 2))\n'
+            'def powers(v, k, mode):\n'
+            '    """v ** k or v * k, normalised over the devices."""\n'
+            '    @functools.partial(jax.shard_map, ') in text
+    assert "    def per_device(v):\n        v = jax.tree.map(" in text
+    assert "    return per_device(v)\n" in text
+    assert ("    @functools.partial(jax.jit, static_argnums=(0,))\n"
+            "    def step(self, v, bias):\n") in text
+    assert "        return per_device(v, bias)\n" in text
+    assert ("def parallel_square(v, w):\n"
+            "    v = jax.tree.map(lambda a: jax.numpy.squeeze(a, 0), v)\n"
+            "    return jax.tree.map(lambda a: jax.numpy.expand_dims(a, 0), square(v, w))\n") in text
+    assert "@functools.partial(jax.jit, static_argnums=(1,))\ndef scaled(v, k):\n" in text
+
+
+@pytest.mark.parametrize("define", [
+    "def f(v, k=2):\n    return v ** k\n",        # a default: the call may leave it out
+    "@jax.jit\ndef f(v):\n    return v ** 2\n",   # decorated: not a plain def
+    "f = lambda v: v ** 2\n",                     # not a def of the file
+])
+def test_a_pmap_of_a_name_not_a_plain_def_keeps_the_per_device_helper(define):
+    new, report = migrate_source("import jax\n\n\n" + define + "\n\np = jax.pmap(f)\n")
+    assert report.helpers == ["_per_device"] and "_per_device(f)" in new, new
+
+
+@pytest.mark.parametrize("source, cut", [
+    # x.reshape(n, 3) is a method: its leading size is n, the device count
+    ("n = jax.local_device_count()\nx = np.arange(n * 3.0).reshape(n, 3)\n", False),
+    ("x = np.arange(24.0).reshape(8, 3)\n", True),       # a number: maybe not the count
+    # jnp.reshape(a, (4, 2)): the function, its shape the second argument
+    ("x = jnp.reshape(jnp.arange(8.0), (4, 2))\n", True),
+    ("x = np.arange(12.0).reshape(4, 3)\n", True),
+])
+def test_a_mapped_size_is_read_from_a_reshape_method_as_from_the_function(source, cut):
+    new, report = migrate_source("import jax\nimport jax.numpy as jnp\nimport numpy as np\n"
+                                 + source + "y = jax.pmap(lambda v: v * 2)(x)\n")
+    assert ("_first_devices" in report.helpers) is cut, new

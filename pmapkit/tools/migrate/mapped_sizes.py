@@ -61,8 +61,8 @@ def _leading_size(node):
     if name in _KEYED:          # random.split(key, 8), random.normal(key, (8, 3))
         shape = positional[1] if len(positional) > 1 else None
     elif name == "reshape" and len(positional) > 1 and not isinstance(
-            positional[0], (cst.Tuple, cst.List, cst.Integer)):
-        shape = positional[1]   # jnp.reshape(x, (4, 2))
+            positional[0], (cst.Tuple, cst.List, cst.Integer)) and not _method(node):
+        shape = positional[1]   # jnp.reshape(x, (4, 2)), not x.reshape(n, 3)
     elif name in _SHAPED:       # jnp.arange(4.), jnp.ones((7, 3)), x.reshape((4, 2))
         shape = positional[0] if positional else None
     else:
@@ -70,6 +70,22 @@ def _leading_size(node):
     if isinstance(shape, (cst.Tuple, cst.List)):
         shape = shape.elements[0].value if shape.elements else None
     return shape
+
+
+def _method(node):
+    """Whether the call ``node`` is a method of an array (``np.arange(8).reshape(n, 3)``,
+    ``x.reshape(n, 3)``), not a function of numpy or jax.numpy."""
+    func = node.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    owner = func.value
+    if isinstance(owner, cst.Attribute):        # jax.numpy.reshape, or a.b.reshape
+        return owner.attr.value not in ("numpy", "jnp", "np")
+    return not (isinstance(owner, cst.Name) and owner.value in _NUMPY_NAMES)
+
+
+# The names files give numpy and jax.numpy.
+_NUMPY_NAMES = ("np", "jnp", "numpy", "onp", "jax_np", "anp")
 
 
 def _other_size(node, counted):

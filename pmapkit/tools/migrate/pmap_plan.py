@@ -48,7 +48,7 @@ class PmapPlan:
         self.stacked_calls_inner = {}  # id of that inner call -> the outer call
         self.inline_defs = {}         # id of a def's one pmap decorator -> the def
         self.inline_plans = {}        # id of a def whose body takes the mapped axis off -> Plan
-        self.static_plans = {}        # id of such a def with statics -> pmap_bodies.StaticPlan
+        self.static_plans = {}        # id of such a def with statics -> (Site, StaticPlan)
         self.named_defs = {}          # id of a `name = jax.pmap(lambda ...)` call -> its def
         self.assigned_calls = {}      # id of a call assigned to one name -> the name
         self.jitted_calls = set()     # ids of calls that are jax.jit's one argument
@@ -285,8 +285,10 @@ class PmapPlan:
         plan = self.inline_plans.get(id(original))
         if plan is not None:
             return pmap_bodies.rewrite(ctx, original, updated, plan, ctx.numpy_name)
-        static = self.static_plans.get(id(original))
-        if static is not None:
+        if id(original) in self.static_plans:
+            site, static = self.static_plans[id(original)]
+            # (libcst indents the decorator's continuation lines by the block it is in)
+            static = dataclasses.replace(static, decorator=site.shard_map_decorator())
             return pmap_bodies.rewrite_static(ctx, original, updated, static, ctx.numpy_name)
         names = self.nest_closures.get(id(original))
         if not names:

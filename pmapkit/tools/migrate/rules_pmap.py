@@ -436,8 +436,7 @@ def decorator(ctx, original, updated, fn=None):
         # the mapped ones (pmap_bodies.rewrite_static)
         static = pmap_bodies.static_plan(fn, site)
         if static is not None:
-            ctx.plans["pmap"].static_plans[id(fn)] = dataclasses.replace(
-                static, decorator=site.shard_map_decorator(ctx.indent() + "    "))
+            ctx.plans["pmap"].static_plans[id(fn)] = (site, static)
             return [site.jit_decorator()]
     plan = pmap_bodies.plan(fn, site) if fn is not None else None
     if plan is not None:
