@@ -30,16 +30,19 @@ def _migrated(body):
 def test_the_pjit_program_prints_what_classic_pjit_printed(tmp_path):
     proc = migrate(PJIT_PROGRAM, "-o", str(tmp_path), "--check", "--strict")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert f"check {PJIT_PROGRAM}: same: exit status 0, 6 stdout lines" in proc.stdout
+    assert f"check {PJIT_PROGRAM}: same: exit status 0, 7 stdout lines" in proc.stdout
     text = (tmp_path / "pjit_literal_specs.py").read_text()
     code = without_helpers(text)
-    # five literal sites are jax.jit with in_shardings (a None written P()); the one
-    # with computed specs keeps the helper, written once
+    # six sites are jax.jit with in_shardings (a None written P()); the one whose
+    # specs are a parameter (None at run time: replicated) keeps the helper, once
     assert code.count(" = jax.jit(") == 4 and code.count("@partial(jax.jit, ") == 1
-    assert code.count("in_shardings=") == 7 and "= pjit(" not in code
+    assert code.count("in_shardings=") == 8 and "= pjit(" not in code
     assert "@partial(jax.jit, in_shardings=(P(\"x\"), P()), out_shardings=P())" in code
     assert text.count("def _pjit(") == 1 and code.count("_pjit(") == 1
-    assert "_pjit(lambda v: v, in_shardings=P(*names)" in code
+    assert "return _pjit(lambda v: v + 0, in_shardings=spec, out_shardings=spec)(a)" in code
+    # P(*names) is a PartitionSpec whatever its entries; a, a parameter, is put there
+    assert ("return jax.jit(lambda v: v, in_shardings=P(*names), "
+            "out_shardings=P(*names))(jax.device_put(a, P(*names)))") in code
     # the array jnp made under the mesh (committed after migrate) is put at the call
     assert "d = double(jax.device_put(made, spec))" in code
     assert "lambda fun" not in code and "jax.jit(jax.jit" not in code
@@ -87,8 +90,8 @@ def test_an_argument_jnp_made_under_the_mesh_is_put_where_its_spec_says():
 
 
 @pytest.mark.parametrize("body, why", [
-    ('names = ["x"]\nf = pjit(lambda a: a, in_axis_resources=P(*names), '
-     'out_axis_resources=None)\n', "specs computed at run time"),
+    ('def make(spec):\n    return pjit(lambda a: a, in_axis_resources=spec, '
+     'out_axis_resources=None)\n', "specs read at run time (None or not)"),
     ('f = pjit(lambda a: a, in_axis_resources=P("x"), out_axis_resources=None)\nprint(f)\n',
      "the pjit printed: classic pjit's wrapped function"),
     ('f = pjit(lambda a, b: a, in_axis_resources=P("x"), out_axis_resources=None)\n'

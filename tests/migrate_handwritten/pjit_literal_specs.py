@@ -1,6 +1,6 @@
 """Classic pjit sites with literal specs (issue 57): pmapkit migrate writes
 them as jax.jit(f, in_shardings=..., out_shardings=...); a site whose specs
-are computed keeps the _pjit helper. Run both ways by
+are read at run time (a parameter, which may be None) keeps the _pjit helper. Run both ways by
 tests/test_migrate_handwritten.py (--check)."""
 from functools import partial
 
@@ -31,6 +31,10 @@ def shard_along(a, axis):
     return pjit(lambda v: v, in_axis_resources=P(*names), out_axis_resources=P(*names))(a)
 
 
+def placed(a, spec):
+    return pjit(lambda v: v + 0, in_axis_resources=spec, out_axis_resources=spec)(a)
+
+
 x = np.arange(16.0).reshape(8, 2)
 with Mesh(devices, ("x", "y")):
     made = jnp.arange(8.0)
@@ -42,6 +46,8 @@ with Mesh(devices, ("x", "y")):
     print(d.tolist(), d.sharding.spec)
     r = shard_along(x, 0)
     print(r.tolist(), r.sharding.spec)
+    p = placed(x, None)
+    print(p.tolist(), p.sharding.spec)
 
 f = pjit(lambda v: v + 1, in_axis_resources=None, out_axis_resources=P("x"))
 with Mesh(devices, ("x", "y")):

@@ -9,9 +9,10 @@ the same way but refuses a *committed* one laid out otherwise, and on JAX
 jax.set_mesh(mesh):`` is committed (replicated over the mesh). A site is
 plain where that cannot happen or is said in place:
 
-- its specs are literal (``P(...)`` of strings, ``None``, tuples of them,
-  or a name assigned such a literal once in its scope): a ``None`` is
-  written ``P()`` (classic pjit's replicated), read before the call;
+- its specs are literal (``PartitionSpec(...)`` calls, their entries
+  literal or computed, ``None``, tuples of them, or a name assigned such a
+  literal once in its scope): a ``None`` is written ``P()`` (classic pjit's
+  replicated);
 - the pjit is used only by calling it (``f = pjit(...)`` or a
   ``@partial(pjit, ...)`` def called by name, ``pjit(...)(x)``), with
   positional arguments only: printed, passed on or lowered, it is classic
@@ -149,7 +150,7 @@ class PjitPlan:
                     continue
                 spec = self._put_spec(specs_in, k, len(call.args)) if once else None
                 if spec is None or self._names_in(spec) and not self._same_scope(
-                        call, name_node or site.call):
+                        call, name_node if name_node is not None else site.call):
                     return
                 puts.setdefault(id(call), {})[k] = (
                     self.replicated if _none(spec) else sx.code(spec))
@@ -177,7 +178,10 @@ class PjitPlan:
 
     @staticmethod
     def _names_in(tree):
-        """Whether a spec leaf is a name (read where the pjit is made)."""
+        """Whether a spec leaf reads a name (where the pjit is made): a name, or a
+        PartitionSpec whose entries are not literal."""
+        if isinstance(tree, cst.Call):
+            return not all(not a.star and _axis_entry(a.value) for a in tree.args)
         return isinstance(tree, cst.Name) and not _none(tree)
 
     def _literal_specs(self, node, depth=0):
@@ -187,9 +191,9 @@ class PjitPlan:
             return all(not isinstance(e, cst.StarredElement)
                        and self._literal_specs(e.value, depth) for e in node.elements)
         if isinstance(node, cst.Call):
+            # a PartitionSpec, its entries literal or computed (P(*names)): never None
             return (self.ctx.qualname(node.func) in PARTITION_SPECS
-                    and all(a.keyword is None and not a.star and _axis_entry(a.value)
-                            for a in node.args))
+                    and all(a.keyword is None for a in node.args))
         if isinstance(node, cst.Name) and depth == 0:
             # a name assigned a literal once; its None leaves would need writing out
             value = self._assigned_once(node)
