@@ -169,3 +169,36 @@ def test_a_mapped_size_is_read_from_a_reshape_method_as_from_the_function(source
     new, report = migrate_source("import jax\nimport jax.numpy as jnp\nimport numpy as np\n"
                                  + source + "y = jax.pmap(lambda v: v * 2)(x)\n")
     assert ("_first_devices" in report.helpers) is cut, new
+
+
+def test_the_files_own_partial_is_used_and_no_functools_import_added():
+    source = ("from functools import partial as p\nimport jax\nimport numpy as np\n\n\n"
+              "@p(jax.pmap, axis_name='i')\ndef f(x):\n    return x / jax.lax.psum(x, 'i')\n\n\n"
+              "out = f(np.arange(8.0) + 1)\n")
+    namespace, new, report = run_migrated(source)
+    assert "import functools" not in new and "functools." not in new
+    assert "@p(jax.shard_map, mesh=" in new and report.helpers == []
+    x = np.arange(1.0, 9.0)
+    np.testing.assert_allclose(np.asarray(namespace["out"]), x / x.sum())
+    import pmapkit
+    np.testing.assert_allclose(np.asarray(namespace["out"]),
+                               np.asarray(pmapkit.pmap(lambda v: v / jax.lax.psum(v, "i"),
+                                                       axis_name="i")(x)))
+    # a file that reads functools itself keeps its spelling and gets the import
+    new, report = migrate_source(
+        "from functools import partial\nimport jax\n\nw = functools.wraps\n\n\n"
+        "@partial(jax.pmap, axis_name='i')\ndef f(x):\n    return x / jax.lax.psum(x, 'i')\n")
+    assert "import functools" in new and "@functools.partial(jax.shard_map, mesh=" in new
+
+
+@pytest.mark.parametrize("rebinding", [
+    "def g(p):\n    return p\n",                # a parameter
+    "p = print\n",                              # a later assignment
+    "def g():\n    from functools import partial as p\n    return p\n",  # a nested import
+])
+def test_a_partial_name_bound_elsewhere_is_not_borrowed(rebinding):
+    new, report = migrate_source(
+        "from functools import partial as p\nimport jax\n\n\n" + rebinding
+        + "\n\n@jax.pmap\ndef f(x):\n    return x * 2\n")
+    assert "@p(" not in new and "@functools.partial(jax.shard_map, " in new, new
+    assert "import functools" in new
