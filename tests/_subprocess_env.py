@@ -14,3 +14,11 @@ def subprocess_env(**extra):
         env.pop(name, None)
     env.update(extra)
     return env
+
+
+def sigint_as_default():
+    """``preexec_fn`` for a child a test interrupts with SIGINT: a shell's
+    background job starts with SIGINT ignored, which a child inherits across
+    exec (and then Python installs no KeyboardInterrupt handler)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

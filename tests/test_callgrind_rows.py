@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _install import REPO  # bench/ lies in the checkout, also when the tests run from a copy
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import jax
 import pytest
 
 from pmapkit.distributed import launch
+from _subprocess_env import sigint_as_default
 
 LAUNCH = [sys.executable, "-m", "pmapkit", "launch"]
 
@@ -360,7 +361,8 @@ def test_a_signal_to_the_launcher_stops_every_rank_blocked_in_a_collective(tmp_p
     launcher = subprocess.Popen(
         LAUNCH + ["-n", "2", "--devices-per-process", "2", "--timeout", "200",
                   script, "sleep", str(pids)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=sigint_as_default)
     output = _LauncherOutput(launcher)
     try:
         # Each rank prints its line after writing its PIDs, just before blocking.

@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from _subprocess_env import sigint_as_default
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "legacy_scripts")
 RUN = [sys.executable, "-m", "pmapkit", "run"]
@@ -415,7 +417,8 @@ def test_an_interrupted_script_shows_only_its_own_frames(tmp_path):
 
     def interrupted(command):
         proc = subprocess.Popen(command + [script], cwd=tmp_path, env=_env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=sigint_as_default)
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=TIMEOUT_S)
@@ -516,3 +519,122 @@ def test_pure_callback_under_vmap_keeps_the_classic_default(tmp_path):
         "[0.        0.841471  0.9092974]", "[(3,), (2,)]", "TypeError True"]
     plain = _run([sys.executable, script], tmp_path)
     assert plain.returncode == 1 and "NotImplementedError" in plain.stderr
+
+
+def test_stacking_functions_take_lists_and_tuples_as_the_classic_releases_did(tmp_path):
+    # Each line below is what jax 0.4.30 printed for this script: the value,
+    # dtype and weak type, and the DeprecationWarnings shown at the call
+    # (0.4.30 warned for atleast_*d from inside its jit, not at the caller).
+    script = _script(tmp_path, """
+        import warnings
+        import jax, jax.numpy as jnp, numpy as np
+        a = jnp.arange(3.)
+        def show(r):
+            return [(np.asarray(x).tolist(), str(x.dtype), bool(x.weak_type))
+                    for x in (r if isinstance(r, list) else [r])]
+        calls = [
+            lambda: jnp.vstack([(a,), (a,)]),         # the 1-tuples vjp returns
+            lambda: jnp.vstack([[1, 2], [3., 4.]]),
+            lambda: jnp.hstack([(1, 2), a]),
+            lambda: jnp.dstack([[1, 2]]),
+            lambda: jnp.column_stack([[1, 2], (3, 4)]),
+            lambda: jnp.atleast_1d([1, 2]),
+            lambda: jnp.atleast_2d((1., 2.)),
+            lambda: jnp.atleast_3d([1.]),
+            lambda: jnp.atleast_1d([1], 2.),
+            lambda: jnp.vstack([[1, 2]], dtype=jnp.float16),
+            lambda: jax.jit(lambda x: jnp.vstack([(x,), (x,)]))(a),
+            lambda: jnp.trim_zeros([0, 1, 2, 0]),
+        ]
+        for call in calls:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                r = call()
+            print(show(r), sorted({str(w.message).split(" requires")[0] for w in seen
+                                   if w.category is DeprecationWarning
+                                   and w.filename == __file__}))
+        # a generator, as JAX took one until 0.4.16 (its vstack read it once)
+        print(jnp.vstack(x for x in (a, a + 1)).tolist())
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == [
+        "[([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]], 'float32', False)] ['vstack']",
+        "[([[1.0, 2.0], [3.0, 4.0]], 'float32', False)] ['vstack']",
+        "[([1.0, 2.0, 0.0, 1.0, 2.0], 'float32', False)] ['hstack']",
+        "[([[[1], [2]]], 'int32', False)] ['dstack']",
+        "[([[1, 3], [2, 4]], 'int32', False)] ['column_stack']",
+        "[([1, 2], 'int32', False)] []",
+        "[([[1.0, 2.0]], 'float32', False)] []",
+        "[([[[1.0]]], 'float32', False)] []",
+        "[([1], 'int32', False), ([2.0], 'float32', True)] []",
+        "[([[1.0, 2.0]], 'float16', False)] ['vstack']",
+        "[([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]], 'float32', False)] ['vstack']",
+        "[([1, 2], 'int32', False)] []",
+        "[[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]]"]
+    plain = _run([sys.executable, script], tmp_path)
+    assert plain.returncode == 1 and "TypeError: vstack requires ndarray" in plain.stderr
+
+
+def test_an_unhashable_static_argument_is_keyed_by_identity_as_before_jax_026(tmp_path):
+    # JAX <= 0.2.5 (api_util.wrap_hashably / WrapHashably): an unhashable
+    # static argument keyed the cache by id(); the same list again reused the
+    # trace, an equal new list traced again. JAX 0.2.6 and later refuse it.
+    script = _script(tmp_path, """
+        from functools import partial
+        import jax, jax.numpy as jnp
+        traces = []
+        @partial(jax.jit, static_argnums=(0, -1))
+        def f(limits, x, n):
+            traces.append(type(limits).__name__)
+            return x * limits[0] + n
+        limits = [-2, 2]
+        x = jnp.ones(2)
+        print(f(limits, x, 1).tolist(), f(limits, x, 1).tolist(), len(traces))
+        print(f([-2, 2], x, 1).tolist(), len(traces))          # equal, not the same
+        print(f((3,), x, 1).tolist(), f((3,), x, 1).tolist(), len(traces))  # hashable
+        print(traces, f.__name__, "jit_f" in f.lower(limits, x, 1).as_text())
+        class Model:
+            @partial(jax.jit, static_argnums=(0, 2))
+            def apply(self, x, sizes):
+                return x * len(sizes)
+        print(Model().apply(x, [1, 2, 3]).tolist())
+        g = jax.jit(static_argnums=1)(lambda x, s: x + s[1])   # factory form
+        print(g(x, [5, 7]).tolist(), type(jax.jit(lambda v: v)).__name__)
+        try:
+            f(limits, x)
+        except TypeError as e:
+            print("TypeError", "missing 1 required positional argument" in str(e))
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == [
+        "[-1.0, -1.0] [-1.0, -1.0] 1",
+        "[-1.0, -1.0] 2",
+        "[4.0, 4.0] [4.0, 4.0] 3",
+        "['list', 'list', 'tuple'] f True",
+        "[3.0, 3.0]",
+        "[8.0, 8.0] PjitFunction",
+        "TypeError True"]
+    plain = _run([sys.executable, script], tmp_path)
+    assert plain.returncode == 1 and "Non-hashable static arguments" in plain.stderr
+
+
+def test_make_mesh_axes_are_auto_as_from_jax_0431_to_09(tmp_path):
+    # jax.make_mesh (0.4.31-0.9) built Mesh(..., axis_types=None): every axis
+    # Auto; JAX 0.10 made Explicit its default. jax 0.4.30 (no make_mesh) gave
+    # [48.0, ..., 76.0] and PartitionSpec('x',) for this program on
+    # Mesh(mesh_utils.create_device_mesh((2, 4)), ("x", "y")).
+    script = _script(tmp_path, """
+        import jax, jax.numpy as jnp
+        from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        mesh = jax.make_mesh((2, 4), ("x", "y"))
+        print(mesh.axis_types, jax.make_mesh((8,), ("x",), (AxisType.Explicit,)).axis_types)
+        arr = jax.device_put(jnp.arange(32.).reshape(4, 8), NamedSharding(mesh, P("x", "y")))
+        @jax.jit
+        def f(x):
+            return jax.lax.with_sharding_constraint(x.sum(axis=0), NamedSharding(mesh, P("x")))
+        out = f(arr)
+        print(out.tolist(), out.sharding.spec)
+    """)
+    assert _ok(_run(RUN + [script], tmp_path)) == [
+        "(Auto, Auto) (Explicit,)",
+        "[48.0, 52.0, 56.0, 60.0, 64.0, 68.0, 72.0, 76.0] P('x',)"]
+    plain = _run([sys.executable, script], tmp_path)
+    assert plain.returncode == 1 and "can only refer to Auto axes" in plain.stderr

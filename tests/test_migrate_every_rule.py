@@ -81,6 +81,8 @@ CALL_SAMPLES = {
                            "y = jax.random.permutation(k, x, independent=True)"),
     "jax.shard_map": ("g = jax.shard_map(f, out_specs=o, check_rep=False)",
                       "g = jax.shard_map(f, out_specs=o, check_vma=False)"),
+    "jax.make_mesh": ("m = jax.make_mesh((8,), ('x',))",
+                      "m = jax.make_mesh((8,), ('x',), axis_types=(jax.sharding.AxisType.Auto,))"),
 }
 NAME_SAMPLES = {
     "jax.experimental.maps.thread_resources.env.physical_mesh": (

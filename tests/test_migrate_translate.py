@@ -797,3 +797,28 @@ def test_a_name_the_program_checks_for_first_is_no_leftover():
         '''))
     assert [(line, name) for line, name, _why in found] == [
         (6, "jax.config.enable_omnistaging"), (7, "jax.Array.device")]
+
+
+def test_make_mesh_without_axis_types_keeps_the_auto_axes_it_made_before_jax_010():
+    # jax.make_mesh's axes were Auto from 0.4.31 to 0.9 and are Explicit by
+    # default on JAX 0.10, where this constraint inside jit is refused (the
+    # JAX docs' sharded-computation notebook of December 2024).
+    ns, new, report = _run('''\
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        mesh = jax.make_mesh((2, 4), ('x', 'y'))
+        shape = (8,)
+        flat = jax.make_mesh(shape, ("d",))
+        told = jax.make_mesh((8,), ("d",), (jax.sharding.AxisType.Explicit,))
+        x = jax.device_put(jnp.arange(32.).reshape(4, 8), NamedSharding(mesh, P('x', 'y')))
+        out = jax.jit(lambda a: jax.lax.with_sharding_constraint(
+            a.sum(axis=0), NamedSharding(mesh, P('x'))))(x)
+        ''')
+    auto, explicit = jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit
+    assert ns["mesh"].axis_types == (auto, auto) and ns["flat"].axis_types == (auto,)
+    assert ns["told"].axis_types == (explicit,)
+    assert ns["out"].tolist() == [48.0, 52.0, 56.0, 60.0, 64.0, 68.0, 72.0, 76.0]
+    assert ns["out"].sharding.spec == jax.sharding.PartitionSpec("x")
+    assert "jax.make_mesh(shape, (\"d\",), axis_types=(jax.sharding.AxisType.Auto,) * len(shape))" in new
+    assert report.left == []

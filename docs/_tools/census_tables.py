@@ -5,7 +5,8 @@ plain JAX from ``--no-install``), and the census-of-real-use section
 (between the ``real-use`` markers): every name two or more public
 repositories reach that JAX 0.10.2 lacks, with the repositories reaching it
 and what serves it (or why it is refused), and the counts over every name,
-those one repository reaches too.
+those one repository reaches too; and the table of JAX internals refused
+(between the ``internals`` markers), by module, from the census records.
 
     python docs/_tools/census_tables.py          # rewrite the sections
     python docs/_tools/census_tables.py --check  # exit 1 if one is stale
@@ -19,6 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.path.join(os.path.dirname(HERE), "classic-names.md")
 BEGIN, END = "<!-- real-use:begin -->", "<!-- real-use:end -->"
 RELEASES_BEGIN, RELEASES_END = "<!-- releases:begin -->", "<!-- releases:end -->"
+INTERNALS_BEGIN, INTERNALS_END = "<!-- internals:begin -->", "<!-- internals:end -->"
+#: The internals table lists the names removed from this release on: those
+#: whose removal the census probed release by release (0.4.13 to 0.10.2).
+INTERNALS_FROM = (0, 4, 14)
+SHOWN = 6
 
 
 def _held(*options):
@@ -51,6 +57,43 @@ def releases_section(held, plain_jax):
     lines.append(f"| union | {len(census.union())} | {union['native']} | {union['served']} | "
                  f"{union['clear']} | {union_before} → **{union['plain']}** |")
     lines += ["", RELEASES_END]
+    return "\n".join(lines)
+
+
+def _release_key(window):
+    """``0.4.14..0.4.18``, ``0.10.0``, ``0.10.0 at the latest``: the last
+    release the window names, as numbers."""
+    last = window.split(" ")[0].split("..")[-1]
+    return tuple(int(part) for part in last.split("."))
+
+
+def internals_section(held):
+    """The census names refused as JAX internals (no public replacement),
+    removed from ``INTERNALS_FROM`` on, by the module that held them."""
+    from pmapkit.legacy import names
+    by_module = {}
+    for record in names.census_records().values():
+        if (record.make is None and record.modern == names.INTERNAL
+                and held["names"].get(record.name, ["native"])[0] == "clear"
+                and _release_key(str(record.removed_in)) >= INTERNALS_FROM):
+            by_module.setdefault(record.owner, []).append(record)
+    total = sum(len(records) for records in by_module.values())
+    lines = [INTERNALS_BEGIN, "",
+             f"{total} names of {len(by_module)} modules whose removal window ends at JAX "
+             f"{'.'.join(map(str, INTERNALS_FROM))} or later (the releases the census probed "
+             "one by one), each refused with its removal release:",
+             "",
+             "| module | names | removed in |",
+             "| --- | --- | --- |"]
+    for module in sorted(by_module):
+        records = sorted(by_module[module], key=lambda r: r.attr)
+        shown = ", ".join("{classic}`" + f"{r.attr} <{r.name}>`" for r in records[:SHOWN])
+        if len(records) > SHOWN:
+            shown += f", … ({len(records)} in all)"
+        windows = sorted({str(r.removed_in) for r in records}, key=_release_key)
+        span = windows[0] if len(windows) == 1 else f"{windows[0]} – {windows[-1]}"
+        lines.append(f"| {_name_cell(module)} | {shown} | {span} |")
+    lines += ["", INTERNALS_END]
     return "\n".join(lines)
 
 
@@ -124,6 +167,9 @@ def main(argv):
     before, _, rest = new.partition(RELEASES_BEGIN)
     _, _, after = rest.partition(RELEASES_END)
     new = before + releases_section(held, _held("--no-install")) + after
+    before, _, rest = new.partition(INTERNALS_BEGIN)
+    _, _, after = rest.partition(INTERNALS_END)
+    new = before + internals_section(held) + after
     if "--check" in argv:
         if new != page:
             print("docs/classic-names.md's census tables are stale: run "

@@ -23,7 +23,10 @@ import pmapkit
 from pmapkit.legacy import census as legacy_census
 from pmapkit.legacy import classic_config
 from pmapkit.legacy import classic_export_call
+from pmapkit.legacy import classic_make_mesh
 from pmapkit.legacy import classic_pure_callback
+from pmapkit.legacy import classic_stack_inputs
+from pmapkit.legacy import classic_static_args
 from pmapkit.legacy import classic_values
 from pmapkit.legacy.installed_names import InstalledNames
 from pmapkit.legacy import names as legacy_names
@@ -157,6 +160,13 @@ def _install(route_pmap, report, classic_prng, announce=True):
     # jax.pure_callback under vmap: once per element unless told otherwise,
     # as before JAX 0.4.34 (vectorized=False by default).
     classic_pure_callback.classic_vmap_default()
+    # jnp.vstack and its family take lists and tuples as elements (JAX <= 0.9,
+    # with a DeprecationWarning from 0.4.17), and a generator (JAX <= 0.4.16).
+    classic_stack_inputs.classic_sequence_elements()
+    # jax.jit keys an unhashable static argument by identity (JAX <= 0.2.5).
+    classic_static_args.classic_unhashable_statics()
+    # jax.make_mesh's axes are Auto unless axis_types says otherwise (0.4.31-0.9).
+    classic_make_mesh.classic_auto_axes()
     for name in ("device_put_replicated", "device_put_sharded"):
         ours = getattr(pmapkit, name, None)
         if ours is not None:

@@ -37,7 +37,9 @@ is not named there is ``FAILS (unclassified)``: a pmapkit-caused failure
 until shown otherwise, and the exit status is 1. So is a program that runs
 under both and prints something else (``DIFFERENT from 0.4.30``) unless each line that
 differs is what plain JAX 0.10 (run on the same file without pmapkit, with
-``JAX_THREEFRY_PARTITIONABLE=0``: the classic jax.random streams) prints
+``JAX_THREEFRY_PARTITIONABLE=0``: the classic jax.random streams; where it
+stops on a classic behaviour ``pmapkit run`` serves, such as ``jnp.vstack`` of
+tuples, with those behaviours alone and no served names) prints
 there (``runs, as plain JAX 0.10``: a float32 digit of JAX's and XLA's own,
 not the classic layer's), and a named program that now runs (``runs (was: ...)``, the row to remove)."""
 import csv
@@ -190,6 +192,23 @@ def _error(err, out):
     return ""
 
 
+#: Plain JAX 0.10 with pmapkit's classic behaviours only (the wrappers of
+#: JAX's own functions ``pmapkit run`` installs: stacking inputs, unhashable
+#: static arguments, make_mesh's axes, pure_callback under vmap), then the
+#: script as ``__main__``.
+_WITH_BEHAVIOURS = """\
+import runpy, sys
+from pmapkit.legacy import (classic_make_mesh, classic_pure_callback,
+                            classic_stack_inputs, classic_static_args)
+classic_stack_inputs.classic_sequence_elements()
+classic_static_args.classic_unhashable_statics()
+classic_make_mesh.classic_auto_axes()
+classic_pure_callback.classic_vmap_default()
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def measure(row, table):
     """(outcome, detail) of one program run as written."""
     folder, mine, script = rebuild(row)
@@ -229,8 +248,15 @@ def measure(row, table):
     # difference is JAX's and XLA's (a float32 last digit), not the classic layer's
     # (with JAX's own switch to the classic jax.random streams, which pmapkit
     # run serves; line by line, in case a line is 0.4.30's all the same)
-    prc, pout, _ = run._run([sys.executable, "-P", script], folder,
-                            {**env, "JAX_THREEFRY_PARTITIONABLE": "0"})
+    plain_env = {**env, "JAX_THREEFRY_PARTITIONABLE": "0"}
+    prc, pout, _ = run._run([sys.executable, "-P", script], folder, plain_env)
+    if prc != 0:
+        # plain JAX 0.10 stopped where it refuses a classic behaviour pmapkit
+        # run serves (jnp.vstack of tuples): run it again with those
+        # behaviours alone, no served names, so what it prints past that
+        # point is still JAX's own
+        prc, pout, _ = run._run([sys.executable, "-P", "-c", _WITH_BEHAVIOURS, script],
+                                folder, plain_env)
     mine, classic, plain = (_normalized(row, t).splitlines() for t in (out, cout, pout))
     if prc == 0 and len(mine) == len(classic) == len(plain) and all(
             m in (c, p) for m, c, p in zip(mine, classic, plain)):

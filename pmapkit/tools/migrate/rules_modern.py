@@ -8,7 +8,10 @@ arguments by keyword; ``auto``, the axes left to the compiler, is the
 complement of ``axis_names``), also through ``functools.partial``;
 ``check_rep=`` given to ``jax.shard_map`` itself becomes ``check_vma=``.
 ``from jax import partial`` (classic JAX re-exported it) is
-``functools.partial``. The drop-in renames JAX's own deprecation messages name
+``functools.partial``. ``jax.make_mesh(shape, names)`` without
+``axis_types`` made ``Auto`` axes until JAX 0.10 made ``Explicit`` its
+default: the migrated call says ``axis_types=`` (``Auto`` for each axis), so
+it keeps its meaning. The drop-in renames JAX's own deprecation messages name
 (``jax.core.Effect`` → ``jax.extend.core.Effect``, ...) come from
 ``deprecations`` in the transformer.
 """
@@ -95,11 +98,40 @@ def _modern_check_rep(ctx, original, updated):
     return sx.rewrite_call(updated, rename={"check_rep": "check_vma"})
 
 
+MAKE_MESH = "jax.make_mesh"
+_AUTO = "jax.sharding.AxisType.Auto"
+
+
+def _make_mesh_axes(ctx, original, updated):
+    """``jax.make_mesh(shape, names)``: its classic ``Auto`` axes written out
+    (None when ``axis_types`` is given or the call cannot be read)."""
+    try:
+        bound = sx.bind(updated, ("axis_shapes", "axis_names", "axis_types", "*", "devices"))
+    except sx.Unbindable:
+        return None
+    if "axis_types" in bound or "axis_shapes" not in bound:
+        return None
+    shape = bound["axis_shapes"].value
+    if isinstance(shape, (cst.Tuple, cst.List)) and all(
+            isinstance(e, cst.Element) for e in shape.elements):
+        count = len(shape.elements)
+        types = "(" + ", ".join([_AUTO] * count) + ("," if count == 1 else "") + ")"
+    else:
+        types = f"({_AUTO},) * len({sx.code(shape)})"
+    last = updated.args[-1]
+    if not isinstance(last.comma, cst.Comma):
+        last = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    added = _keyword(cst.Arg(value=sx.expr(types)), "axis_types")
+    ctx.need_import("jax")
+    return sx.code(updated.with_changes(args=[*updated.args[:-1], last, added]))
+
+
 def family():
     return Family(
         "modern",
         moves={"jax.partial": "functools.partial"},
-        calls={SHARD_MAP: _shard_map, MODERN_SHARD_MAP: _modern_check_rep},
+        calls={SHARD_MAP: _shard_map, MODERN_SHARD_MAP: _modern_check_rep,
+               MAKE_MESH: _make_mesh_axes},
         classic=("jax.experimental.shard_map",),
         reasons={"jax.experimental.shard_map": "deprecated in JAX 0.8: use jax.shard_map(f, "
                  "mesh=..., in_specs=..., out_specs=..., check_vma=...) (its arguments "
