@@ -57,14 +57,29 @@ def _axis(node_value):
     return node_value if node_value is None or isinstance(node_value, int) else False
 
 
+def _star_params(params):
+    """The names of ``params`` when each is positional without a default and the
+    last is ``*args`` (a tuple the squeeze maps as one tree), else None."""
+    star = params.star_arg
+    if not isinstance(star, cst.Param) or star.default is not None or (
+            params.kwonly_params or params.star_kwarg or params.posonly_params):
+        return None
+    if any(p.default is not None for p in params.params):
+        return None
+    return [p.name.value for p in params.params] + [star.name.value]
+
+
 def plan(fn, site):
     """The ``Plan`` of the pmap-decorated ``fn`` translated by ``site``, or None
-    where the def needs ``_per_device``."""
+    where the def needs ``_per_device``. A def of ``*args`` (and plain parameters
+    before it) mapped along one axis for all takes it off ``args`` as a tree."""
     if isinstance(fn, cst.Lambda):
         names = _simple_params(fn.params)
     elif isinstance(fn.body, cst.IndentedBlock) and not fn.asynchronous and not _yields(
             fn.body):
         names = _simple_params(fn.params)
+        if names is None and isinstance(site.in_axes, int):
+            names = _star_params(fn.params)
     else:
         names = None
     if site.static or not names:
