@@ -157,18 +157,22 @@ def test_a_pmap_of_a_name_not_a_plain_def_keeps_the_per_device_helper(define):
     assert report.helpers == ["_per_device"] and "_per_device(f)" in new, new
 
 
-@pytest.mark.parametrize("source, cut", [
+@pytest.mark.parametrize("source, size", [
     # x.reshape(n, 3) is a method: its leading size is n, the device count
-    ("n = jax.local_device_count()\nx = np.arange(n * 3.0).reshape(n, 3)\n", False),
-    ("x = np.arange(24.0).reshape(8, 3)\n", True),       # a number: maybe not the count
+    ("n = jax.local_device_count()\nx = np.arange(n * 3.0).reshape(n, 3)\n", None),
+    ("x = np.arange(24.0).reshape(8, 3)\n", 8),       # a number: maybe not the count
     # jnp.reshape(a, (4, 2)): the function, its shape the second argument
-    ("x = jnp.reshape(jnp.arange(8.0), (4, 2))\n", True),
-    ("x = np.arange(12.0).reshape(4, 3)\n", True),
+    ("x = jnp.reshape(jnp.arange(8.0), (4, 2))\n", 4),
+    ("x = np.arange(12.0).reshape(4, 3)\n", 4),
 ])
-def test_a_mapped_size_is_read_from_a_reshape_method_as_from_the_function(source, cut):
-    new, report = migrate_source("import jax\nimport jax.numpy as jnp\nimport numpy as np\n"
-                                 + source + "y = jax.pmap(lambda v: v * 2)(x)\n")
-    assert ("_first_devices" in report.helpers) is cut, new
+def test_a_mapped_size_is_read_from_a_reshape_method_as_from_the_function(source, size):
+    source = source + "y = jax.pmap(lambda v: v * 2)(x)\n"
+    namespace, new, report = run_migrated(
+        "import jax\nimport jax.numpy as jnp\nimport numpy as np\n" + source)
+    # the size written (the site's one array, x, bound once): that many devices
+    assert report.helpers == [] and (f"jax.local_devices()[:{size}]" in new) is (size is not None)
+    assert ("jax.local_devices()[:" in new) is (size is not None), new
+    np.testing.assert_array_equal(np.asarray(namespace["y"]), np.asarray(namespace["x"]) * 2)
 
 
 def test_the_files_own_partial_is_used_and_no_functools_import_added():
@@ -202,3 +206,81 @@ def test_a_partial_name_bound_elsewhere_is_not_borrowed(rebinding):
         + "\n\n@jax.pmap\ndef f(x):\n    return x * 2\n")
     assert "@p(" not in new and "@functools.partial(jax.shard_map, " in new, new
     assert "import functools" in new
+
+
+# -- a pmap's body in place, meshes of a written size, a pjit output's shards --------------
+
+def _checked(tmp_path, name, lines):
+    path = os.path.join(PROGRAMS, name)
+    proc = migrate(path, "-o", str(tmp_path), "--check", "--strict")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert f"check {path}: same: exit status 0, {lines} stdout lines" in proc.stdout
+    return (tmp_path / name).read_text()
+
+
+def test_pmaps_called_where_made_run_their_body_in_place(tmp_path):
+    text = _checked(tmp_path, "pmap_in_place.py", 8)
+    assert "_per_device" not in text and "_first_devices" not in text
+    assert text.count("lambda *args: jax.tree.map(") == 5
+    # one axis per argument: the mapped one squeezed, the other passed as it is
+    assert "scale(jax.tree.map(lambda v: jnp.squeeze(v, 0), x0), x1)" in text
+    # out_axes=None: what the body returns, as it is
+    assert "lambda *args: (lambda v: jnp.sum(v))(*jax.tree.map(" in text
+    # the def of *args takes the axis off args as one tree
+    assert "    args = jax.tree.map(lambda v: jnp.squeeze(v, 0), args)\n" in text
+
+
+def test_sites_of_a_written_size_get_that_many_devices(tmp_path):
+    text = _checked(tmp_path, "pmap_literal_sizes.py", 5)
+    assert "_first_devices" not in text and "_per_device" not in text
+    assert text.count("jax.local_devices()[:4]") == 2
+    assert text.count("jax.local_devices()[:2]") == 2
+
+
+def test_a_pjit_outputs_device_buffers_are_its_shards_as_they_are(tmp_path):
+    text = _checked(tmp_path, "pjit_device_buffers.py", 4)
+    assert "_device_buffers" not in text
+    assert text.count("[s.data for s in data.addressable_shards]") == 4
+
+
+_PMAP_HEAD = "import jax\nimport jax.numpy as jnp\n\n"
+
+
+@pytest.mark.parametrize("body", [
+    # made here, called later: f is read when the body is traced, after f changed
+    "def f(x):\n    return x\n\n\np = jax.pmap(f)\nf = None\n",
+    "p = jax.pmap(obj.method)\n",
+    # a lambda's default is read when the lambda is made
+    "p = jax.pmap(lambda x, k=k: x * k)\n",
+    "y = jax.pmap(make())(x)\n",                         # a call: made where the body is traced
+    "y = jax.pmap(lambda x: x, in_axes=({'a': 0},))(x)\n",   # a tree of axes
+])
+def test_a_body_in_place_needs_the_function_as_it_was_made(body):
+    new, report = migrate_source(_PMAP_HEAD + body)
+    assert "_per_device" in report.helpers, new
+
+
+@pytest.mark.parametrize("body", [
+    "y = f(jnp.arange(4.))\nz = f(jnp.arange(2.))\n",          # two sizes
+    "y = f(jnp.arange(4.))\ng = f\n",                          # f passed on as a value
+    "y = f(jnp.arange(4.))\nw = jax.pmap(lambda v: v)(batch)\n",   # a size not written
+    "a = jnp.arange(4.)\na = jnp.arange(8.)\ny = f(a)\n",        # a name bound twice
+    "y = f(jnp.arange(1, 5))\n",                               # arange(start, stop)
+])
+def test_a_mesh_of_a_written_size_needs_every_site_to_say_it(body):
+    new, report = migrate_source(
+        _PMAP_HEAD + "@jax.pmap\ndef f(x):\n    return x * 2\n\n\n" + body)
+    assert "_first_devices" in report.helpers and "local_devices()[:" not in new, new
+
+
+@pytest.mark.parametrize("body", [
+    "data = g(x)\n",                          # g is not a pjit
+    "data = f(x)\ndata = other(x)\n",         # data bound to something else too
+    "f = g\ndata = f(x)\n",                   # f bound to something else too
+])
+def test_device_buffers_of_what_may_not_be_a_pjit_output_keep_the_helper(body):
+    new, report = migrate_source(
+        "import jax\nfrom jax.experimental.pjit import pjit\n"
+        "f = pjit(lambda a: a, in_axis_resources=None, out_axis_resources=None)\n"
+        + body + "print(data.device_buffers)\n")
+    assert "_device_buffers" in report.helpers, new

@@ -157,22 +157,7 @@ def literal_sizes(pmaps, module, sites, decorated):
     argument (no ``in_axes``/``devices=``) and is called at once
     (``jax.pmap(f)(jnp.arange(4.))``), or is a def or a name bound once whose
     every mention in the file is a call (never passed on as a value)."""
-    assigned = {}
-    for n in sx.nodes(module):
-        if isinstance(n, cst.Assign):
-            for t in n.targets:
-                names = [t.target] if isinstance(t.target, cst.Name) else [
-                    e.value for e in getattr(t.target, "elements", ())]
-                for name in names:
-                    if isinstance(name, cst.Name):
-                        assigned.setdefault(name.value, []).append(n.value)
-        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName, cst.Param,
-                            cst.NamedExpr, cst.CompFor, cst.Global, cst.Nonlocal,
-                            cst.FunctionDef, cst.ClassDef)):
-            for name in sx.nodes(getattr(n, "target", None) or getattr(n, "name", None)
-                                 or cst.Name("_")):
-                if isinstance(name, cst.Name):
-                    assigned.setdefault(name.value, []).append(None)
+    assigned = sx.bindings(module)
     once = {}
     for name, values in assigned.items():
         if len(values) == 1 and values[0] is not None:

@@ -53,6 +53,8 @@ class PmapPlan:
         self.assigned_calls = {}      # id of a call assigned to one name -> the name
         self.jitted_calls = set()     # ids of calls that are jax.jit's one argument
         self.called_at_once = set()   # ids of pmap calls called where made (jax.pmap(f)(x))
+        # names bound once in the file (a def not rebound: what a named def may call)
+        self.bound_once = {n for n, values in sx.bindings(module).items() if len(values) == 1}
         self.callees = set()          # ids of jax.pmap references a call or decorator handles
         self.decorators = set()       # ids of pmap decorator expressions
         self._read(module)

@@ -488,7 +488,9 @@ def _as_lambda(ctx, fun, name):
     if not isinstance(fun, cst.Name) or fun.value == name:
         return None
     fn = ctx.function_named(fun.value)
-    if fn is None or fn.decorators or not pmap_bodies.plain_params(fn.params):
+    # the named def reads the name when called: the def, never rebound
+    if fn is None or fn.decorators or not pmap_bodies.plain_params(fn.params) or (
+            fun.value not in ctx.plans["pmap"].bound_once):
         return None
     params = ", ".join(pmap_bodies.plain_params(fn.params))
     return cst.parse_expression(f"lambda {params}: {fun.value}({params})")
