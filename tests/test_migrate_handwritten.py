@@ -284,3 +284,15 @@ def test_device_buffers_of_what_may_not_be_a_pjit_output_keep_the_helper(body):
         "f = pjit(lambda a: a, in_axis_resources=None, out_axis_resources=None)\n"
         + body + "print(data.device_buffers)\n")
     assert "_device_buffers" in report.helpers, new
+
+
+def test_a_partial_imported_below_a_use_is_not_borrowed():
+    # a notebook imports partial in a later cell: the decorator above runs first
+    namespace, new, report = run_migrated(
+        "import jax\nimport jax.numpy as jnp\n\n\n@jax.pmap\ndef f(x):\n    return x * 2\n\n\n"
+        "y = f(jnp.arange(8.0))\n\nfrom functools import partial\n\n\n"
+        "@partial(jax.pmap, axis_name='i')\ndef g(x):\n    return x / jax.lax.psum(x, 'i')\n\n\n"
+        "z = g(jnp.arange(8.0))\n")
+    assert "import functools" in new and "@functools.partial(jax.shard_map" in new
+    np.testing.assert_array_equal(np.asarray(namespace["y"]), np.arange(8.0) * 2)
+    np.testing.assert_allclose(np.asarray(namespace["z"]), np.arange(8.0) / 28.0)

@@ -270,13 +270,20 @@ class _PartialRenamed(cst.CSTTransformer):
 
 def _bound_once_by_top_level_import(module, name):
     """Whether the only binding of ``name`` anywhere in ``module`` is one import
-    at its top level: then ``name`` means that import in every scope."""
+    at its top level, above every statement that reads ``functools.partial``
+    (a notebook imports it in a later cell): then ``name`` means that import
+    wherever the rewrites wrote ``functools.partial``."""
     scopes = {s for s in MetadataWrapper(module, unsafe_skip_copy=True).resolve(
         ScopeProvider).values() if s is not None}
     found = [a for s in scopes for a in s.assignments if a.name == name and a.scope is s]
-    return (len(found) == 1 and isinstance(found[0].node, (cst.Import, cst.ImportFrom))
-            and any(found[0].node in statement.body for statement in module.body
-                    if isinstance(statement, cst.SimpleStatementLine)))
+    if len(found) != 1 or not isinstance(found[0].node, (cst.Import, cst.ImportFrom)):
+        return False
+    at = next((k for k, statement in enumerate(module.body)
+               if isinstance(statement, cst.SimpleStatementLine)
+               and found[0].node in statement.body), None)
+    return at is not None and not any(
+        _PartialRenamed._is_functools_partial(n) for statement in module.body[:at]
+        for n in sx.nodes(statement))
 
 
 def _own_partial_name(new, migrator):
