@@ -220,7 +220,7 @@ def _checked(tmp_path, name, lines):
 
 def test_pmaps_called_where_made_run_their_body_in_place(tmp_path):
     text = _checked(tmp_path, "pmap_in_place.py", 8)
-    assert "_per_device" not in text and "_first_devices" not in text
+    assert "_per_device(" not in text and "_first_devices(" not in text
     assert text.count("lambda *args: jax.tree.map(") == 5
     # one axis per argument: the mapped one squeezed, the other passed as it is
     assert "scale(jax.tree.map(lambda v: jnp.squeeze(v, 0), x0), x1)" in text
@@ -232,14 +232,14 @@ def test_pmaps_called_where_made_run_their_body_in_place(tmp_path):
 
 def test_sites_of_a_written_size_get_that_many_devices(tmp_path):
     text = _checked(tmp_path, "pmap_literal_sizes.py", 5)
-    assert "_first_devices" not in text and "_per_device" not in text
+    assert "_first_devices(" not in text and "_per_device(" not in text
     assert text.count("jax.local_devices()[:4]") == 2
     assert text.count("jax.local_devices()[:2]") == 2
 
 
 def test_a_pjit_outputs_device_buffers_are_its_shards_as_they_are(tmp_path):
     text = _checked(tmp_path, "pjit_device_buffers.py", 4)
-    assert "_device_buffers" not in text
+    assert "_device_buffers(" not in text
     assert text.count("[s.data for s in data.addressable_shards]") == 4
 
 
