@@ -45,7 +45,7 @@ def without_helpers(source):
     written = _helper_statements()
     body = [s for s in module.body
             if not (isinstance(s, cst.FunctionDef) and s.name.value in helpers.ALL)
-            and module.code_for_node(s).strip() not in written]
+            and module.code_for_node(s.with_changes(leading_lines=())).strip() not in written]
     return module.with_changes(body=body).code
 
 

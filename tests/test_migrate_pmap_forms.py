@@ -28,7 +28,7 @@ FIXTURES = {
         'p_step = jax.jit(jax.shard_map(\n    _per_device(train_step),\n    mesh=jax.sharding.Mesh(jax.local_devices(), ("batch",)), in_specs=jax.P("batch"),\n    out_specs=jax.P("batch"), check_vma=False))\n'),
     'call of a lambda': (
         'y = jax.pmap(lambda v: lax.psum(v, "i"), axis_name="i")(x)\n',
-        'y = jax.jit(jax.shard_map(\n    _per_device(lambda v: lax.psum(v, "i")),\n    mesh=jax.sharding.Mesh(jax.local_devices(), ("i",)), in_specs=jax.P("i"), out_specs=jax.P("i"),\n    check_vma=False))(x)\n'),
+        'y = jax.jit(jax.shard_map(\n    lambda *args: jax.tree.map(\n        lambda leaf: jax.numpy.expand_dims(leaf, 0), (lambda v: lax.psum(v, "i"))(*jax.tree.map(lambda leaf: jax.numpy.squeeze(leaf, 0), args))),\n    mesh=jax.sharding.Mesh(jax.local_devices(), ("i",)), in_specs=jax.P("i"), out_specs=jax.P("i"),\n    check_vma=False))(x)\n'),
     'call of a partial': (
         'p = jax.pmap(functools.partial(step, model=m), axis_name="batch")\n',
         'p = jax.jit(jax.shard_map(\n    _per_device(functools.partial(step, model=m)),\n    mesh=jax.sharding.Mesh(jax.local_devices(), ("batch",)), in_specs=jax.P("batch"),\n    out_specs=jax.P("batch"), check_vma=False))\n'),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
-from libcst.metadata import PositionProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
 from pmapkit.tools.migrate import leftovers
 from pmapkit.tools.migrate import syntax as sx
@@ -30,12 +30,14 @@ def with_helpers(module, new):
     at = _after_imports(body)
     added = []
     for helper in new:
-        statements = list(cst.parse_module(helper.source).body)
+        parsed = cst.parse_module(helper.source)
+        statements = list(parsed.body)
         if helper.call_after:
             statements.append(cst.parse_statement(f"{helper.name}()\n").with_changes(
                 leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
         statements[0] = statements[0].with_changes(
-            leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+            leading_lines=[cst.EmptyLine(), cst.EmptyLine()]
+            + [line for line in (*parsed.header, *statements[0].leading_lines) if line.comment])
         added.extend(statements)
     if at < len(body):
         body[at] = body[at].with_changes(
@@ -223,6 +225,85 @@ def _own_numpy_name(new, migrator):
     return new
 
 
+class _Dedented(cst.CSTTransformer):
+    """Every continuation line ``by`` columns further left (where it has them)."""
+
+    def __init__(self, by):
+        super().__init__()
+        self.by = by
+
+    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
+        indent = updated_node.last_line.value
+        if len(indent) < self.by or indent[-self.by:].strip():
+            return updated_node
+        return updated_node.with_changes(last_line=cst.SimpleWhitespace(indent[:-self.by]))
+
+
+class _PartialRenamed(cst.CSTTransformer):
+    """Every ``functools.partial`` written ``name`` (the file's own import of
+    it), the lines of its call kept aligned under its parenthesis."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    @staticmethod
+    def _is_functools_partial(node):
+        return (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
+                and node.value.value == "functools" and node.attr.value == "partial")
+
+    def leave_Call(self, original_node, updated_node):
+        if not self._is_functools_partial(original_node.func):
+            return updated_node
+        by = len("functools.partial") - len(self.name)
+        if by <= 0:
+            return updated_node
+        return updated_node.with_changes(
+            args=[a.visit(_Dedented(by)) for a in updated_node.args],
+            whitespace_before_args=updated_node.whitespace_before_args.visit(_Dedented(by)))
+
+    def leave_Attribute(self, original_node, updated_node):
+        if self._is_functools_partial(updated_node):
+            return cst.Name(self.name, lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return updated_node
+
+
+def _bound_once_by_top_level_import(module, name):
+    """Whether the only binding of ``name`` anywhere in ``module`` is one import
+    at its top level, above every statement that reads ``functools.partial``
+    (a notebook imports it in a later cell): then ``name`` means that import
+    wherever the rewrites wrote ``functools.partial``."""
+    scopes = {s for s in MetadataWrapper(module, unsafe_skip_copy=True).resolve(
+        ScopeProvider).values() if s is not None}
+    found = [a for s in scopes for a in s.assignments if a.name == name and a.scope is s]
+    if len(found) != 1 or not isinstance(found[0].node, (cst.Import, cst.ImportFrom)):
+        return False
+    at = next((k for k, statement in enumerate(module.body)
+               if isinstance(statement, cst.SimpleStatementLine)
+               and found[0].node in statement.body), None)
+    return at is not None and not any(
+        _PartialRenamed._is_functools_partial(n) for statement in module.body[:at]
+        for n in sx.nodes(statement))
+
+
+def _own_partial_name(new, migrator):
+    """``new`` written with the file's own ``partial`` (``from functools import
+    partial``) where the rewrites said ``functools.partial`` and the file has no
+    ``functools`` of its own; then ``import functools`` is added only if
+    something still reads it (a helper)."""
+    if "functools" not in migrator.imports or "functools" in migrator.original_names:
+        return new
+    names = {asname or obj for module, obj, asname, q in _import_aliases(new)
+             if q == "functools.partial"}
+    if len(names) != 1 or not _bound_once_by_top_level_import(new, next(iter(names))):
+        return new
+    new = new.visit(_PartialRenamed(names.pop()))
+    if not any("functools" in h.imports for h in migrator.new_helpers) and (
+            "functools" not in names_outside_imports(new)):
+        migrator.imports.discard("functools")
+    return new
+
+
 def tidy_imports(new, migrator, report):
     """Drops classic imports nothing uses any more, adds the ones rewrites need."""
     context = CodemodContext()
@@ -243,6 +324,7 @@ def tidy_imports(new, migrator, report):
     if drop:
         new = new.visit(_DropDottedImports(drop))
     new = _own_numpy_name(new, migrator)
+    new = _own_partial_name(new, migrator)
     for module in sorted(migrator.imports):
         AddImportsVisitor.add_needed_import(context, module)
     new = AddImportsVisitor(context).transform_module(new)

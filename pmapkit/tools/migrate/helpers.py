@@ -7,7 +7,9 @@ names it, the modules its source refers to, and the helpers it calls. Its
 source is the function's own, read once when this module is imported (a run
 that later cannot read the installed package still writes what was tested).
 It is written once per file, after the imports, only when a rewrite in that
-file uses it; a file that defines the name already keeps its own.
+file uses it; a file that defines the name already keeps its own. A helper
+whose body is one statement (``inline``) is written as that statement, as an
+engineer would write it, not as a def and its call.
 """
 from __future__ import annotations
 
@@ -24,17 +26,21 @@ class Helper:
     imports: tuple = ("jax",)     # top-level modules the source refers to
     needs: tuple = ()             # other helpers it calls
     call_after: bool = False      # a call of it follows its definition
+    inline: bool = False          # its body is written, not a def (one statement needs no name)
     source: str = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "source", textwrap.dedent(inspect.getsource(self.function)))
+        source = textwrap.dedent(inspect.getsource(self.function))
+        if self.inline:
+            source = textwrap.dedent(source.split("\n", 1)[1])
+        object.__setattr__(self, "source", source)
 
     @property
     def name(self):
         return self.function.__name__
 
 
-CLASSIC_PRNG = Helper(written._classic_prng, call_after=True)
+CLASSIC_PRNG = Helper(written._classic_prng, inline=True)
 PER_DEVICE = Helper(written._per_device, ("jax", "functools"))
 FIRST_DEVICES = Helper(written._first_devices, ("jax", "functools", "numpy"))
 DEVICE_INDEX = Helper(written._device_index, ("jax", "numpy"))

@@ -38,6 +38,11 @@ class Plan:
     leaf: str = "v"     # the inner lambda's parameter: no parameter's name
 
 
+def plain_params(params):
+    """The names of ``params`` when each is positional, without a default, else None."""
+    return _simple_params(params)
+
+
 def _simple_params(params):
     """The names of ``params`` when each is positional, without a default, else None."""
     if (params.star_arg is not cst.MaybeSentinel.DEFAULT and params.star_arg is not None
@@ -52,14 +57,29 @@ def _axis(node_value):
     return node_value if node_value is None or isinstance(node_value, int) else False
 
 
+def _star_params(params):
+    """The names of ``params`` when each is positional without a default and the
+    last is ``*args`` (a tuple the squeeze maps as one tree), else None."""
+    star = params.star_arg
+    if not isinstance(star, cst.Param) or star.default is not None or (
+            params.kwonly_params or params.star_kwarg or params.posonly_params):
+        return None
+    if any(p.default is not None for p in params.params):
+        return None
+    return [p.name.value for p in params.params] + [star.name.value]
+
+
 def plan(fn, site):
     """The ``Plan`` of the pmap-decorated ``fn`` translated by ``site``, or None
-    where the def needs ``_per_device``."""
+    where the def needs ``_per_device``. A def of ``*args`` (and plain parameters
+    before it) mapped along one axis for all takes it off ``args`` as a tree."""
     if isinstance(fn, cst.Lambda):
         names = _simple_params(fn.params)
     elif isinstance(fn.body, cst.IndentedBlock) and not fn.asynchronous and not _yields(
             fn.body):
         names = _simple_params(fn.params)
+        if names is None and isinstance(site.in_axes, int):
+            names = _star_params(fn.params)
     else:
         names = None
     if site.static or not names:
@@ -141,21 +161,88 @@ def _returned_text(text, plan, numpy, column, continuation="    "):
     return f"return jax.tree.map(\n{continuation}{head[len('jax.tree.map('):]}{text})"
 
 
-def named_def(name, lam, decorators, plan, numpy):
+def named_def(name, lam, decorators, plan, numpy, inner=None):
     """The text of ``name = jax.pmap(lambda ...: body, ...)`` as a named def under
-    ``decorators`` (texts), its body taking the mapped axis off and back."""
+    ``decorators`` (texts), its body taking the mapped axis off and back.
+    ``inner``: a ``StaticPlan`` (with statics): ``decorators`` are jax.jit's, and
+    the body is a def of the mapped parameters under the ``inner.decorator``,
+    reading the static ones from the def around it."""
     body = lam.body
     text = sx.code(body)
     if isinstance(body, cst.Tuple) and not body.lpar:
         text = f"({text})"
     lines = [f"@{d}" for d in decorators]
-    lines.append(f"def {name}({', '.join(p.name.value for p in lam.params.params)}):")
-    lines += ["    " + line for line in _squeeze_lines(plan, numpy)]
+    params = [p.name.value for p in lam.params.params]
+    lines.append(f"def {name}({', '.join(params)}):")
+    step = "    "
+    if inner is not None:
+        lines += [f"    @{inner.decorator}", f"    def {inner.name}({', '.join(inner.dynamic)}):"]
+        step = "        "
+    lines += [step + line for line in _squeeze_lines(plan, numpy)]
     if plan.out_axis is None:
-        lines.append(f"    return {text}")
+        lines.append(f"{step}return {text}")
     else:
-        lines.append("    " + _returned_text(text, plan, numpy, 4, " " * 8))
+        lines.append(step + _returned_text(text, plan, numpy, len(step), step + "    "))
+    if inner is not None:
+        lines.append(f"    return {inner.name}({', '.join(inner.dynamic)})")
     return "\n".join(lines) + "\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticPlan:
+    """A pmap with statics as a named def: jax.jit's, its static parameters read by
+    a def of the mapped ones (``name``) under ``decorator`` (the shard_map's)."""
+    plan: Plan
+    dynamic: tuple
+    name: str
+    decorator: str = ""
+
+
+class _Unmapped:
+    """A site as ``plan`` reads it, less its statics."""
+
+    def __init__(self, site):
+        self.in_axes, self.out_axes, self.static = site.in_axes, site.out_axes, ()
+
+
+def static_plan(fn, site):
+    """The ``StaticPlan`` of ``fn`` (a def or a lambda) pmapped with statics by
+    ``site``, or None where it needs ``_per_device``."""
+    if isinstance(fn, cst.FunctionDef) and (not isinstance(fn.body, cst.IndentedBlock)
+                                            or fn.asynchronous or _yields(fn.body)):
+        return None
+    names = _simple_params(fn.params)
+    if not names or not site.static or max(site.static) >= len(names):
+        return None
+    dynamic = tuple(n for k, n in enumerate(names) if k not in site.static)
+    if not dynamic:
+        return None
+    shape = cst.parse_expression(f"lambda {', '.join(dynamic)}: 0")
+    plan_ = plan(shape, _Unmapped(site))
+    if plan_ is None:
+        return None
+    used = {n.value for n in sx.nodes(fn) if isinstance(n, cst.Name)}
+    name = next(n for n in ("per_device", "on_each_device", "per_device_body", "_mapped")
+                if n not in used)
+    return StaticPlan(plan_, dynamic, name)
+
+
+def rewrite_static(ctx, original, updated, static, numpy):
+    """``updated`` (a def pmapped with statics) as jax.jit's def of all the
+    parameters whose body is a def of the mapped ones (``static``), its body the
+    original one taking the mapped axis off and back, called last."""
+    body = list(updated.body.body)
+    doc = body[:1] if body and _docstring(body[0]) else []
+    inner = updated.with_changes(
+        name=cst.Name(static.name), decorators=[cst.Decorator(sx.expr(static.decorator))],
+        params=cst.Parameters([cst.Param(cst.Name(n)) for n in static.dynamic]),
+        body=updated.body.with_changes(body=body[len(doc):]), leading_lines=[],
+        returns=None)
+    inner = rewrite(ctx, original, inner, static.plan, numpy)
+    if inner is None:
+        return None
+    call = cst.parse_statement(f"return {static.name}({', '.join(static.dynamic)})\n")
+    return updated.with_changes(body=updated.body.with_changes(body=doc + [inner, call]))
 
 
 def rewrite(ctx, original, updated, plan, numpy):

@@ -48,15 +48,31 @@ class PmapPlan:
         self.stacked_calls_inner = {}  # id of that inner call -> the outer call
         self.inline_defs = {}         # id of a def's one pmap decorator -> the def
         self.inline_plans = {}        # id of a def whose body takes the mapped axis off -> Plan
+        self.static_plans = {}        # id of such a def with statics -> (Site, StaticPlan)
         self.named_defs = {}          # id of a `name = jax.pmap(lambda ...)` call -> its def
         self.assigned_calls = {}      # id of a call assigned to one name -> the name
         self.jitted_calls = set()     # ids of calls that are jax.jit's one argument
+        self.called_at_once = set()   # ids of pmap calls called where made (jax.pmap(f)(x))
+        # names bound once in the file (a def not rebound: what a named def may call)
+        self.bound_once = {n for n, values in sx.bindings(module).items() if len(values) == 1}
         self.callees = set()          # ids of jax.pmap references a call or decorator handles
         self.decorators = set()       # ids of pmap decorator expressions
         self._read(module)
         self._find_nested_pmaps(module)
         self.meshes_follow_arguments = mapped_sizes.meshes_follow_arguments(
             self, module, self.pmapped_names)
+        # where every site provably maps one size written in the source, its mesh is
+        # that many devices, written out (no _first_devices)
+        self.literal_sizes = {}
+        if self.meshes_follow_arguments and not (self.nested_pmaps or self.stacked_pmaps
+                                                 or self.stacked_calls):
+            sites = [c for c in _walk(module, cst.Call)
+                     if self.ctx.qualname(c.func) == rules_pmap.PMAP]
+            found = mapped_sizes.literal_sizes(self, module, sites, self.inline_defs)
+            if found is not None and len(found) == len(sites) + len(self.inline_defs) == len(
+                    self.decorators) + len(sites):
+                self.literal_sizes = found
+                self.meshes_follow_arguments = False
         # a pmap over devices= (not jax.local_devices()): a device index is not a local device
         self.pmap_over_chosen_devices = any(
             self.site(call) is not False and any(
@@ -86,6 +102,8 @@ class PmapPlan:
                 elif (q(node.func) in rules_pmap.PARTIAL and node.args
                       and q(node.args[0].value) == rules_pmap.PMAP):
                     self.callees.add(id(node.args[0].value))
+                if isinstance(node.func, cst.Call) and q(node.func.func) == rules_pmap.PMAP:
+                    self.called_at_once.add(id(node.func))
                 if (q(node.func) == "jax.jit" and len(node.args) == 1
                         and node.args[0].keyword is None and not node.args[0].star
                         and isinstance(node.args[0].value, cst.Call)):
@@ -284,6 +302,11 @@ class PmapPlan:
         plan = self.inline_plans.get(id(original))
         if plan is not None:
             return pmap_bodies.rewrite(ctx, original, updated, plan, ctx.numpy_name)
+        if id(original) in self.static_plans:
+            site, static = self.static_plans[id(original)]
+            # (libcst indents the decorator's continuation lines by the block it is in)
+            static = dataclasses.replace(static, decorator=site.shard_map_decorator())
+            return pmap_bodies.rewrite_static(ctx, original, updated, static, ctx.numpy_name)
         names = self.nest_closures.get(id(original))
         if not names:
             return updated

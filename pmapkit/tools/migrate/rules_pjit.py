@@ -131,7 +131,7 @@ def _either(bound, classic, modern):
 
 
 def _pjit(ctx, original, updated):
-    return _pjit_text(ctx, updated, updated)
+    return _pjit_text(ctx, updated, updated, id(original) in ctx.plans["pjit"].plain)
 
 
 def partial_pjit(ctx, original, updated):
@@ -141,18 +141,38 @@ def partial_pjit(ctx, original, updated):
     if ctx.qualname(original.args[0].value) not in PJIT_NAMES:
         return None
     as_call = updated.with_changes(args=[cst.Arg(cst.Name("f"))] + list(updated.args[1:]))
-    head = _pjit_text(ctx, as_call, None)
+    plain = id(original) in ctx.plans["pjit"].plain
+    head = _pjit_text(ctx, as_call, None, plain)
     args = [updated.args[0].with_changes(value=sx.expr(head))]
     for arg in updated.args[1:]:
         if arg.keyword is not None and arg.keyword.value in _RENAMES:
             arg = arg.with_changes(keyword=cst.Name(_RENAMES[arg.keyword.value]))
+        if plain and arg.keyword is not None and arg.keyword.value in _RENAMES.values():
+            arg = arg.with_changes(value=_filled(ctx, arg.value))
         args.append(arg)
     return sx.code(updated.with_changes(args=args))
 
 
-def _pjit_text(ctx, updated, call):
+def none(node):
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _filled(ctx, node):
+    """A literal spec tree with each ``None`` (classic pjit's replicated) written
+    ``P()`` in the file's own name for PartitionSpec."""
+    if none(node):
+        return sx.expr(ctx.plans["pjit"].replicated).with_changes(lpar=node.lpar, rpar=node.rpar)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return node.with_changes(elements=[e.with_changes(value=_filled(ctx, e.value))
+                                           for e in node.elements])
+    return node
+
+
+def _pjit_text(ctx, updated, call, plain=False):
     """The text for the pjit call ``updated`` (``call`` None: only the callee's
-    text, "jax.jit" or "_pjit", after the checks)."""
+    text, "jax.jit" or "_pjit", after the checks); ``plain``: the plan proved
+    ``jax.jit`` with the specs (a None written ``P()``) lays out its arguments as
+    classic pjit did (``pjit_plan``)."""
     bound, why = _pjit_problem(updated)
     if why is not None:
         raise LeaveAsIs(why)
@@ -161,6 +181,20 @@ def _pjit_text(ctx, updated, call):
     ctx.need_import("jax")
     if specs_in is None and specs_out is None:
         return "jax.jit" if call is None else sx.rewrite_call(call, "jax.jit")
+    if plain:
+        if call is None:
+            return "jax.jit"
+        args = []
+        for k, arg in enumerate(call.args):
+            if k and arg.keyword is None:     # jax.jit takes its options by keyword
+                arg = arg.with_changes(keyword=cst.Name(_PJIT_PARAMS[k]),
+                                       equal=cst.AssignEqual(cst.SimpleWhitespace(""),
+                                                             cst.SimpleWhitespace("")))
+            if arg.keyword is not None and arg.keyword.value in (*_RENAMES,
+                                                                 *_RENAMES.values()):
+                arg = arg.with_changes(value=_filled(ctx, arg.value))
+            args.append(arg)
+        return sx.rewrite_call(call.with_changes(args=args), "jax.jit", _RENAMES)
     ctx.need_helper(helpers.PJIT)
     if call is None:
         return "_pjit"

@@ -12,7 +12,37 @@ from pmapkit.tools.migrate import syntax as sx
 from pmapkit.tools.migrate.base import Family, LeaveAsIs
 
 
+PJIT_NAMES = ("jax.experimental.pjit.pjit",)
+
+
+class PlacementPlan:
+    """The names of a file that hold a classic pjit's output: each binding of the
+    name is ``name = f(...)``, each binding of ``f`` is ``f = pjit(...)``. Their
+    ``device_buffers`` are the array's shards as they are (a pjit's kept every
+    axis), in the mesh's device order, as ``addressable_shards`` gives them:
+    ``[s.data for s in x.addressable_shards]``, what JAX's own message says,
+    with no ``_device_buffers`` (which cannot tell such an array from a pmap's
+    output, whose shards lost the mapped axis)."""
+    family = "placement"
+
+    def __init__(self, ctx, module):
+        bound = sx.bindings(module)
+
+        def all_calls_of(name, callees):
+            values = bound.get(name, ())
+            return bool(values) and all(
+                isinstance(v, cst.Call) and callees(v.func) for v in values)
+
+        pjits = {name for name in bound
+                 if all_calls_of(name, lambda f: ctx.qualname(f) in PJIT_NAMES)}
+        self.pjit_outputs = {name for name in bound if all_calls_of(
+            name, lambda f: isinstance(f, cst.Name) and f.value in pjits)}
+
+
 def _device_buffers(ctx, original, updated):
+    value = original.value
+    if isinstance(value, cst.Name) and value.value in ctx.plans["placement"].pjit_outputs:
+        return f"[s.data for s in {sx.code(updated.value)}.addressable_shards]"
     ctx.need_helper(helpers.DEVICE_BUFFERS)
     return f"_device_buffers({sx.code(updated.value)})"
 
@@ -73,6 +103,7 @@ def family():
                "jax.device_put_sharded": _put(helpers.DEVICE_PUT_SHARDED, ("shards", "devices")),
                f"{GDA}.GlobalDeviceArray.from_callback": _from_callback},
         classic=("jax.device_put_replicated", "jax.device_put_sharded"),
+        plan=PlacementPlan,
         reasons={"jax.device_put_replicated": "removed in JAX 0.10; use jax.device_put(x, "
                  "NamedSharding(Mesh(devices, ('i',)), P('i'))) on a stacked array",
                  "jax.device_put_sharded": "removed in JAX 0.10; use jax.device_put("

@@ -49,6 +49,8 @@ classic pmap first, or cut the mesh by hand.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from pmapkit.tools.migrate import helpers, pmap_bodies
@@ -192,7 +194,7 @@ def _axis_name(bound):
 class Site:
     """One pmap call site, read: the texts its translation is written from."""
 
-    def __init__(self, ctx, bound, name_given=None):
+    def __init__(self, ctx, bound, name_given=None, node=None):
         self.name = (name_given or _axis_name(bound)
                      or f'"{ctx.free_axis_name(DEFAULT_AXIS)}"')
         in_axes = _Axes(bound["in_axes"].value, "in_axes").tree if "in_axes" in bound else 0
@@ -214,7 +216,10 @@ class Site:
         # the mesh is cut to the mapped size when jax.jit traces (mapped_sizes), but
         # for devices= given: classic pmap required the mapped size to be their number
         self.cut = False
-        if devices is None or sx.code(devices.value) == "None":
+        size = ctx.plans["pmap"].literal_sizes.get(id(node))
+        if size is not None:        # classic pmap ran it on the first `size` devices
+            self.mesh = f"jax.sharding.Mesh(jax.local_devices()[:{size}], ({self.name},))"
+        elif devices is None or sx.code(devices.value) == "None":
             self.mesh = f"jax.sharding.Mesh(jax.local_devices(), ({self.name},))"
             if ctx.plans["pmap"].meshes_follow_arguments:
                 self.cut = True
@@ -261,14 +266,24 @@ class Site:
             options.append(f"donate_argnums={_tuple_text(self.donate)}")
         return options
 
-    def expression(self, fun, indent=None, column=0):
+    def expression(self, fun, indent=None, column=0, body=None):
         """The translation of ``jax.pmap(fun, ...)`` (``fun``: source text), on one
         line, or over several (``indent``: the statement's) where one would pass
-        ``WIDTH`` columns from ``column``."""
+        ``WIDTH`` columns from ``column``; ``body``: the shard_map's body written
+        in place (``inline_body``), else ``_per_device(fun)``."""
         if self.static:
             return self._with_statics(fun, indent, column)
-        self.ctx.need_helper(helpers.PER_DEVICE)
-        body = sx.call_text("_per_device", [fun] + self.per_device_options())
+        if body is None:
+            self.ctx.need_helper(helpers.PER_DEVICE)
+            body = sx.call_text("_per_device", [fun] + self.per_device_options())
+        split, body = body, "".join(body) if isinstance(body, tuple) else body
+
+        def placed(at):
+            """The body at ``at`` (its line's indentation), broken once if too long."""
+            head, first = self._opening()
+            if not isinstance(split, tuple) or len(at) + len(first) + len(body) + 1 <= WIDTH:
+                return body
+            return f"{split[0]}\n{at}    {split[1]}"
         mapped = self._mapped(body, self.shard_map_options())
         # jax.jit(jax.pmap(f)): the user's jax.jit compiles it already (no jit of a jit)
         jitted = self.jitted and not self.jit_options()
@@ -278,12 +293,13 @@ class Site:
         step = indent + "    "
         head, first = self._opening()
         if jitted:
-            return f"{head}\n{step}{first}{body},\n{_fill(self.shard_map_options(), step)})"
+            return (f"{head}\n{step}{first}{placed(step)},\n"
+                    f"{_fill(self.shard_map_options(), step)})")
         if not self.jit_options():
-            return (f"jax.jit({head}\n{step}{first}{body},\n"
+            return (f"jax.jit({head}\n{step}{first}{placed(step)},\n"
                     f"{_fill(self.shard_map_options(), step)}))")
         inner = step + "    "
-        return (f"jax.jit(\n{step}{head}\n{inner}{first}{body},\n"
+        return (f"jax.jit(\n{step}{head}\n{inner}{first}{placed(inner)},\n"
                 f"{_fill(self.shard_map_options(), inner)}),\n"
                 f"{_fill(self.jit_options(), step)})")
 
@@ -314,12 +330,15 @@ class Site:
         the mapped axis off, ``pmap_bodies``)."""
         if self.static:
             return [f"lambda fun: {self.expression('fun', indent, len(indent) + 13)}"]
+        return [self.jit_decorator(), self.shard_map_decorator(indent)] + (
+            [] if body_unmaps else [self.per_device_decorator()])
+
+    def shard_map_decorator(self, indent=""):
+        """``functools.partial(jax.shard_map, ...)`` (text) over lines of ``indent``."""
         head = ("functools.partial(_first_devices, jax.shard_map, " if self.cut
                 else "functools.partial(jax.shard_map, ")
-        return [self.jit_decorator(),
-                head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
-                             first=len(indent) + len(head) + 1).lstrip() + ")"] + (
-            [] if body_unmaps else [self.per_device_decorator()])
+        return head + _fill(self.shard_map_options(), indent + " " * len("@functools.partial("),
+                            first=len(indent) + len(head) + 1).lstrip() + ")"
 
     def jit_decorator(self):
         jit = self.jit_options()
@@ -355,7 +374,7 @@ def _site(ctx, original, bound):
     if ctx.plans["pmap"].is_nested(original):
         raise LeaveAsIs(ctx.plans["pmap"].nested_why(original))
     _check(bound)
-    return Site(ctx, bound)
+    return Site(ctx, bound, node=original)
 
 
 def pmap_call(ctx, original, updated):
@@ -373,16 +392,108 @@ def pmap_call(ctx, original, updated):
     site = _site(ctx, original, bound)
     site.jitted = id(original) in ctx.plans["pmap"].jitted_calls
     name = ctx.plans["pmap"].assigned_calls.get(id(original))
-    lam = bound["fun"].value
-    if name is not None and isinstance(lam, cst.Lambda):
-        plan = pmap_bodies.plan(lam, site)
-        if plan is not None:
-            # name = jax.pmap(lambda ...: ...): a named def (leave_SimpleStatementLine)
-            text = pmap_bodies.named_def(name, lam, site.decorators(body_unmaps=True), plan,
-                                         ctx.numpy_name)
+    lam = _as_lambda(ctx, bound["fun"].value, name)
+    if name is not None and lam is not None:
+        # name = jax.pmap(lambda ...: ...) or jax.pmap(f), f a def of the file: a named
+        # def (leave_SimpleStatementLine)
+        text = None
+        if site.static:
+            static = pmap_bodies.static_plan(lam, site)
+            if static is not None:
+                ctx.need_import("functools")
+                static = dataclasses.replace(static, decorator=site.shard_map_decorator("    "))
+                text = pmap_bodies.named_def(name, lam, [site.jit_decorator()], static.plan,
+                                             ctx.numpy_name, static)
+        else:
+            plan = pmap_bodies.plan(lam, site)
+            if plan is not None:
+                ctx.need_import("functools")
+                text = pmap_bodies.named_def(name, lam, site.decorators(body_unmaps=True), plan,
+                                             ctx.numpy_name)
+        if text is not None:
             ctx.plans["pmap"].named_defs[id(original)] = text
             return name
-    return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original))
+    return site.expression(sx.code(bound["fun"].value), ctx.indent(), ctx.column(original),
+                           inline_body(ctx, original, bound["fun"].value, site))
+
+
+def _stable_callee(node):
+    """Whether ``node`` is a name or a dotted name (``f``, ``jnp.dot``,
+    ``solver.update``): read when the body is traced, it is what it was when
+    the pmap was made if the pmap is called at once."""
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
+def _flat_axes(axes):
+    """Whether ``axes`` is an axis, or a tuple of axes and Nones (one per argument)."""
+    if isinstance(axes, tuple):
+        return all(a is None or isinstance(a, int) for a in axes)
+    return isinstance(axes, int)
+
+
+def inline_body(ctx, original, fun, site):
+    """The shard_map body of ``jax.pmap(fun, ...)`` written in place, as an
+    engineer writes it: a lambda taking the mapped axis off its arguments and
+    putting it back on what ``fun`` returns (what ``_per_device`` does, with no
+    helper), as (its text up to where a long line breaks, the rest); None where
+    the site needs ``_per_device``.
+
+    ``fun`` is read each time the body is traced: it must be a lambda without
+    defaults (the same function whenever it is made), or a name or dotted name
+    of a pmap called where it is made (``jax.pmap(f)(x)``: traced there, so
+    ``f`` is what it was). The axes are an axis per argument or one for all,
+    and one axis (or None) for the whole output."""
+    if site.static or not _flat_axes(site.in_axes) or not (
+            site.out_axes is None or isinstance(site.out_axes, int)):
+        return None
+    if isinstance(fun, cst.Lambda):
+        params = fun.params
+        if any(p.default is not None for p in (*params.params, *params.kwonly_params,
+                                                *params.posonly_params)):
+            return None
+        callee = f"({sx.code(fun)})"
+    elif _stable_callee(fun) and id(original) in ctx.plans["pmap"].called_at_once:
+        callee = sx.code(fun)
+    else:
+        return None
+    numpy = ctx.numpy_name
+    taken = {n.value for n in sx.nodes(fun) if isinstance(n, cst.Name)} | {
+        "jax", numpy.split(".")[0]}
+    leaf = next(n for n in ("v", "leaf", "block", "_v") if n not in taken)
+
+    def squeezed(axis, arg):
+        return f"jax.tree.map(lambda {leaf}: {numpy}.squeeze({leaf}, {axis}), {arg})"
+
+    if isinstance(site.in_axes, tuple):
+        names = [n for n in (f"x{k}" for k in range(len(taken) + len(site.in_axes) + 1))
+                 if n not in taken][:len(site.in_axes)]
+        args = [a if axis is None else squeezed(axis, a) for axis, a in zip(site.in_axes, names)]
+        params, call = ", ".join(names), f"{callee}({', '.join(args)})"
+    else:
+        name = next(n for n in ("args", "xs", "arrays", "_args") if n not in taken)
+        params, call = f"*{name}", f"{callee}(*{squeezed(site.in_axes, name)})"
+    if site.out_axes is None:
+        return (f"lambda {params}: {callee}(", call[len(callee) + 1:])
+    return (f"lambda {params}: jax.tree.map(",
+            f"lambda {leaf}: {numpy}.expand_dims({leaf}, {site.out_axes}), {call})")
+
+
+def _as_lambda(ctx, fun, name):
+    """``fun`` as a lambda of its parameters: itself, or for the name of a def of
+    the file with plain parameters, ``lambda a, b: f(a, b)``; else None."""
+    if isinstance(fun, cst.Lambda):
+        return fun
+    if not isinstance(fun, cst.Name) or fun.value == name:
+        return None
+    fn = ctx.function_named(fun.value)
+    # the named def reads the name when called: the def, never rebound
+    if fn is None or fn.decorators or not pmap_bodies.plain_params(fn.params) or (
+            fun.value not in ctx.plans["pmap"].bound_once):
+        return None
+    params = ", ".join(pmap_bodies.plain_params(fn.params))
+    return cst.parse_expression(f"lambda {params}: {fun.value}({params})")
 
 
 def partial_pmap(ctx, original, updated):
@@ -400,6 +511,13 @@ def decorator(ctx, original, updated, fn=None):
     ``@functools.partial(jax.pmap, ...)``) of the def ``fn``: where its body can
     take the mapped axis off itself (``pmap_bodies``), no ``_per_device``."""
     site = _site(ctx, original, _decorator_bound(updated))
+    if site.static and fn is not None:
+        # a def of all the parameters, jitted with the statics, whose body is a def of
+        # the mapped ones (pmap_bodies.rewrite_static)
+        static = pmap_bodies.static_plan(fn, site)
+        if static is not None:
+            ctx.plans["pmap"].static_plans[id(fn)] = (site, static)
+            return [site.jit_decorator()]
     plan = pmap_bodies.plan(fn, site) if fn is not None else None
     if plan is not None:
         ctx.plans["pmap"].inline_plans[id(fn)] = plan

@@ -101,3 +101,30 @@ def nodes(node):
     yield node
     for child in node.children:
         yield from nodes(child)
+
+
+def bindings(module):
+    """``{name: [value, ...]}``: each binding of each name anywhere in ``module``,
+    by its text (scopes not told apart: conservative), the value assigned where a
+    plain ``name = value`` binds it, else None (a def, a parameter, a loop or
+    ``with`` target, an augmented assignment, an unpacked target...)."""
+    found = {}
+    for n in nodes(module):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, cst.Name):
+                    found.setdefault(t.target.value, []).append(n.value)
+                else:
+                    for name in nodes(t.target):
+                        if isinstance(name, cst.Name):
+                            found.setdefault(name.value, []).append(None)
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For, cst.AsName, cst.Param,
+                            cst.NamedExpr, cst.CompFor, cst.FunctionDef, cst.ClassDef)):
+            target = getattr(n, "target", None) or getattr(n, "name", None)
+            for name in nodes(target) if target is not None else ():
+                if isinstance(name, cst.Name):
+                    found.setdefault(name.value, []).append(None)
+        elif isinstance(n, (cst.Global, cst.Nonlocal)):
+            for item in n.names:
+                found.setdefault(item.name.value, []).append(None)
+    return found

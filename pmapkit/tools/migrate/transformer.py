@@ -14,7 +14,8 @@ import importlib.util
 import libcst as cst
 from libcst.metadata import PositionProvider, QualifiedNameProvider, ScopeProvider
 
-from pmapkit.tools.migrate import (deprecations, file_imports, helpers, leftovers, pmap_plan,
+from pmapkit.tools.migrate import (deprecations, file_imports, helpers, leftovers, pjit_plan,
+                                   pmap_plan,
                                    rules_classic_names, rules_export, rules_host_callback,
                                    rules_modern, rules_pjit, rules_placement, rules_pmap,
                                    rules_trees_ops)
@@ -30,7 +31,7 @@ _STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement)
 def families():
     """Every family of rules (``base.Family``)."""
     return [make() for make in (rules_trees_ops.family, rules_classic_names.family,
-                                rules_placement.family, rules_pjit.family,
+                                rules_placement.family, pjit_plan.family,
                                 rules_host_callback.family, rules_export.family,
                                 pmap_plan.family, rules_modern.family)]
 
@@ -656,6 +657,11 @@ class Migrator(cst.CSTTransformer):
             self.imports.add("numpy")
             self.report.rewrites.append(Rewrite(start[0], "trees/ops", old, "numpy.s_[...]"))
         defined = {s.name.value for s in updated_node.body if isinstance(s, cst.FunctionDef)}
+        statements = {updated_node.code_for_node(s.with_changes(leading_lines=())).strip()
+                      for s in updated_node.body if isinstance(s, cst.SimpleStatementLine)}
+        defined |= {h.name for h in self.helpers.values() if h.inline and all(
+            updated_node.code_for_node(s.with_changes(leading_lines=())).strip() in statements
+            for s in cst.parse_module(h.source).body)}
         # Written in by migrate_module once the imports are settled (the import
         # passes need not walk the helpers).
         self.new_helpers = [h for name, h in self.helpers.items() if name not in defined]

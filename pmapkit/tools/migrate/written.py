@@ -18,8 +18,7 @@ import numpy
 
 
 def _classic_prng():
-    # jax.random streams as the original drew them (JAX before 0.5, and pmapkit
-    # run): jax_threefry_partitionable off (written by pmapkit migrate).
+    # jax.random draws the streams of JAX before 0.5 (written by pmapkit migrate)
     jax.config.update("jax_threefry_partitionable", False)
 
 
