@@ -450,14 +450,22 @@ def test_a_file_mapping_a_size_written_as_a_number_gets_meshes_that_follow_it():
         assert got.sharding.mesh.devices.tolist() == jax.local_devices()[:rows]
 
 
-@pytest.mark.parametrize("call", [
-    "p(jnp.arange(4))", "p(jnp.ones((7, 3)))", "p(jnp.arange(8.).reshape((4, 2)))",
-    "p(jax.random.split(key, 4))", "p(jax.random.normal(key, (2, 3)))",
-    "x = jnp.zeros((5, 2))\np(x)", "jax.pmap(f)(jnp.arange(3))"])
-def test_a_literal_leading_size_at_a_pmap_call_is_the_evidence(call):
+@pytest.mark.parametrize("call, size", [
+    ("p(jnp.arange(4))", 4), ("p(jnp.ones((7, 3)))", 7),
+    ("p(jnp.arange(8.).reshape((4, 2)))", 4), ("p(jax.random.split(key, 4))", 4),
+    ("p(jax.random.normal(key, (2, 3)))", 2), ("x = jnp.zeros((5, 2))\np(x)", 5),
+    ("jax.pmap(f)(jnp.arange(3))", None)])
+def test_a_literal_leading_size_at_a_pmap_call_is_the_evidence(call, size):
+    # The size the source writes makes the mesh follow it: written out where
+    # every site maps that one size, else through _first_devices (here the
+    # site p is never called with a size, so the file keeps the helper)
     head = "import jax\nimport jax.numpy as jnp\n\nkey = jax.random.PRNGKey(0)\np = jax.pmap(f)\n"
     new, report = migrate_source(head + call + "\n")
-    assert "_first_devices" in report.helpers, new
+    meshes = re.findall(r"jax\.local_devices\(\)\[:(\d+)\]", new)
+    if size is None:
+        assert "_first_devices" in report.helpers and meshes == [], new
+    else:
+        assert "_first_devices" not in report.helpers and meshes == [str(size)], new
 
 
 @pytest.mark.parametrize("call", [
