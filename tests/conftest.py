@@ -31,3 +31,20 @@ def pytest_configure(config):
     problem = _install.shadowing_problem()
     if problem:
         raise pytest.UsageError(problem)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    # A whole-suite run spreads over the cores (tests/_suite_workers.py), one
+    # test file per worker at a time: a file's module fixtures are made once.
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if (config.option.numprocesses is not None or config.option.collectonly
+            or config.option.usepdb):
+        return
+    import _suite_workers
+    workers = _suite_workers.count(config.args, os.environ, _suite_workers.cores())
+    if workers:
+        config.option.numprocesses = workers
+        if config.option.dist == "no":
+            config.option.dist = "loadfile"
