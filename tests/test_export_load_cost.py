@@ -16,11 +16,13 @@ from _export_helpers import sds, values
 
 #: Every pmapkit module a program that loads an artifact and calls it once
 #: imports (an artifact with no safety check disabled): the container, the
-#: Exported, the call path and the JAX boundary; not the exporter, shape
-#: polymorphism, the safety checks, or the core's pmap/pjit machinery.
+#: Exported, the call path and the JAX boundary's rooms it reads (``core``,
+#: ``interop``); not the exporter, shape polymorphism, the safety checks, the
+#: core's pmap/pjit machinery, or the boundary's hit-path and host-callback
+#: rooms (``runtime``, ``effects``, ``express``, ``replaced``).
 LOAD_AND_CALL = {
     "pmapkit", "pmapkit._jax_private", *(f"pmapkit._jax_private.{m}" for m in (
-        "core", "runtime", "effects", "express", "interop", "probes", "replaced")),
+        "core", "interop", "probes")),
     "pmapkit.export", "pmapkit.export._errors",
     "pmapkit.export._header", "pmapkit.export._container", "pmapkit.export._exported",
     "pmapkit.export._serialize", "pmapkit.export._call"}

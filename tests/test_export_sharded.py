@@ -309,6 +309,30 @@ def test_donation_round_trip(kind):
     assert not x2.is_deleted()
 
 
+def test_donation_is_found_in_the_module_string_section_as_in_its_whole_bytes():
+    # The loader asks only the bytecode's string section whether an input is
+    # donated (a module's bulk, its constants, lies elsewhere): its answer is
+    # the whole module's, for modules with and without donation and with a
+    # large constant; bytes it cannot walk fall back to searching them all.
+    from pmapkit.export import _call
+    big = np.arange(64 * 1024, dtype=np.float32).reshape(256, 256)
+    bodies = [(jax.jit(lambda x, y: (x * 2 + y, y), donate_argnums=0), 2, (0,)),
+              (jax.jit(lambda x, y: (x * 2 + y, y), donate_argnums=1), 2, (1,)),
+              (jax.jit(lambda x: x @ big), 1, ()),
+              (pmapkit.pmap(lambda x: x * 2, axis_name="i", donate_argnums=0), 1, (0,))]
+    for fun, n, donated in bodies:
+        with pmapkit_checks():
+            exported = pe.export(fun)(*[sds((N, 256)) for _ in range(n)])
+        module = exported._jax.mlir_module_serialized
+        names = _call._string_section(module)
+        assert names is not None and len(names) < len(module)
+        for attr in _call._DONOR_ATTRS:
+            assert (attr in names) == (attr in module)
+        assert _call._donated_inputs(exported._jax) == donated
+    assert _call._string_section(b"not bytecode") is None
+    assert _call._string_section(b"ML\xefR\x0d") is None  # cut short
+
+
 def test_pjit_export_needs_a_mesh():
     with pytest.raises(RuntimeError, match="pjit requires a non-empty mesh"):
         pe.export(_pjit_fun())(sds((8, 4)), sds((4, 8)))

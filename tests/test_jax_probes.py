@@ -36,6 +36,47 @@ def test_every_feature_is_on_with_this_jax():
         probes.off("teleport")
 
 
+def test_the_boundary_binds_its_later_rooms_at_the_first_name_read_from_them():
+    # A fresh process: the package imports core, interop and probes only;
+    # probes.off/run first import the rooms that register the other probes;
+    # a name of a later room, read from the package, binds every room (the
+    # same objects as the rooms'), and so does ``from ... import NAME``.
+    script = textwrap.dedent("""
+        import json, sys
+        def rooms():
+            return sorted(m.rsplit(".", 1)[1] for m in sys.modules
+                          if m.startswith("pmapkit._jax_private."))
+        import pmapkit._jax_private as jp
+        out = {"first": rooms()}
+        from pmapkit._jax_private import probes
+        out["off"] = [probes.off(f) for f in probes.FEATURES]
+        out["after_off"] = rooms()
+        out["probed"] = sorted(probes._PROBES)
+        from pmapkit._jax_private import compiled_cpp_call, runtime, effects, express
+        out["same"] = [jp.compiled_cpp_call is runtime.compiled_cpp_call is compiled_cpp_call,
+                       jp.express_cpp_call is express.express_cpp_call,
+                       jp.apply_primitive is effects.apply_primitive,
+                       jp.fast_dispatch_despite is jp.replaced.fast_dispatch_despite]
+        try:
+            jp.no_such_name
+        except AttributeError as exc:
+            out["missing"] = str(exc)
+        print(json.dumps(out))
+    """)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-P", "-c", script], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=True)
+    import json
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["first"] == ["core", "interop", "probes"]
+    assert out["off"] == [None] * len(probes.FEATURES)
+    assert out["after_off"] == ["core", "effects", "express", "interop", "probes",
+                                "replaced", "runtime"]
+    assert out["probed"] == sorted(probes.FEATURES)
+    assert out["same"] == [True] * 4
+    assert "no_such_name" in out["missing"]
+
+
 def _pjit_of_ten(function_name, fun, cache_miss, static_argnums, static_argnames,
                  global_cache_key, pytree_registry, shard_arg_fallback, cache, layouts):
     raise TypeError("pmapkit called a constructor its probe refused")

@@ -22,6 +22,11 @@ a reader can find it in JAX's sources. Its modules, by subject:
   callbacks on JAX's C++ dispatch) and ``jax._src.pmap._cached_shard_map``
   (jax.pmap's result shardings noted); ``replaced.restore()`` puts them back.
 
+``core``, ``interop`` and ``probes`` are imported with the package; the
+other rooms at the first read of a name they hold (``jp.NAME``, ``from
+pmapkit._jax_private import NAME``), so that loading an exported artifact
+imports no more of the boundary than it runs.
+
 Besides those globals, pmapkit chains hooks onto JAX objects it does not
 replace: the runtime-token class's ``set_output_runtime_token`` and
 ``get_token_input`` and ``ExecuteReplicated._handle_token_bufs``
@@ -30,13 +35,44 @@ it watches (``express``), and the debug_nans/infs hooks (``core``).
 """
 from __future__ import annotations
 
+import importlib as _importlib
+
 from pmapkit._jax_private.core import *  # noqa: F401,F403
 from pmapkit._jax_private.core import _sharding_impls  # noqa: F401  (tests read it)
-from pmapkit._jax_private.runtime import *  # noqa: F401,F403
-from pmapkit._jax_private.effects import *  # noqa: F401,F403
-from pmapkit._jax_private.express import *  # noqa: F401,F403
 from pmapkit._jax_private.interop import *  # noqa: F401,F403
-from pmapkit._jax_private.interop import __getattr__  # noqa: F401  (checkify, lazily)
+from pmapkit._jax_private.interop import __getattr__ as _interop_getattr
 from pmapkit._jax_private import probes
-from pmapkit._jax_private import replaced
-from pmapkit._jax_private.replaced import fast_dispatch_despite, watch_jax_pmap_outputs  # noqa: F401
+
+# ``core`` and ``interop`` (the config options, arrays, tracing, export and
+# jit) are bound at this import; the rest of the boundary, the hit path's
+# and the host callbacks' rooms, at the first name read from it: a program
+# that only loads an exported artifact never imports them. No name is in
+# two rooms, so the order they bind in changes nothing.
+_LATER = ("runtime", "effects", "express")
+_later_bound = False
+
+
+def _bind_later():
+    global _later_bound
+    if _later_bound:
+        return
+    bound = globals()
+    for room in _LATER:
+        module = _importlib.import_module(f"{__name__}.{room}")
+        bound.update((name, value) for name, value in vars(module).items()
+                     if not name.startswith("_"))
+    replaced = _importlib.import_module(f"{__name__}.replaced")
+    bound.update(replaced=replaced, fast_dispatch_despite=replaced.fast_dispatch_despite,
+                 watch_jax_pmap_outputs=replaced.watch_jax_pmap_outputs)
+    _later_bound = True
+
+
+probes._register_all = _bind_later
+
+
+def __getattr__(name):
+    if not _later_bound and not name.startswith("__"):
+        _bind_later()
+        if name in globals():
+            return globals()[name]
+    return _interop_getattr(name)  # checkify's names, imported when first read

@@ -43,8 +43,13 @@ GETTERS = ("aval", "_sharding", "_committed")
 
 FEATURES = ("express", "host callback fast dispatch", "jax.pmap outputs", "hit-path getters")
 
-#: Feature -> why it is off here (a feature absent is on).
+#: Feature -> why it is off here (a feature absent is on). The rooms that
+#: register the probes are imported at the boundary's first use of them
+#: (``pmapkit._jax_private``); ``run()`` and ``off()`` import them first.
 OFF: dict = {}
+
+#: Set by the package: imports the rooms that register probes not yet run.
+_register_all = None
 
 
 def parameters(fn):
@@ -184,8 +189,14 @@ def _record(feature, reason):
         OFF[feature] = reason
 
 
+def _registered():
+    if len(_PROBES) < len(FEATURES) and _register_all is not None:
+        _register_all()
+
+
 def run():
     """Probe every internal again; ``OFF`` then says what is off here."""
+    _registered()
     for feature, probe in _PROBES.items():
         _record(feature, probe())
     return dict(OFF)
@@ -195,4 +206,6 @@ def off(feature):
     """Why ``feature`` is off here, or None when it is on."""
     if feature not in FEATURES:
         raise ValueError(f"no probed feature {feature!r}; the features: {FEATURES}")
+    if feature not in _PROBES:
+        _registered()
     return OFF.get(feature)

@@ -384,7 +384,10 @@ def _donated_inputs(jexp):
     """Flat input indices the module marks donated (``tf.aliasing_output`` /
     ``jax.buffer_donor`` on its main's arguments), for the top-level jit."""
     module_bytes = jexp.mlir_module_serialized
-    if not any(attr in module_bytes for attr in _DONOR_ATTRS):
+    names = _string_section(module_bytes)
+    if names is None:
+        names = module_bytes  # a layout not recognized: search all of it
+    if not any(attr in names for attr in _DONOR_ATTRS):
         return ()
     text = jexp.mlir_module()
     match = re.search(r"func\.func public @main\((.*?)\)\s*->", text, re.S)
@@ -396,6 +399,56 @@ def _donated_inputs(jexp):
         return ()  # platform-index / dimension / token arguments: no mapping
     return tuple(kept[i] for i, p in enumerate(params)
                  if "tf.aliasing_output" in p or "jax.buffer_donor" in p)
+
+
+_BYTECODE_MAGIC = b"ML\xefR"
+_STRING_SECTION = 0
+
+
+def _varint(data, at):
+    """MLIR bytecode's prefix varint at ``at``: ``(value, next offset)``
+    (the first byte's trailing zeros count the bytes that follow it)."""
+    first = data[at]
+    if first & 1:
+        return first >> 1, at + 1
+    extra = 8 if first == 0 else (first & -first).bit_length() - 1
+    end = at + 1 + extra
+    if end > len(data):
+        raise IndexError(at)
+    raw = int.from_bytes(data[at:end], "little")
+    return (raw >> 8 if first == 0 else raw >> (extra + 1)), end
+
+
+def _string_section(module_bytes):
+    """The string section of a StableHLO bytecode module (every attribute
+    name the module holds is one of its strings), found by walking the
+    section table; None for any layout not recognized. A module's bulk
+    (its constants) lies in other sections: the donation check need not
+    read it."""
+    data = memoryview(module_bytes)
+    if bytes(data[:4]) != _BYTECODE_MAGIC:
+        return None
+    try:
+        _, at = _varint(data, 4)                   # bytecode version
+        at = module_bytes.index(b"\0", at) + 1     # producer, NUL-terminated
+        while at < len(data):
+            section, at = data[at] & 0x7F, at + 1  # high bit: aligned
+            aligned = data[at - 1] & 0x80
+            length, at = _varint(data, at)
+            if aligned:
+                alignment, at = _varint(data, at)
+                while at < len(data) and data[at] == 0xCB:  # padding bytes
+                    at += 1
+                if alignment and at % alignment:
+                    return None
+            if at + length > len(data):
+                return None
+            if section == _STRING_SECTION:
+                return bytes(data[at:at + length])
+            at += length
+    except (IndexError, ValueError):
+        return None
+    return None
 
 
 def _check_platform(exported):
