@@ -31,7 +31,6 @@ ArrayCopySemantics = _xc.ArrayCopySemantics
 ARRAY_SHARDING_ATTR = "_sharding"
 
 
-
 def array_readers():
     """``(aval_of, sharding_of, committed_of, is_deleted_of)``: what the
     hit path reads of a ``jax.Array`` (exactly ``ArrayImpl``), each called

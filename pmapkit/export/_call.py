@@ -432,8 +432,8 @@ def _string_section(module_bytes):
         _, at = _varint(data, 4)                   # bytecode version
         at = module_bytes.index(b"\0", at) + 1     # producer, NUL-terminated
         while at < len(data):
-            section, at = data[at] & 0x7F, at + 1  # high bit: aligned
-            aligned = data[at - 1] & 0x80
+            header, at = data[at], at + 1
+            section, aligned = header & 0x7F, header & 0x80  # high bit: aligned
             length, at = _varint(data, at)
             if aligned:
                 alignment, at = _varint(data, at)
