@@ -166,7 +166,7 @@ def test_a_version_2_payload_is_read_once_and_never_hashed_with_sha256(blob, mon
     import hashlib as hashlib_module
     payload_len = len(blob) - _layout(blob)[2]
     passes = []
-    real_crc32 = zlib.crc32
+    real_crc32 = _container._crc32
 
     def counting_crc32(data, *rest):
         passes.append(len(memoryview(data).cast("B")))
@@ -175,12 +175,28 @@ def test_a_version_2_payload_is_read_once_and_never_hashed_with_sha256(blob, mon
     def no_sha256(*args, **kwargs):
         raise AssertionError("SHA-256 taken while loading a version-2 artifact")
 
-    monkeypatch.setattr(zlib, "crc32", counting_crc32)
+    monkeypatch.setattr(_container, "_crc32", counting_crc32)
     monkeypatch.setattr(hashlib_module, "sha256", no_sha256)
     loaded = pe.deserialize(blob)
     assert passes.count(payload_len) == 1, passes
     assert sum(passes) < payload_len + 4096, passes   # the header's pass is small
     assert loaded.fun_name == "<lambda>"
+
+
+def test_the_container_crc_is_zlibs_at_every_length_and_offset():
+    # The format is zlib's CRC-32 (artifacts written by earlier pmapkits, and
+    # tests/_export_helpers.py's reseal, use the stdlib's); the fast one the
+    # container computes it with folds 16- and 64-byte blocks and must agree
+    # on every tail and start alignment, on bytes and on a memoryview slice.
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, 9000, dtype=np.uint8).tobytes()
+    view = memoryview(data)
+    for length in [*range(0, 300), 511, 512, 513, 1023, 1024, 1025, 4095, 4096, 8191]:
+        for offset in (0, 1, 3, 7, 8, 15, 31):
+            part = view[offset:offset + length]
+            assert _container._crc32(part) == zlib.crc32(part), (length, offset)
+    assert _container._crc32(bytearray(data)) == zlib.crc32(data)
+    assert _container.payload_checksum(2, view[5:]) == {"crc32": zlib.crc32(view[5:])}
 
 
 def test_raw_jax_blob_is_foreign_with_a_hint(blob):
