@@ -1,7 +1,8 @@
-"""The express call: a call of one numpy argument, after a hit, goes straight
-to a C++ call of the program whose cache holds only the signature and JAX's
-jit configs of the call that primed it (``DispatchFunction._express_first``),
-without reading JAX's trace context. Everything that selects another
+"""The express call: a call of numpy arguments (beside, perhaps, device
+arrays), after a hit, goes straight to a C++ call of the program whose cache
+holds only the signature and JAX's jit configs of the call that primed it
+(``_express.prime``, ``_express.ExpressCall``), without reading JAX's trace
+context. Everything that selects another
 program must still be seen on the very next call: a config change (in JAX's
 jit key, or only in the trace context: watched by hooks), a trace, a named
 axis, another thread's configs, ``disable_jit``, debug_nans, a cleared or
@@ -394,3 +395,154 @@ def test_a_probe_that_cannot_run_leaves_calls_on_the_hit_path(monkeypatch):
     _warm(f, z)
     hook = state._update_thread_local_hook
     assert getattr(hook, "__qualname__", "").startswith("_chain_change_hooks"), hook
+
+
+# -- several arguments: numpy arrays beside device arrays ----------------------
+A = pmapkit.device_put_replicated(jnp.arange(4, dtype=np.float32), ONE)
+
+
+def _warm_beside(f, *args):
+    """Calls ``f(*args)`` (default ``(A, X)``) until the express takes them;
+    asserts it does."""
+    args = args or (A, X)
+    for _ in range(3):
+        out = f(*args)
+    express = f._express
+    assert express is not None and express.entry.express is not None, "no express in use"
+    return out
+
+
+def test_the_express_takes_numpy_arguments_beside_device_arrays():
+    f = pmapkit.pmap(lambda a, b: a * 2.0 + b, devices=ONE)
+    _warm_beside(f)
+    express = f._express
+    before = _misses(f)
+    for k in range(5):
+        y = X + k
+        np.testing.assert_array_equal(np.asarray(f(A, y)), np.asarray(A) * 2.0 + y)
+    assert _misses(f) == before and f._express is express and express.live
+    # A numpy argument of another shape is not the express's to run: asked
+    # before its C++ call (which would miss, and end the express).
+    z = np.full((1, 1), 3.0, np.float32)
+    np.testing.assert_array_equal(np.asarray(f(A, z)), np.asarray(A) * 2.0 + 3.0)
+    assert f._express is express and express.live
+    # The kinds the other way round: the hit path runs it (an entry of its
+    # own), and the express stays for the calls it was made for.
+    np.testing.assert_array_equal(np.asarray(f(X, A)), X * 2.0 + np.asarray(A))
+    assert f._express is express and express.live
+    # A device array where the express takes numpy (same dtype and shape).
+    np.testing.assert_array_equal(np.asarray(f(A, A)), np.asarray(A) * 3.0)
+    assert f._express is express and express.live
+    # Three arguments, two of them numpy.
+    g = pmapkit.pmap(lambda a, b, c: a * b - c, devices=ONE)
+    _warm_beside(g, X, A, X)
+    for k in range(3):
+        np.testing.assert_array_equal(np.asarray(g(X + k, A, X)),
+                                      (X + k) * np.asarray(A) - X)
+    assert g._express is not None and g._express.entry.express is not None
+
+
+def test_a_device_array_placed_otherwise_leaves_the_express_to_the_hit_path():
+    # An uncommitted array (jnp's) signs otherwise in JAX's C++ call than
+    # device_put_replicated's committed one: that call misses, returns
+    # nothing, and the hit path runs it; each kind gets the right values.
+    f = pmapkit.pmap(lambda a, b: a - b, devices=ONE)
+    _warm_beside(f)
+    loose = jnp.arange(4, dtype=np.float32).reshape(1, 4) + 10.0
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(loose, X)), np.asarray(loose) - X)
+        np.testing.assert_array_equal(np.asarray(f(A, X)), np.asarray(A) - X)
+    _warm_beside(f)
+    np.testing.assert_array_equal(np.asarray(f(A, X + 1)), np.asarray(A) - X - 1)
+
+
+def test_a_deleted_device_array_beside_numpy_is_jaxs_error():
+    f = pmapkit.pmap(lambda a, b: a + b, devices=ONE)
+    _warm_beside(f)
+    gone = pmapkit.device_put_replicated(jnp.arange(4, dtype=np.float32), ONE)
+    gone.delete()
+    with pytest.raises(RuntimeError, match="Array has been deleted"):
+        f(gone, X)
+    np.testing.assert_array_equal(np.asarray(f(A, X)), np.asarray(A) + X)
+
+
+def test_a_trace_or_x64_between_calls_beside_device_arrays_is_seen():
+    f = pmapkit.pmap(lambda a, b: (a + b).astype(int), devices=ONE)
+    assert _warm_beside(f).dtype == np.int32
+    jaxpr = jax.make_jaxpr(lambda: f(A, X))()
+    assert any("pmap" in str(e) for e in jaxpr.jaxpr.eqns), jaxpr
+    with jax.enable_x64(True):
+        assert f(A, X).dtype == np.int64
+    assert f(A, X).dtype == np.int32
+
+
+def test_writes_after_calls_beside_device_arrays_never_reach_them():
+    busy = jax.jit(lambda m: jnp.linalg.matrix_power(m, 24))
+    slow = jax.device_put(np.eye(128, dtype=np.float32) * 0.5, ONE[0])
+    f = pmapkit.pmap(lambda a, b, c: a + b * c, devices=ONE)
+    a = pmapkit.device_put_replicated(jnp.zeros((16,), np.float32), ONE)
+    x = _aligned(1, 16)
+    w = _aligned(1, 16)
+    x[...] = 1.0
+    w[...] = 2.0
+    _warm_beside(f, a, x, w)
+    wrong = 0
+    for _ in range(100):
+        x[...] = 1.0
+        w[...] = 2.0
+        busy(slow)
+        y = f(a, x, w)
+        x[...] = 99.0
+        w[...] = -7.0
+        wrong += int(not np.all(np.asarray(y) == 2.0))
+    assert f._express is not None and f._express.entry.express is not None
+    assert wrong == 0
+
+
+def test_threads_calling_with_their_own_arguments_get_their_own_values():
+    f = pmapkit.pmap(lambda a, b: a * 10.0 + b, devices=ONE)
+    _warm_beside(f)
+    arrays = [pmapkit.device_put_replicated(jnp.full((4,), float(k), np.float32), ONE)
+              for k in range(4)]
+    wrong = []
+    go = threading.Barrier(4)
+
+    def caller(k):
+        go.wait()
+        for i in range(50):
+            x = np.full((1, 4), float(i), np.float32)
+            y = np.asarray(f(arrays[k], x))
+            if not np.all(y == k * 10.0 + i):
+                wrong.append((k, i, y))
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+    assert f._express is not None
+
+
+def test_the_guard_lets_only_the_priming_call_into_jaxs_miss():
+    # While an express is primed, its C++ call may miss for another call
+    # (another thread's, another signature): only the priming call's very
+    # objects reach JAX's miss, which gives the C++ call its one entry.
+    from pmapkit.core.hitpath._compiled import express
+    reached = []
+
+    def jax_miss(*args):
+        reached.append(args)
+        return (["out"], "fastpath data", False)
+    snapshot = (A, X.copy())
+    slot = [snapshot, False]
+    miss = express._express_guard(slot, jax_miss)
+    for other in [(A, X), (A,), (A, snapshot[1], X), (X.copy(), snapshot[1])]:
+        refused = miss(*other)
+        assert refused[1:] == (None, True) and refused[0] != ["out"], other
+    assert reached == [] and slot[1] is False
+    assert miss(*snapshot) == (["out"], "fastpath data", False)
+    assert len(reached) == 1 and all(a is b for a, b in zip(reached[0], snapshot))
+    assert slot[1] is True
+    assert miss(*snapshot, donate=True)[1:] == (None, True)
+    slot[0] = None
+    assert miss(*snapshot)[1:] == (None, True) and len(reached) == 1

@@ -1,7 +1,7 @@
 # Cython declarations augmenting _dispatch.py (pure-Python-mode source).
 cimport cython
 
-from pmapkit.core.hitpath._express cimport ExpressCall, express_epoch, prime
+from pmapkit.core.hitpath._express cimport ExpressCall, express_arguments, express_epoch, prime
 from pmapkit.core.hitpath._feed cimport (CacheEntry, LeafTypes, execute_donating,
                                          same_host_signature)
 from pmapkit.core.hitpath._keys cimport same_context, static_entry
@@ -61,7 +61,7 @@ cdef class DispatchFunction(MissPath):
     @cython.locals(entry=CacheEntry, fresh=CacheEntry, cache=dict, current=tuple,
                    signed=tuple, top=bint, epoch=Py_ssize_t, express=ExpressCall)
     cdef object _dispatch(self, tuple args, dict kwargs)
-    cdef _keep_express(self, CacheEntry entry, dict cache)
+    cdef _keep_express(self, CacheEntry entry, dict cache, tuple args)
     cdef tuple _select_context(self, object ctx, object extra)
 
     @cython.locals(nargs=Py_ssize_t, i=Py_ssize_t, key=list, statics=list, dyn=list,

@@ -17,7 +17,7 @@ Python callable returning ``(outputs, FastpathData | None)``.
 import types
 
 from pmapkit.core.hitpath._express import NOT_EXPRESS as _NOT_EXPRESS
-from pmapkit.core.hitpath._express import ExpressCall, express_epoch, prime
+from pmapkit.core.hitpath._express import ExpressCall, express_arguments, express_epoch, prime
 from pmapkit.core.hitpath._feed import (CacheEntry, execute_donating,
                                         same_host_signature)
 from pmapkit.core.hitpath._keys import (KWARGS_MARK, LIST_MARK, TUPLE_MARK, decode_key,
@@ -158,8 +158,8 @@ class DispatchFunction(MissPath):
             # donation off); nothing is cached for such calls.
             return self._python_call(args, kwargs)
         express = self._express
-        if express is not None and len(args) == 1 and not kwargs:
-            out = express.run(args[0])
+        if express is not None and not kwargs:
+            out = express.run(args)
             if out is not _NOT_EXPRESS:
                 return out
             if not express.live:
@@ -221,14 +221,14 @@ class DispatchFunction(MissPath):
                     return self._python_call(args, kwargs)
                 outs = execute_donating(entry, leaves).consume_with_handlers(
                     entry.out_handlers)
-            elif (entry.make_express is not None and len(args) == 1
-                    and type(args[0]) is self._ndarray_type and not kwargs
-                    and self._max_static < 0 and self._context_state is None):
-                outs = prime(entry, args[0], epoch)
+            elif (entry.make_express is not None and not kwargs
+                    and self._max_static < 0 and self._context_state is None
+                    and express_arguments(args, entry.types)):
+                outs = prime(entry, args, epoch)
                 if outs is None:
                     outs = entry.run(leaves)
                 else:
-                    self._keep_express(entry, cache)
+                    self._keep_express(entry, cache, args)
             else:
                 outs = entry.run(leaves)
         except OverflowError:
@@ -240,13 +240,12 @@ class DispatchFunction(MissPath):
             return outs[0]
         return entry.unflatten(outs)
 
-    def _keep_express(self, entry, cache):
-        """Let ``entry``'s express (just run by this call of one numpy
-        argument, the last signed) take the next calls of that dtype and
-        shape first, if it is kept."""
-        last = self._last_host
-        if entry.express is not None and last is not None:
-            self._express = ExpressCall(entry, last[0], last[1], cache, self._shared)
+    def _keep_express(self, entry, cache, args):
+        """Let ``entry``'s express (just run by this call of ``args``) take
+        the next calls of their kinds, dtypes and shapes first, if it is
+        kept."""
+        if entry.express is not None:
+            self._express = ExpressCall(entry, args, cache, self._shared)
 
     def _select_context(self, ctx, extra):
         key = ctx if self._context_state is None else (ctx, extra)

@@ -1,7 +1,7 @@
 # Cython declarations augmenting _express.py (pure-Python-mode source).
 cimport cython
 
-from pmapkit.core.hitpath._feed cimport CacheEntry, host_copy, same_host_signature
+from pmapkit.core.hitpath._feed cimport CacheEntry, LeafTypes, host_copy, same_host_signature
 from pmapkit.core.hitpath._lru cimport SharedCaches, touch
 
 cdef object _EXPRESS_MISSED
@@ -9,21 +9,30 @@ cdef Py_ssize_t _express_epoch
 
 cpdef Py_ssize_t express_epoch()
 
-@cython.locals(slot=list)
-cpdef object prime(CacheEntry entry, object x, Py_ssize_t epoch)
+@cython.locals(i=Py_ssize_t)
+cdef bint _same_objects(tuple args, tuple snapshot)
+
+@cython.locals(host=bint, i=Py_ssize_t)
+cpdef bint express_arguments(tuple args, LeafTypes leaf_types) except -1
+
+cdef tuple _snapshot(CacheEntry entry, tuple args)
+
+@cython.locals(slot=list, snapshot=tuple)
+cpdef object prime(CacheEntry entry, tuple args, Py_ssize_t epoch)
 
 
 cdef class ExpressCall:
     cdef readonly CacheEntry entry
     cdef object ndarray_type
-    cdef object dtype
-    cdef tuple shape
+    cdef object array_type
+    cdef tuple host
+    cdef Py_ssize_t nargs
     cdef dict cache
     cdef SharedCaches shared
     cdef readonly bint live
 
-    @cython.locals(entry=CacheEntry)
-    cpdef object run(self, object x)
+    @cython.locals(entry=CacheEntry, host=tuple, signature=tuple, i=Py_ssize_t)
+    cpdef object run(self, tuple args)
 
 
 cdef bint _COMPILED

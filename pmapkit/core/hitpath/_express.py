@@ -1,20 +1,21 @@
-"""The express call: a call of one numpy argument run by a C++ call of
-JAX's (``CacheEntry.express``) whose cache holds exactly the signature and
-jit configs of the call that primed it.
+"""The express call: a call of numpy arguments (beside, perhaps, device
+arrays) run by a C++ call of JAX's (``CacheEntry.express``) whose cache
+holds exactly the signature and jit configs of the call that primed it.
 
 ``prime`` makes and primes an entry's express from a hit-path call (its
 trace context and signature found to be the entry's); an ``ExpressCall``
-then runs the next calls of that dtype and shape before anything else is
-read (``run``). That C++ call checks the rest itself: its cache holds one
-signature with JAX's jit configs (the trace state, so a call under a trace
-misses; the axis env, x64, the mesh contexts, ...); the trace-context
-states it does not key on are watched and bump the epoch
+then runs the next calls of the same argument kinds, numpy dtypes and
+shapes before anything else is read (``run``). That C++ call checks the
+rest itself: its cache holds one signature (each device array's aval and
+sharding too) with JAX's jit configs (the trace state, so a call under a
+trace misses; the axis env, x64, the mesh contexts, ...); the
+trace-context states it does not key on are watched and bump the epoch
 (``new_express_epoch``), which makes every express made before stale.
 
 Compiled by Cython (typed by ``_express.pxd``) and runnable as plain
 Python, like every module of the hit path (``_compiled``).
 """
-from pmapkit.core.hitpath._feed import CacheEntry, host_copy, same_host_signature
+from pmapkit.core.hitpath._feed import CacheEntry, LeafTypes, host_copy, same_host_signature
 from pmapkit.core.hitpath._lru import SharedCaches, touch
 
 # Builds of an entry's express call (``CacheEntry.express``) before it stops
@@ -50,12 +51,12 @@ def express_epoch():
 
 def _express_guard(slot, jax_miss):
     """The miss of an express call: only the call priming it (its snapshot,
-    ``slot[0]``, a fresh array no other call holds, after the hit path
-    checked its trace context and signature) runs JAX's miss, which gives
-    the C++ call its one entry (``slot[1]``: it did); any other gets
-    ``_EXPRESS_MISSED``."""
+    ``slot[0]``: the call's arguments with each numpy one a fresh array no
+    other call holds, after the hit path checked its trace context and
+    signature) runs JAX's miss, which gives the C++ call its one entry
+    (``slot[1]``: it did); any other gets ``_EXPRESS_MISSED``."""
     def miss(*args, **kwargs):
-        if len(args) == 1 and not kwargs and args[0] is slot[0]:
+        if not kwargs and _same_objects(args, slot[0]):
             result = jax_miss(*args)
             slot[1] = result[1] is not None
             return result
@@ -64,18 +65,55 @@ def _express_guard(slot, jax_miss):
     return miss
 
 
+def _same_objects(args, snapshot):
+    """Whether ``args`` are the very objects of ``snapshot`` (None: never)."""
+    if snapshot is None or len(args) != len(snapshot):
+        return False
+    for i in range(len(args)):
+        if args[i] is not snapshot[i]:
+            return False
+    return True
+
+
 def _refuse_express(*args, **kwargs):
     # What the express's C++ call runs under jax.disable_jit.
     return _EXPRESS_MISSED
 
 
-def prime(entry, x, epoch):
-    """The flat outputs of this call (one numpy argument ``x``, its trace
-    context and signature found to be ``entry``'s) run by ``entry``'s
+def express_arguments(args, leaf_types):
+    """Whether an express may run a call of ``args``: each a numpy array or
+    a device array, of exactly those types, and one numpy array at least
+    (a call of device arrays alone runs the executable itself, cheaper)."""
+    ndarray_type = leaf_types.ndarray_type
+    host = False
+    for i in range(len(args)):
+        t = type(args[i])
+        if t is ndarray_type:
+            host = True
+        elif t is not leaf_types.array_type:
+            return False
+    return host
+
+
+def _snapshot(entry, args):
+    """``args`` for the express's C++ call: each numpy array a copy (read
+    at the call: JAX's call may alias an aligned array and run later)."""
+    if len(args) == 1:
+        return (host_copy(args[0]),)
+    return entry._host_snapshot(args)
+
+
+def prime(entry, args, epoch):
+    """The flat outputs of this call (``args``: ``express_arguments``; its
+    trace context and signature found to be ``entry``'s) run by ``entry``'s
     express call, made and primed by it if need be (at most
     ``MAX_EXPRESS_BUILDS`` times); None: run it as usual. ``epoch``: the
     epoch as it was before the call read its trace context. Afterwards
     ``entry.express`` is set where it may take the next such calls."""
+    if not entry._host_routable(args, 0):
+        # A device array not laid out as compiled (the hit path moves it),
+        # or deleted (the hit path raises JAX's error): not JAX's call's.
+        return None
     call = entry.express
     if call is None or entry.express_epoch != epoch:
         if entry.express_builds >= MAX_EXPRESS_BUILDS:
@@ -87,9 +125,9 @@ def prime(entry, x, epoch):
         if call is None:
             entry.make_express = None
             return None
-        snapshot = host_copy(x)
+        snapshot = _snapshot(entry, args)
         slot[0] = snapshot
-        outs = call(snapshot)
+        outs = call(*snapshot)
         slot[0] = None
         if outs is _EXPRESS_MISSED:
             return None
@@ -99,7 +137,7 @@ def prime(entry, x, epoch):
         entry.express = call
         entry.express_epoch = epoch
         return outs
-    outs = call(host_copy(x))
+    outs = call(*_snapshot(entry, args))
     if outs is _EXPRESS_MISSED:
         # Its C++ call lost its entry (JAX's cache evicts too): the next
         # call that gets here makes a fresh one.
@@ -109,31 +147,46 @@ def prime(entry, x, epoch):
 
 
 class ExpressCall:
-    """Runs calls of one numpy argument of ``dtype`` and ``shape`` by
+    """Runs calls of ``args``' kinds (``express_arguments``: each numpy
+    argument of its dtype and shape, each device array a device array) by
     ``entry``'s express (``cache`` holds the entry, ``shared`` its LRU)."""
 
-    def __init__(self, entry, dtype, shape, cache, shared):
+    def __init__(self, entry, args, cache, shared):
         self.entry = entry
         self.ndarray_type = entry.types.ndarray_type
-        self.dtype = dtype
-        self.shape = shape
+        self.array_type = entry.types.array_type
+        # Per argument: a numpy one's (dtype, shape); None, a device array
+        # (its aval and sharding are the C++ call's to check).
+        self.host = tuple((x.dtype, x.shape) if type(x) is self.ndarray_type else None
+                          for x in args)
+        self.nargs = len(args)
         self.cache = cache
         self.shared = shared
         # False once its express refused a call: the caller drops it (the
         # next hit makes an express again).
         self.live = True
 
-    def run(self, x):
-        """The result of a call of one numpy argument ``x`` of the express's
-        dtype and shape, run by its C++ call on a snapshot of the array;
-        or ``NOT_EXPRESS``: any other call, or one the express refuses."""
+    def run(self, args):
+        """The result of a call of ``args`` of the express's kinds, dtypes
+        and shapes, run by its C++ call on a snapshot of the numpy ones; or
+        ``NOT_EXPRESS``: any other call, or one the express refuses."""
         entry = self.entry
         # Read once: another thread may drop it (a clear, an eviction).
         call = entry.express
-        if (type(x) is not self.ndarray_type or entry.express_epoch != _express_epoch
-                or call is None or not same_host_signature(x, self.dtype, self.shape)):
+        if (len(args) != self.nargs or entry.express_epoch != _express_epoch
+                or call is None):
             return NOT_EXPRESS
-        outs = call(host_copy(x))
+        host = self.host
+        for i in range(self.nargs):
+            x = args[i]
+            signature = host[i]
+            if signature is None:
+                if type(x) is not self.array_type:
+                    return NOT_EXPRESS
+            elif (type(x) is not self.ndarray_type
+                    or not same_host_signature(x, signature[0], signature[1])):
+                return NOT_EXPRESS
+        outs = call(*_snapshot(entry, args))
         if outs is _EXPRESS_MISSED:
             self.live = False
             return NOT_EXPRESS

@@ -154,11 +154,11 @@ class CacheEntry:
         # returns once the program has run (``_wait_for_host_reads``). None:
         # no such input.
         self.host_waits = None
-        # The express call (one numpy input on the host route): a C++ call
-        # of the program whose cache holds exactly the signature and jit
-        # configs of the call that primed it; ``make_express(miss_for,
-        # refuse)`` makes one (None: never for this entry). See
-        # ``DispatchFunction._express_first``.
+        # The express call (numpy inputs, perhaps beside device arrays, on
+        # the host route): a C++ call of the program whose cache holds
+        # exactly the signature and jit configs of the call that primed it;
+        # ``make_express(guard, slot, refuse)`` makes one (None: never for
+        # this entry). See ``_express.prime`` and ``_express.ExpressCall``.
         self.make_express = None
         self.express = None
         self.express_epoch = -1
@@ -219,7 +219,7 @@ class CacheEntry:
                        for j, spec in enumerate(self.host_specs)
                        if getattr(spec, "aliases", False)])
         self.host_waits = waits if waits else None
-        if self.host_call is not None and self.n_inputs == 1 and self.donated is None:
+        if self.host_call is not None and self.donated is None:
             self.make_express = data.make_express
 
     def aliases_donated(self, leaves):

@@ -223,7 +223,7 @@ class CompiledProgram:
 
     def make_express(self, guard, slot, refuse):
         """A fresh express call of this program for the dispatch core
-        (``DispatchFunction._express_first``): JAX's C++ call of it, its
+        (``_express.prime``): JAX's C++ call of it, its
         misses ``guard(slot, jax_miss)`` (``jp.express_cpp_call``); None
         where a change of JAX's trace context could go unheard."""
         if not watch_trace_context():
