@@ -223,6 +223,9 @@ class DispatchFunction(MissPath):
                     entry.out_handlers)
             elif (entry.make_express is not None and not kwargs
                     and self._max_static < 0 and self._context_state is None
+                    # (one device array, the usual call, told in one compare)
+                    and (len(args) > 1
+                         or (len(args) == 1 and type(args[0]) is self._ndarray_type))
                     and express_arguments(args, entry.types)):
                 outs = prime(entry, args, epoch)
                 if outs is None:

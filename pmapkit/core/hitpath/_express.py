@@ -186,7 +186,10 @@ class ExpressCall:
             elif (type(x) is not self.ndarray_type
                     or not same_host_signature(x, signature[0], signature[1])):
                 return NOT_EXPRESS
-        outs = call(*_snapshot(entry, args))
+        if self.nargs == 1:
+            outs = call(host_copy(args[0]))  # no tuple to unpack
+        else:
+            outs = call(*entry._host_snapshot(args))
         if outs is _EXPRESS_MISSED:
             self.live = False
             return NOT_EXPRESS

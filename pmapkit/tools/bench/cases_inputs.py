@@ -263,6 +263,23 @@ def _scalar_arg(case, impl, devices):
     return runner
 
 
+def _numpy_beside_array(case, impl, devices):
+    """A device array and a numpy input, 1 device (pmapkit: the express
+    call takes it, the numpy input copied at each call: read at the call,
+    where JAX's calls may read an aligned array later)."""
+    x = _origin_input("device_put_named", devices)
+    batch = _host(len(devices))
+    if impl == "jax.pmap":
+        fn = jax.pmap(add, axis_name="i", devices=devices)
+    elif impl == "jax.jit":
+        fn = jax.jit(add)  # the array keeps its sharding; the numpy follows it
+    else:
+        fn = pmapkit.pmap(add, axis_name="i", devices=devices)
+    runner = bench.Runner(case, impl, fn, (x, batch))
+    bench.warm(runner)
+    return runner
+
+
 # -- pjit's call forms -----------------------------------------------------------
 def _pjit_setup(form, impl, devices):
     """``(fn, args, kwargs)`` for one call form; ``fn`` is the pjit'd (or
@@ -401,6 +418,12 @@ def _cases():
             f"pmap_scalar_arg_{n}_devices", family="pmap_scalar_arg",
             mode="dispatch", ndev=n, fun=scaled, make_inputs=_host,
             impls=bench.PMAP_IMPLS, build=_scalar_arg))
+    # The express call runs on the host route, one device only.
+    cases.append(bench.Case(
+        "pmap_numpy_beside_array_1_devices", family="pmap_numpy_beside_array",
+        mode="dispatch", ndev=1, fun=add, make_inputs=_host,
+        impls=("jax.pmap", "jax.jit", "pmapkit"), numpy_input=True,
+        build=_numpy_beside_array))
     for n in (1, 4):
         for form in PJIT_FORMS:
             cases.append(bench.Case(
