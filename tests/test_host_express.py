@@ -56,8 +56,12 @@ def test_the_express_takes_repeated_numpy_calls():
         np.testing.assert_array_equal(np.asarray(f(y)), y * 2.0 + 1.0)
     assert _misses(f) == before
     # Another shape: its own entry, then its express; back to the first.
+    # The express asks the shape before its C++ call (which would miss, and
+    # end the express): one call of another shape leaves it in place.
+    express = f._express
     z = np.ones((1, 3), np.float32)
     np.testing.assert_array_equal(np.asarray(f(z)), z * 2.0 + 1.0)
+    assert f._express is express and express.live
     np.testing.assert_array_equal(np.asarray(f(X)), X * 2.0 + 1.0)
 
 

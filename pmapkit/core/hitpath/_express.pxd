@@ -27,6 +27,8 @@ cdef class ExpressCall:
     cdef object array_type
     cdef tuple host
     cdef Py_ssize_t nargs
+    cdef object dtype
+    cdef tuple shape
     cdef dict cache
     cdef SharedCaches shared
     cdef readonly bint live

@@ -160,6 +160,10 @@ class ExpressCall:
         self.host = tuple((x.dtype, x.shape) if type(x) is self.ndarray_type else None
                           for x in args)
         self.nargs = len(args)
+        # The usual call, one numpy argument: its dtype and shape at hand.
+        first = self.host[0] if self.nargs == 1 else None
+        self.dtype = None if first is None else first[0]
+        self.shape = None if first is None else first[1]
         self.cache = cache
         self.shared = shared
         # False once its express refused a call: the caller drops it (the
@@ -176,19 +180,23 @@ class ExpressCall:
         if (len(args) != self.nargs or entry.express_epoch != _express_epoch
                 or call is None):
             return NOT_EXPRESS
-        host = self.host
-        for i in range(self.nargs):
-            x = args[i]
-            signature = host[i]
-            if signature is None:
-                if type(x) is not self.array_type:
-                    return NOT_EXPRESS
-            elif (type(x) is not self.ndarray_type
-                    or not same_host_signature(x, signature[0], signature[1])):
-                return NOT_EXPRESS
         if self.nargs == 1:
-            outs = call(host_copy(args[0]))  # no tuple to unpack
+            x = args[0]
+            if (type(x) is not self.ndarray_type
+                    or not same_host_signature(x, self.dtype, self.shape)):
+                return NOT_EXPRESS
+            outs = call(host_copy(x))
         else:
+            host = self.host
+            for i in range(self.nargs):
+                x = args[i]
+                signature = host[i]
+                if signature is None:
+                    if type(x) is not self.array_type:
+                        return NOT_EXPRESS
+                elif (type(x) is not self.ndarray_type
+                        or not same_host_signature(x, signature[0], signature[1])):
+                    return NOT_EXPRESS
             outs = call(*entry._host_snapshot(args))
         if outs is _EXPRESS_MISSED:
             self.live = False
