@@ -136,6 +136,7 @@ QUICK_CASES = frozenset({
     "pmap_input_numpy_blocking_8_devices",
     "pmap_aot_1_devices", "pmap_aot_8_devices", "pmap_out_axes_none_dispatch_8_devices",
     "pmap_scalar_arg_1_devices", "pmap_scalar_arg_8_devices",
+    "pmap_numpy_beside_array_1_devices",
     "pjit_explicit_4_device", "pjit_omitted_specs_4_device", "pjit_kwargs_4_device",
     "pjit_static_argnames_4_device", "pjit_aot_4_device",
     "pmap_train_loop_8_devices", "pmap_fresh_wrapper_8_devices",
