@@ -15,8 +15,6 @@ cdef bint _same_objects(tuple args, tuple snapshot)
 @cython.locals(host=bint, i=Py_ssize_t)
 cpdef bint express_arguments(tuple args, LeafTypes leaf_types) except -1
 
-cdef tuple _snapshot(CacheEntry entry, tuple args)
-
 @cython.locals(slot=list, snapshot=tuple)
 cpdef object prime(CacheEntry entry, tuple args, Py_ssize_t epoch)
 

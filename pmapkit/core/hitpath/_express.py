@@ -15,7 +15,7 @@ trace-context states it does not key on are watched and bump the epoch
 Compiled by Cython (typed by ``_express.pxd``) and runnable as plain
 Python, like every module of the hit path (``_compiled``).
 """
-from pmapkit.core.hitpath._feed import CacheEntry, LeafTypes, host_copy, same_host_signature
+from pmapkit.core.hitpath._feed import CacheEntry, host_copy, same_host_signature
 from pmapkit.core.hitpath._lru import SharedCaches, touch
 
 # Builds of an entry's express call (``CacheEntry.express``) before it stops
@@ -95,14 +95,6 @@ def express_arguments(args, leaf_types):
     return host
 
 
-def _snapshot(entry, args):
-    """``args`` for the express's C++ call: each numpy array a copy (read
-    at the call: JAX's call may alias an aligned array and run later)."""
-    if len(args) == 1:
-        return (host_copy(args[0]),)
-    return entry._host_snapshot(args)
-
-
 def prime(entry, args, epoch):
     """The flat outputs of this call (``args``: ``express_arguments``; its
     trace context and signature found to be ``entry``'s) run by ``entry``'s
@@ -125,7 +117,9 @@ def prime(entry, args, epoch):
         if call is None:
             entry.make_express = None
             return None
-        snapshot = _snapshot(entry, args)
+        # Each numpy array a copy: read at the call (JAX's call may alias
+        # an aligned array and run later).
+        snapshot = entry._host_snapshot(args)
         slot[0] = snapshot
         outs = call(*snapshot)
         slot[0] = None
@@ -137,7 +131,7 @@ def prime(entry, args, epoch):
         entry.express = call
         entry.express_epoch = epoch
         return outs
-    outs = call(*_snapshot(entry, args))
+    outs = call(*entry._host_snapshot(args))
     if outs is _EXPRESS_MISSED:
         # Its C++ call lost its entry (JAX's cache evicts too): the next
         # call that gets here makes a fresh one.
